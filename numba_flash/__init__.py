@@ -1,0 +1,28 @@
+"""numba-flash: FlashAttention (Dao et al., 2022) rebuilt from the paper as Numba CUDA kernels.
+
+Public API (PyTorch SDPA layout, q (B, H, N_q, d), k and v (B, H, N_k, d), float32):
+``flash_attention``, ``flash_attention_backward``, ``standard_attention``,
+``standard_attention_backward``; ``Tiling`` (block sizes, shared with ``simulator``);
+``reference`` (float64 NumPy); ``instrument.count_traffic`` (exact global-memory counts under
+Numba's CUDA simulator).
+"""
+from simulator.tiling import Tiling
+
+from . import reference
+from .api import (
+    flash_attention,
+    flash_attention_backward,
+    standard_attention,
+    standard_attention_backward,
+)
+from .memory import poison_outputs
+
+__all__ = [
+    "Tiling",
+    "flash_attention",
+    "flash_attention_backward",
+    "poison_outputs",
+    "reference",
+    "standard_attention",
+    "standard_attention_backward",
+]

@@ -1,0 +1,202 @@
+"""Public entry points, in PyTorch SDPA's layout: q (B, H, N_q, d), k and v (B, H, N_k, d).
+
+NumPy arrays in -> NumPy arrays out (copied to and from the device). Device arrays in (numba
+device arrays, or anything with ``__cuda_array_interface__`` such as torch or cupy tensors) ->
+numba device arrays out, no copy of the inputs.
+
+Causal masking is bottom-right aligned, as in flash-attention >= 2.1: query row r sees key c iff
+``c <= r + N_k - N_q`` (for N_q = N_k this is the usual lower triangle). Rows that see no key at
+all (only possible when N_q > N_k) give o = 0 and lse = -inf.
+
+NaN and Inf are not special-cased: a NaN or Inf in q, k or v propagates to the outputs it touches
+(NaN in a row of q makes that row of o NaN; in a row of k or v, every row that sees it). They are
+never replaced by numbers.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import checks, memory
+from .kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
+from .kernels.flash_forward_alg1 import make_flash_forward_alg1
+from .kernels.flash_forward_fa2 import make_flash_forward_fa2
+from .kernels.standard import make_ds, make_matmul, make_softmax
+from .launch import launch
+
+ALGORITHMS = {"fa1": "flash_forward_v1", "fa2": "flash_forward_v2"}
+F32 = np.float32
+
+
+def _row_threads() -> int:
+    """Threads per block of the row-wise kernels (softmax, dS, D); fewer under the simulator,
+    where each thread is a Python thread. Their traffic does not depend on it."""
+    return 16 if memory.simulator_enabled() else 128
+
+
+def _flat(x, rows, cols=None):
+    """(B, H, N, d) -> (B*H, N, d) view; (B, H, N) -> (B*H, N)."""
+    bh = int(x.shape[0]) * int(x.shape[1])
+    return x.reshape(bh, rows) if cols is None else x.reshape(bh, rows, cols)
+
+
+def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False,
+                    algorithm="fa2", tiling=None):
+    """FlashAttention forward. q: (B, H, N_q, d); k, v: (B, H, N_k, d); float32.
+
+    Returns o (B, H, N_q, d), or (o, lse) with ``return_lse``; lse (B, H, N_q) is the natural-log
+    log-sum-exp of each row of scale * q k^T (-inf for rows that see no key).
+    ``algorithm="fa2"``: FA2 loop order (a block per Q tile; fast). ``"fa1"``: the paper's
+    Algorithm 1 order (outer loop over K/V blocks, O, l, m through HBM; for IO studies).
+    ``tiling``: a ``Tiling(Br, Bc)``; default 64 x 64, smaller where shared memory requires.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
+    shp = checks.attention_shapes(q, k, v)
+    causal = checks.flag("causal", causal)
+    checks.flag("return_lse", return_lse)
+    scale = checks.softmax_scale(softmax_scale, shp.d)
+    kernel_name = ALGORITHMS[algorithm]
+    tiling = checks.tiling_for(tiling, (kernel_name,), shp.d)
+
+    mem = memory.active()
+    B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
+    bh = B * H
+    Q, K, V = mem.input(q, "Q"), mem.input(k, "K"), mem.input(v, "V")
+    O = mem.output((B, H, n_q, d), F32, "O")
+    L = mem.output((B, H, n_q), F32, "L")
+    args = (_flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d), _flat(O, n_q, d), _flat(L, n_q))
+    smem = tiling.smem_bytes(kernel_name, d)
+    if algorithm == "fa2":
+        kernel = make_flash_forward_fa2(tiling, d, causal)
+        launch(kernel, (tiling.Tr(n_q), bh), tiling.threads, smem, *args, scale, n_q, n_k)
+    else:
+        l_ws = mem.output((bh, n_q), F32, "l")
+        m_ws = mem.output((bh, n_q), F32, "m")
+        kernel = make_flash_forward_alg1(tiling, d, causal)
+        launch(kernel, (bh,), tiling.threads, smem, *args, l_ws, m_ws, scale, n_q, n_k)
+    o = mem.result(O, shp.on_host)
+    return (o, mem.result(L, shp.on_host)) if return_lse else o
+
+
+def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
+                             tiling=None, deterministic=False):
+    """Gradients (dq, dk, dv) of ``flash_attention`` from the saved o and lse.
+
+    do, q, o: (B, H, N_q, d); k, v: (B, H, N_k, d); lse: (B, H, N_q). P is recomputed from lse,
+    never stored. dQ is accumulated with fp32 atomics (run-to-run bit differences possible)
+    unless ``deterministic``, which computes dQ in a second kernel that owns each Q tile.
+    """
+    shp = checks.attention_shapes(q, k, v)
+    checks.tensors(do=do, q=q, k=k, v=v, o=o, lse=lse)
+    checks.same_shape("do", do, q.shape)
+    checks.same_shape("o", o, q.shape)
+    checks.same_shape("lse", lse, q.shape[:3])
+    causal = checks.flag("causal", causal)
+    deterministic = checks.flag("deterministic", deterministic)
+    scale = checks.softmax_scale(softmax_scale, shp.d)
+    kernels = ("flash_backward", "flash_backward_dq") if deterministic else ("flash_backward",)
+    tiling = checks.tiling_for(tiling, kernels, shp.d)
+
+    mem = memory.active()
+    B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
+    bh = B * H
+    dO, Q, K, V = mem.input(do, "dO"), mem.input(q, "Q"), mem.input(k, "K"), mem.input(v, "V")
+    O, L = mem.input(o, "O"), mem.input(lse, "L")
+    dQ = mem.output((B, H, n_q, d), F32, "dQ")
+    dK = mem.output((B, H, n_k, d), F32, "dK")
+    dV = mem.output((B, H, n_k, d), F32, "dV")
+    D = mem.output((bh, n_q), F32, "D")
+    fq, fk, fv = _flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d)
+    fdo, fo, fl, fdq = _flat(dO, n_q, d), _flat(O, n_q, d), _flat(L, n_q), _flat(dQ, n_q, d)
+
+    threads = _row_threads()
+    row_dot = make_row_dot(threads, d, not deterministic)
+    launch(row_dot, (math.ceil(n_q / threads), bh), threads, 0, fdo, fo, D, fdq, n_q)
+    kv = make_flash_backward_kv(tiling, d, causal, not deterministic)
+    launch(kv, (tiling.Tc(n_k), bh), tiling.threads, tiling.smem_bytes("flash_backward", d),
+           fq, fk, fv, fdo, fl, D, fdq, _flat(dK, n_k, d), _flat(dV, n_k, d), scale, n_q, n_k)
+    if deterministic:
+        dq_kernel = make_flash_backward_dq(tiling, d, causal)
+        launch(dq_kernel, (tiling.Tr(n_q), bh), tiling.threads,
+               tiling.smem_bytes("flash_backward_dq", d),
+               fq, fk, fv, fdo, fl, D, fdq, scale, n_q, n_k)
+    return tuple(mem.result(x, shp.on_host) for x in (dQ, dK, dV))
+
+
+def _matmul(tiling, a, b, c, alpha, m, n, kdim, bh, trans_a=False, trans_b=False):
+    kernel = make_matmul(tiling, trans_a, trans_b)
+    grid = (math.ceil(n / tiling.Bc), math.ceil(m / tiling.Br), bh)
+    launch(kernel, grid, tiling.threads, tiling.smem_bytes("standard_matmul", 0),
+           a, b, c, F32(alpha), m, n, kdim)
+
+
+def standard_attention(q, k, v, *, causal=False, softmax_scale=None, return_probs=False,
+                       tiling=None):
+    """Standard attention, materialising S and P in HBM (the paper's baseline).
+
+    q: (B, H, N_q, d); k, v: (B, H, N_k, d). Returns o (B, H, N_q, d), or (o, p) with
+    ``return_probs``, p: (B, H, N_q, N_k). ``tiling`` sets the matmuls' output tiles.
+    """
+    shp = checks.attention_shapes(q, k, v)
+    causal = checks.flag("causal", causal)
+    checks.flag("return_probs", return_probs)
+    scale = checks.softmax_scale(softmax_scale, shp.d)
+    tiling = checks.tiling_for(tiling, ("standard_matmul",), shp.d)
+
+    mem = memory.active()
+    B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
+    bh = B * H
+    Q, K, V = mem.input(q, "Q"), mem.input(k, "K"), mem.input(v, "V")
+    S = mem.output((bh, n_q, n_k), F32, "S")
+    P = mem.output((B, H, n_q, n_k), F32, "P")
+    O = mem.output((B, H, n_q, d), F32, "O")
+    fp = _flat(P, n_q, n_k)
+    _matmul(tiling, _flat(Q, n_q, d), _flat(K, n_k, d), S, scale, n_q, n_k, d, bh, trans_b=True)
+    threads = _row_threads()
+    launch(make_softmax(threads, causal), (n_q, bh), threads, 0, S, fp, n_q, n_k)
+    _matmul(tiling, fp, _flat(V, n_k, d), _flat(O, n_q, d), 1.0, n_q, d, n_k, bh)
+    o = mem.result(O, shp.on_host)
+    return (o, mem.result(P, shp.on_host)) if return_probs else o
+
+
+def standard_attention_backward(do, q, k, v, o, p, *, causal=False, softmax_scale=None,
+                                tiling=None):
+    """Gradients (dq, dk, dv) of standard attention from the saved P (the paper's Algorithm 3).
+
+    do, q, o: (B, H, N_q, d); k, v: (B, H, N_k, d); p: (B, H, N_q, N_k). ``causal`` is accepted
+    for symmetry with the forward: the mask is already in p (masked entries are 0).
+    """
+    shp = checks.attention_shapes(q, k, v)
+    checks.tensors(do=do, q=q, k=k, v=v, o=o, p=p)
+    checks.same_shape("do", do, q.shape)
+    checks.same_shape("o", o, q.shape)
+    checks.same_shape("p", p, (shp.B, shp.H, shp.N_q, shp.N_k))
+    checks.flag("causal", causal)
+    scale = checks.softmax_scale(softmax_scale, shp.d)
+    tiling = checks.tiling_for(tiling, ("standard_matmul",), shp.d)
+
+    mem = memory.active()
+    B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
+    bh = B * H
+    dO, Q, K, V = mem.input(do, "dO"), mem.input(q, "Q"), mem.input(k, "K"), mem.input(v, "V")
+    O, P = mem.input(o, "O"), mem.input(p, "P")
+    dQ = mem.output((B, H, n_q, d), F32, "dQ")
+    dK = mem.output((B, H, n_k, d), F32, "dK")
+    dV = mem.output((B, H, n_k, d), F32, "dV")
+    dP = mem.output((bh, n_q, n_k), F32, "dP")
+    dS = mem.output((bh, n_q, n_k), F32, "dS")
+    D = mem.output((bh, n_q), F32, "D")
+    fq, fk, fv, fdo = _flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d), _flat(dO, n_q, d)
+    fp = _flat(P, n_q, n_k)
+
+    _matmul(tiling, fp, fdo, _flat(dV, n_k, d), 1.0, n_k, d, n_q, bh, trans_a=True)
+    _matmul(tiling, fdo, fv, dP, 1.0, n_q, n_k, d, bh, trans_b=True)
+    threads = _row_threads()
+    launch(make_row_dot(threads, d, False), (math.ceil(n_q / threads), bh), threads, 0,
+           fdo, _flat(O, n_q, d), D, _flat(dQ, n_q, d), n_q)
+    launch(make_ds(threads), (n_q, bh), threads, 0, fp, dP, D, dS, n_k)
+    _matmul(tiling, dS, fk, _flat(dQ, n_q, d), scale, n_q, d, n_k, bh)
+    _matmul(tiling, dS, fq, _flat(dK, n_k, d), scale, n_k, d, n_q, bh, trans_a=True)
+    return tuple(mem.result(x, shp.on_host) for x in (dQ, dK, dV))

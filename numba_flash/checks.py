@@ -1,0 +1,144 @@
+"""Input checks for the public API. Each failure names the argument and says what to change;
+all of them run before any allocation or launch, so nothing is half-written."""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.tiling import Tiling
+
+from .launch import smem_limit_bytes
+from .memory import is_device_array
+
+#: Largest head dimension the kernels accept (its tiles still fit the H200's 227 KB).
+MAX_HEAD_DIM = 256
+SUPPORTED_DTYPES = (np.dtype(np.float32),)
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """Problem size read off q (B, H, N_q, d) and k (B, H, N_k, d); ``on_host``: NumPy inputs."""
+
+    B: int
+    H: int
+    N_q: int
+    N_k: int
+    d: int
+    on_host: bool
+
+
+def _array_kind(name, x):
+    if isinstance(x, np.ndarray):
+        return "host"
+    if is_device_array(x):
+        return "device"
+    raise TypeError(
+        f"{name} must be a NumPy array or a CUDA device array (numba, torch, cupy), "
+        f"got {type(x).__name__}"
+    )
+
+
+def _contiguous(x) -> bool:
+    if isinstance(x, np.ndarray):
+        return x.flags.c_contiguous
+    if hasattr(x, "is_c_contiguous"):
+        return x.is_c_contiguous()
+    cai = x.__cuda_array_interface__
+    strides = cai.get("strides")
+    if strides is None:
+        return True
+    expected = np.dtype(cai["typestr"]).itemsize
+    for extent, stride in zip(reversed(cai["shape"]), reversed(strides)):
+        if extent > 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
+
+
+def _dtype(x):
+    if hasattr(x, "dtype") and isinstance(getattr(x, "dtype"), np.dtype):
+        return x.dtype
+    return np.dtype(x.__cuda_array_interface__["typestr"])
+
+
+def tensors(**named) -> bool:
+    """Check kind (all host or all device), dtype (float32) and contiguity; return ``on_host``."""
+    kinds = {name: _array_kind(name, x) for name, x in named.items()}
+    if len(set(kinds.values())) > 1:
+        detail = ", ".join(f"{n} on {k}" for n, k in kinds.items())
+        raise TypeError(f"inputs must be all NumPy arrays or all device arrays, got {detail}: "
+                        "move them to the same side")
+    for name, x in named.items():
+        dtype = _dtype(x)
+        if dtype not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} has dtype {dtype}; the kernels take float32: "
+                            f"convert {name} to float32 first")
+        if not _contiguous(x):
+            raise ValueError(f"{name} is not C-contiguous: pass a contiguous copy of {name} "
+                             "(e.g. np.ascontiguousarray or .contiguous())")
+    return next(iter(kinds.values())) == "host"
+
+
+def attention_shapes(q, k, v) -> Shapes:
+    """Validate q (B, H, N_q, d), k and v (B, H, N_k, d) and return the sizes."""
+    on_host = tensors(q=q, k=k, v=v)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if len(x.shape) != 4:
+            raise ValueError(f"{name} must be 4-D (batch, heads, seq_len, head_dim) as in torch "
+                             f"SDPA, got shape {tuple(x.shape)}")
+    B, H, n_q, d = (int(s) for s in q.shape)
+    if tuple(k.shape[:2]) != (B, H) or tuple(v.shape[:2]) != (B, H):
+        raise ValueError(f"batch and heads of k {tuple(k.shape)} and v {tuple(v.shape)} must "
+                         f"match q {tuple(q.shape)}")
+    if int(k.shape[3]) != d or int(v.shape[3]) != d:
+        raise ValueError(f"head_dim of k ({k.shape[3]}) and v ({v.shape[3]}) must equal q's ({d})")
+    if int(v.shape[2]) != int(k.shape[2]):
+        raise ValueError(f"k and v must have the same seq_len, got {k.shape[2]} and {v.shape[2]}")
+    n_k = int(k.shape[2])
+    for label, value in (("batch", B), ("heads", H), ("q seq_len", n_q), ("k seq_len", n_k),
+                         ("head_dim", d)):
+        if value == 0:
+            raise ValueError(f"{label} is 0: empty inputs have nothing to attend; pass at least 1")
+    if d > MAX_HEAD_DIM:
+        raise ValueError(f"head_dim d={d} is larger than the kernels support ({MAX_HEAD_DIM}): "
+                         "split the heads")
+    return Shapes(B, H, n_q, n_k, d, on_host)
+
+
+def same_shape(name, x, shape) -> None:
+    if tuple(int(s) for s in x.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(x.shape)}")
+
+
+def softmax_scale(value, d: int):
+    """1/sqrt(d) when None; else a finite positive real number, returned as float32."""
+    if value is None:
+        return np.float32(1.0 / math.sqrt(d))
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"softmax_scale must be a real number or None, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"softmax_scale must be finite and positive, got {value}")
+    return np.float32(value)
+
+
+def flag(name, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return bool(value)
+
+
+def tiling_for(value, kernels, d: int) -> Tiling:
+    """The tiling to launch ``kernels`` with: ``value`` checked against the device's shared
+    memory, or, when None, the largest default that fits all of them."""
+    limit = smem_limit_bytes()
+    if value is None:
+        choices = [Tiling.kernel_default(kernel, d, 4, limit) for kernel in kernels]
+        return min(choices, key=lambda t: t.Br * t.Bc)
+    if not isinstance(value, Tiling):
+        raise TypeError(f"tiling must be a numba_flash.Tiling or None, got {type(value).__name__}")
+    for kernel in kernels:
+        value.check_fits(kernel, d, 4, limit)
+    return value

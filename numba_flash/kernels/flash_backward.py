@@ -1,0 +1,282 @@
+"""FlashAttention backward, FA2 style: P recomputed from the saved log-sum-exp L.
+
+    D = rowsum(dO * O)                                 (preprocess; also dQ = 0 for the atomics)
+    for each K/V block j, in parallel (grid Tc x B*H):
+        load Kj, Vj -> SRAM; dKj = dVj = 0              (registers for the whole kernel)
+        for each active row block i:
+            load Qi, dOi, L_i, D_i -> SRAM
+            P   = exp(scale Qi Kj^T - L_i), masked      (registers -> SRAM)
+            dP  = dOi Vj^T                              (registers)
+            dS  = P * (dP - D_i)                        (registers -> SRAM)
+            dVj += P^T dOi;  dKj += scale dS^T Qi
+            dQ_i += scale dS Kj                        (atomic adds into HBM)
+        dKj, dVj -> HBM
+
+``deterministic=True`` replaces the atomics by a second kernel that owns dQ_i, one block per Q
+tile (grid Tr x B*H), recomputing P and dS for its row block: twice the FLOPs of S and dP, and
+results that do not depend on the order blocks run in.
+
+Rows that see no key (L = -inf) get P = 0 and so contribute nothing.
+
+Versions:
+    v1  4x4 register tiles, P and dS through shared memory, dQ by fp32 atomics (or the
+        deterministic dQ kernel); Br = Bc = 64 at d <= 64.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from numba import cuda, float32
+
+from simulator.tiling import Tiling
+
+from .tiles import NEG_INF, POS_INF, ZERO, active_blocks, tile_ops
+
+VERSION = 1
+
+
+@lru_cache(maxsize=None)
+def make_row_dot(threads: int, d: int, zero_dq: bool):
+    """Kernel ``(do, o, dvec, dq, n_q)``: D[bh, r] = sum_x dO[bh, r, x] O[bh, r, x], and, with
+    ``zero_dq``, dq[bh, r, :] = 0. One thread per row; grid (ceil(N_q/threads), B*H)."""
+
+    @cuda.jit
+    def row_dot(do, o, dvec, dq, n_q):
+        r = cuda.blockIdx.x * threads + cuda.threadIdx.x
+        bh = cuda.blockIdx.y
+        if r < n_q:
+            acc = ZERO
+            for x in range(d):
+                acc += do[bh, r, x] * o[bh, r, x]
+            dvec[bh, r] = acc
+            if zero_dq:
+                for x in range(d):
+                    dq[bh, r, x] = 0.0
+
+    return row_dot
+
+
+def _make_recompute(t, d, causal):
+    """Device function: this thread's P and dS register tiles for block pair (i, j)."""
+    BR, TY, TX, RA, CB = t.BR, t.TY, t.TX, t.RA, t.CB
+    rows_dot_rows = t.rows_dot_rows
+
+    @cuda.jit(device=True)
+    def recompute_p_ds(p, ds, Qi, dOi, Kj, Vj, Lrow, Drow, scale, row0, col0, cols, off, ty, tx):
+        rows_dot_rows(p, Qi, Kj, ty, tx)     # S_ij
+        rows_dot_rows(ds, dOi, Vj, ty, tx)   # dP_ij
+        for a in range(RA):
+            r = min(ty + TY * a, BR - 1)
+            for b in range(CB):
+                c = tx + TX * b
+                if c >= cols or (causal and col0 + c > row0 + r + off):
+                    p[a, b] = 0.0
+                else:
+                    p[a, b] = math.exp(scale * p[a, b] - Lrow[r])
+                ds[a, b] = p[a, b] * (ds[a, b] - Drow[r])
+
+    return recompute_p_ds
+
+
+def _make_load_row_stats(t):
+    BR, T = t.BR, t.T
+
+    @cuda.jit(device=True)
+    def load_row_stats(Lrow, Drow, lse, dvec, bh, row0, rows, tid):
+        """L_i, D_i HBM -> SRAM. Rows beyond the tail and rows that saw no key (L = -inf) get
+        L = +inf there, so that exp(S - L) = 0 exactly."""
+        for r in range(tid, BR, T):
+            if r < rows:
+                x = lse[bh, row0 + r]
+                Lrow[r] = x if x != NEG_INF else POS_INF
+                Drow[r] = dvec[bh, row0 + r]
+            else:
+                Lrow[r] = POS_INF
+                Drow[r] = 0.0
+
+    return load_row_stats
+
+
+@lru_cache(maxsize=None)
+def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool):
+    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, n_q, n_k)`` computing dK, dV and,
+    with ``atomic_dq``, dQ by atomic adds (dq must be zeroed first). Grid (Tc, B*H),
+    ``tiling.threads`` threads, ``tiling.smem_bytes("flash_backward", d)`` bytes of shared memory."""
+    t = tile_ops(tiling, d)
+    BR, BC, TY, TX, RA, CB, KA, OB, LD, LS = (
+        t.BR, t.BC, t.TY, t.TX, t.RA, t.CB, t.KA, t.OB, t.LD, t.LS)
+    load_head_tile, scores_times_tile, scores_t_times_tile = (
+        t.load_head_tile, t.scores_times_tile, t.scores_t_times_tile)
+    recompute_p_ds = _make_recompute(t, d, causal)
+    load_row_stats = _make_load_row_stats(t)
+    V0 = BC * LD
+    Q0 = V0 + BC * LD
+    O0 = Q0 + BR * LD
+    P0 = O0 + BR * LD
+    S0 = P0 + BR * LS
+    L0 = S0 + BR * LS
+    D0 = L0 + BR
+    END = D0 + BR
+
+    @cuda.jit
+    def flash_backward_kv(q, k, v, do, lse, dvec, dq, dk, dv, scale, n_q, n_k):
+        smem = cuda.shared.array(0, float32)
+        Kj = smem[0:V0]        # SRAM, whole kernel
+        Vj = smem[V0:Q0]       # SRAM, whole kernel
+        Qi = smem[Q0:O0]       # SRAM, one i step
+        dOi = smem[O0:P0]      # SRAM, one i step
+        P = smem[P0:S0]        # SRAM, one i step
+        dS = smem[S0:L0]       # SRAM, one i step
+        Lrow = smem[L0:D0]
+        Drow = smem[D0:END]
+
+        j = cuda.blockIdx.x
+        bh = cuda.blockIdx.y
+        tid = cuda.threadIdx.x
+        ty = tid // TX
+        tx = tid - ty * TX
+        col0 = j * BC
+        cols = min(BC, n_k - col0)
+        off = n_k - n_q
+        tr = (n_q + BR - 1) // BR
+        tc = (n_k + BC - 1) // BC
+
+        load_head_tile(Kj, k, bh, col0, cols, BC, tid)
+        load_head_tile(Vj, v, bh, col0, cols, BC, tid)
+        dk_acc = cuda.local.array((KA, OB), float32)   # registers: rows ty + TY a of dKj
+        dv_acc = cuda.local.array((KA, OB), float32)   # registers: rows ty + TY a of dVj
+        for a in range(KA):
+            for b in range(OB):
+                dk_acc[a, b] = 0.0
+                dv_acc[a, b] = 0.0
+        p = cuda.local.array((RA, CB), float32)
+        ds = cuda.local.array((RA, CB), float32)
+        dq_acc = cuda.local.array((RA, OB), float32)
+
+        for i in range(tr):
+            row0 = i * BR
+            rows = min(BR, n_q - row0)
+            if j >= active_blocks(row0 + rows - 1, off, BC, tc, causal):
+                continue
+            # barrier: Kj, Vj loaded; the previous step is done with Qi, dOi, P, dS, L, D
+            cuda.syncthreads()
+            load_head_tile(Qi, q, bh, row0, rows, BR, tid)
+            load_head_tile(dOi, do, bh, row0, rows, BR, tid)
+            load_row_stats(Lrow, Drow, lse, dvec, bh, row0, rows, tid)
+            # barrier: Qi, dOi, L_i, D_i complete
+            cuda.syncthreads()
+            recompute_p_ds(p, ds, Qi, dOi, Kj, Vj, Lrow, Drow, scale, row0, col0, cols, off, ty, tx)
+            for a in range(RA):
+                r = ty + TY * a
+                for b in range(CB):
+                    c = tx + TX * b
+                    if r < BR and c < BC:
+                        P[r * LS + c] = p[a, b]
+                        dS[r * LS + c] = ds[a, b]
+            # barrier: P and dS complete before the products that read them across threads
+            cuda.syncthreads()
+            scores_t_times_tile(dv_acc, P, dOi, rows, ty, tx)
+            scores_t_times_tile(dk_acc, dS, Qi, rows, ty, tx)
+            if atomic_dq:
+                for a in range(RA):
+                    for b in range(OB):
+                        dq_acc[a, b] = 0.0
+                scores_times_tile(dq_acc, dS, Kj, cols, ty, tx)
+                for a in range(RA):
+                    r = ty + TY * a
+                    if r < rows:
+                        for b in range(OB):
+                            x = tx + TX * b
+                            if x < d:
+                                cuda.atomic.add(dq, (bh, row0 + r, x), scale * dq_acc[a, b])
+
+        for a in range(KA):
+            c = ty + TY * a
+            if c < cols:
+                for b in range(OB):
+                    x = tx + TX * b
+                    if x < d:
+                        dk[bh, col0 + c, x] = scale * dk_acc[a, b]
+                        dv[bh, col0 + c, x] = dv_acc[a, b]
+
+    return flash_backward_kv
+
+
+@lru_cache(maxsize=None)
+def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
+    """Deterministic dQ kernel ``(q, k, v, do, lse, dvec, dq, scale, n_q, n_k)``: grid (Tr, B*H),
+    ``tiling.threads`` threads, ``tiling.smem_bytes("flash_backward_dq", d)`` bytes."""
+    t = tile_ops(tiling, d)
+    BR, BC, TY, TX, RA, CB, OB, LD, LS = t.BR, t.BC, t.TY, t.TX, t.RA, t.CB, t.OB, t.LD, t.LS
+    load_head_tile, scores_times_tile = t.load_head_tile, t.scores_times_tile
+    recompute_p_ds = _make_recompute(t, d, causal)
+    load_row_stats = _make_load_row_stats(t)
+    O0 = BR * LD
+    K0 = O0 + BR * LD
+    V0 = K0 + BC * LD
+    S0 = V0 + BC * LD
+    L0 = S0 + BR * LS
+    D0 = L0 + BR
+    END = D0 + BR
+
+    @cuda.jit
+    def flash_backward_dq(q, k, v, do, lse, dvec, dq, scale, n_q, n_k):
+        smem = cuda.shared.array(0, float32)
+        Qi = smem[0:O0]        # SRAM, whole kernel
+        dOi = smem[O0:K0]      # SRAM, whole kernel
+        Kj = smem[K0:V0]       # SRAM, one j step
+        Vj = smem[V0:S0]       # SRAM, one j step
+        dS = smem[S0:L0]       # SRAM, one j step
+        Lrow = smem[L0:D0]
+        Drow = smem[D0:END]
+
+        i = cuda.blockIdx.x
+        bh = cuda.blockIdx.y
+        tid = cuda.threadIdx.x
+        ty = tid // TX
+        tx = tid - ty * TX
+        row0 = i * BR
+        rows = min(BR, n_q - row0)
+        off = n_k - n_q
+        tc = (n_k + BC - 1) // BC
+
+        load_head_tile(Qi, q, bh, row0, rows, BR, tid)
+        load_head_tile(dOi, do, bh, row0, rows, BR, tid)
+        load_row_stats(Lrow, Drow, lse, dvec, bh, row0, rows, tid)
+        p = cuda.local.array((RA, CB), float32)
+        ds = cuda.local.array((RA, CB), float32)
+        dq_acc = cuda.local.array((RA, OB), float32)   # registers: this thread's slice of dQ_i
+        for a in range(RA):
+            for b in range(OB):
+                dq_acc[a, b] = 0.0
+
+        for j in range(active_blocks(row0 + rows - 1, off, BC, tc, causal)):
+            col0 = j * BC
+            cols = min(BC, n_k - col0)
+            # barrier: the previous step is done with Kj, Vj, dS (and Qi, dOi, L, D are loaded)
+            cuda.syncthreads()
+            load_head_tile(Kj, k, bh, col0, cols, BC, tid)
+            load_head_tile(Vj, v, bh, col0, cols, BC, tid)
+            # barrier: Kj, Vj complete
+            cuda.syncthreads()
+            recompute_p_ds(p, ds, Qi, dOi, Kj, Vj, Lrow, Drow, scale, row0, col0, cols, off, ty, tx)
+            for a in range(RA):
+                r = ty + TY * a
+                for b in range(CB):
+                    c = tx + TX * b
+                    if r < BR and c < BC:
+                        dS[r * LS + c] = ds[a, b]
+            # barrier: dS complete before dS Kj reads it across threads
+            cuda.syncthreads()
+            scores_times_tile(dq_acc, dS, Kj, cols, ty, tx)
+
+        for a in range(RA):
+            r = ty + TY * a
+            if r < rows:
+                for b in range(OB):
+                    x = tx + TX * b
+                    if x < d:
+                        dq[bh, row0 + r, x] = scale * dq_acc[a, b]
+
+    return flash_backward_dq

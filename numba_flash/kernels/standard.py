@@ -1,0 +1,180 @@
+"""Standard attention, the paper's baseline: S and P materialised in HBM by separate kernels.
+
+Forward (the paper's Algorithm 0)::
+
+    S = scale Q K^T      (matmul kernel)           -> HBM, N_q x N_k
+    P = softmax(S)       (row kernel, two passes)  -> HBM, N_q x N_k
+    O = P V              (matmul kernel)           -> HBM
+
+Backward (its Algorithm 3), reading the saved P::
+
+    dV = P^T dO;  dP = dO V^T;  D = rowsum(dO * O);  dS = P * (dP - D)
+    dQ = scale dS K;  dK = scale dS^T Q
+
+One register-tiled matmul kernel serves all six products; its transposes are compile-time flags.
+
+Versions:
+    v1  matmul: Br x Bc output tile, 16-deep k-chunks through shared memory, 4x4 register tile
+        per thread; softmax: one block per row, online max/sum in pass 1, P in pass 2.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+from numba import cuda, float32
+
+from simulator.tiling import MATMUL_BK, Tiling
+
+from .tiles import NEG_INF, ZERO
+
+VERSION = 1
+
+
+@lru_cache(maxsize=None)
+def make_matmul(tiling: Tiling, trans_a: bool, trans_b: bool):
+    """Kernel ``(a, b, c, alpha, m, n, kdim)``: c[bh] = alpha opA(a[bh]) opB(b[bh]), c (B*H, m, n).
+
+    opA(a) is a (m x k) matrix stored as a[bh, m, k], or a[bh, k, m] when ``trans_a``; opB(b) is
+    (k x n) stored as b[bh, k, n], or b[bh, n, k] when ``trans_b``. Grid (ceil(n/Bc), ceil(m/Br),
+    B*H), ``tiling.threads`` threads, ``tiling.smem_bytes("standard_matmul", 0)`` bytes.
+    Each block reads its Br rows of opA and Bc columns of opB once, k-chunk by k-chunk."""
+    BR, BC = tiling.Br, tiling.Bc
+    TY, TX, T = tiling.threads_y, tiling.threads_x, tiling.threads
+    RA, CB = tiling.rows_per_thread, tiling.cols_per_thread
+    BK = MATMUL_BK
+    LA = BK | 1
+    B0 = BR * LA
+    END = B0 + BK * BC
+
+    @cuda.jit
+    def matmul(a, b, c, alpha, m, n, kdim):
+        smem = cuda.shared.array(0, float32)
+        As = smem[0:B0]     # SRAM: Br x BK chunk of opA
+        Bs = smem[B0:END]   # SRAM: BK x Bc chunk of opB
+        col0 = cuda.blockIdx.x * BC
+        row0 = cuda.blockIdx.y * BR
+        bh = cuda.blockIdx.z
+        tid = cuda.threadIdx.x
+        ty = tid // TX
+        tx = tid - ty * TX
+        acc = cuda.local.array((RA, CB), float32)
+        for x in range(RA):
+            for y in range(CB):
+                acc[x, y] = 0.0
+        for k0 in range(0, kdim, BK):
+            # barrier: everyone is done with the previous chunk
+            cuda.syncthreads()
+            for idx in range(tid, BR * BK, T):
+                if trans_a:          # consecutive threads walk m, the contiguous index
+                    kk = idx // BR
+                    r = idx - kk * BR
+                else:                # consecutive threads walk k, the contiguous index
+                    r = idx // BK
+                    kk = idx - r * BK
+                if row0 + r < m and k0 + kk < kdim:
+                    As[r * LA + kk] = a[bh, k0 + kk, row0 + r] if trans_a else a[bh, row0 + r, k0 + kk]
+                else:
+                    As[r * LA + kk] = 0.0
+            for idx in range(tid, BK * BC, T):
+                if trans_b:
+                    cc = idx // BK
+                    kk = idx - cc * BK
+                else:
+                    kk = idx // BC
+                    cc = idx - kk * BC
+                if col0 + cc < n and k0 + kk < kdim:
+                    Bs[kk * BC + cc] = b[bh, col0 + cc, k0 + kk] if trans_b else b[bh, k0 + kk, col0 + cc]
+                else:
+                    Bs[kk * BC + cc] = 0.0
+            # barrier: the chunk is complete before the products read it
+            cuda.syncthreads()
+            for kk in range(BK):
+                for x in range(RA):
+                    av = As[min(ty + TY * x, BR - 1) * LA + kk]
+                    for y in range(CB):
+                        acc[x, y] += av * Bs[kk * BC + min(tx + TX * y, BC - 1)]
+        for x in range(RA):
+            r = row0 + ty + TY * x
+            if ty + TY * x < BR and r < m:
+                for y in range(CB):
+                    cc = col0 + tx + TX * y
+                    if tx + TX * y < BC and cc < n:
+                        c[bh, r, cc] = alpha * acc[x, y]
+
+    return matmul
+
+
+@lru_cache(maxsize=None)
+def make_softmax(threads: int, causal: bool):
+    """Kernel ``(s, p, n_q, n_k)``: p[bh, r, :] = softmax(s[bh, r, :]) with the bottom-right
+    causal mask; one block of ``threads`` threads per row, grid (N_q, B*H), no dynamic smem.
+    Pass 1 reads each visible score once (online max and sum per thread, then combined);
+    pass 2 reads it again and writes P. Masked entries are written 0 and never read."""
+
+    @cuda.jit
+    def softmax(s, p, n_q, n_k):
+        part_m = cuda.shared.array(threads, float32)
+        part_l = cuda.shared.array(threads, float32)
+        row = cuda.blockIdx.x
+        bh = cuda.blockIdx.y
+        tid = cuda.threadIdx.x
+        visible = n_k
+        if causal:
+            visible = max(0, min(n_k, row + n_k - n_q + 1))
+        m = NEG_INF
+        l = ZERO
+        for c in range(tid, visible, threads):
+            x = s[bh, row, c]
+            if x > m:
+                l = l * math.exp(m - x) + 1.0
+                m = x
+            else:
+                l += math.exp(x - m)
+        part_m[tid] = m
+        part_l[tid] = l
+        # barrier: all partial (m, l) written before thread 0 combines them
+        cuda.syncthreads()
+        if tid == 0:
+            for t in range(1, threads):
+                mt = part_m[t]
+                if mt > m:
+                    l = l * math.exp(m - mt) + part_l[t]
+                    m = mt
+                elif mt > NEG_INF:
+                    l += part_l[t] * math.exp(mt - m)
+            part_m[0] = m
+            part_l[0] = l
+        # barrier: the row's (m, l) is ready
+        cuda.syncthreads()
+        m = part_m[0]
+        inv = 1.0 / part_l[0] if part_l[0] > 0.0 else 0.0
+        for c in range(tid, n_k, threads):
+            if c < visible:
+                p[bh, row, c] = math.exp(s[bh, row, c] - m) * inv
+            else:
+                p[bh, row, c] = 0.0
+
+    return softmax
+
+
+@lru_cache(maxsize=None)
+def make_ds(threads: int):
+    """Kernel ``(p, dp, dvec, ds, n_k)``: dS[bh, r, c] = P (dP - D[bh, r]); D read once per row.
+    One block of ``threads`` threads per row, grid (N_q, B*H)."""
+
+    @cuda.jit
+    def ds_kernel(p, dp, dvec, ds, n_k):
+        d_row = cuda.shared.array(1, float32)
+        row = cuda.blockIdx.x
+        bh = cuda.blockIdx.y
+        tid = cuda.threadIdx.x
+        if tid == 0:
+            d_row[0] = dvec[bh, row]
+        # barrier: D[row] is in SRAM
+        cuda.syncthreads()
+        dr = d_row[0]
+        for c in range(tid, n_k, threads):
+            ds[bh, row, c] = p[bh, row, c] * (dp[bh, row, c] - dr)
+
+    return ds_kernel

@@ -1,0 +1,46 @@
+"""Kernel launches, including blocks that need more than 48 KB of dynamic shared memory.
+
+numba-cuda 0.30 has no public switch for the opt-in shared-memory limit (NVIDIA/numba-cuda#94),
+so for such a launch we compile the kernel for its argument types and set
+``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` on the loaded function through the driver,
+once per (kernel, signature, size).
+"""
+from __future__ import annotations
+
+from numba import cuda
+
+from simulator.tiling import H200_SMEM_PER_BLOCK
+
+from .memory import simulator_enabled
+
+STATIC_SMEM_LIMIT = 48 * 1024
+_raised: set = set()
+
+
+def smem_limit_bytes() -> int:
+    """Largest dynamic shared memory a block may opt into on the current device."""
+    if simulator_enabled():
+        return H200_SMEM_PER_BLOCK
+    return int(cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+
+
+def _raise_smem_limit(kernel, args, nbytes: int) -> None:
+    from cuda.bindings.driver import CUfunction_attribute
+    from numba.cuda.cudadrv.driver import driver
+
+    compiled = kernel._compile_for_args(*args)
+    cufunc = compiled._codelibrary.get_cufunc()
+    key = (id(cufunc), nbytes)
+    if key in _raised:
+        return
+    attr = CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
+    _raised.add(key)
+
+
+def launch(kernel, grid, threads: int, smem_bytes: int, *args) -> None:
+    """``kernel[grid, threads, 0, smem_bytes](*args)``, raising the block's shared-memory limit
+    first when ``smem_bytes`` exceeds the 48 KB every kernel gets by default."""
+    if smem_bytes > STATIC_SMEM_LIMIT and not simulator_enabled():
+        _raise_smem_limit(kernel, args, smem_bytes)
+    kernel[grid, threads, 0, smem_bytes](*args)

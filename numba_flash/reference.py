@@ -1,0 +1,130 @@
+"""Float64 NumPy reference: attention forward (with log-sum-exp), its analytic backward, and the
+online-softmax recurrence block by block, the way the tiled kernels compute it.
+
+Shapes follow PyTorch SDPA: q (B, H, N_q, d), k and v (B, H, N_k, d), o (B, H, N_q, d),
+lse (B, H, N_q). Causal masking is bottom-right aligned (flash-attention >= 2.1): query row r
+sees key c iff ``c <= r + N_k - N_q``. With N_q = N_k = 4::
+
+    r\\c 0 1 2 3          with N_q = 2, N_k = 4:   r\\c 0 1 2 3
+    0    x . . .                                   0    x x x .
+    1    x x . .                                   1    x x x x
+    2    x x x .
+    3    x x x x
+
+Rows that see no key at all (causal with N_q > N_k) give o = 0 and lse = -inf, as
+flash-attention does.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+def causal_mask(n_q: int, n_k: int) -> np.ndarray:
+    """Boolean (N_q, N_k) mask, True where query row r may see key c (bottom-right aligned)."""
+    rows = np.arange(n_q)[:, None]
+    cols = np.arange(n_k)[None, :]
+    return cols <= rows + (n_k - n_q)
+
+
+def _scale(d: int, softmax_scale: float | None) -> float:
+    return 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
+
+
+def attention_forward(q, k, v, *, causal=False, softmax_scale=None):
+    """Return (o, lse) in float64. o: (B, H, N_q, d); lse: (B, H, N_q), natural log."""
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    s = _scale(q.shape[-1], softmax_scale) * (q @ np.swapaxes(k, -1, -2))
+    if causal:
+        s = np.where(causal_mask(q.shape[-2], k.shape[-2]), s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    m_safe = np.where(np.isfinite(m), m, 0.0)  # rows with no visible key: m = -inf
+    p = np.exp(s - m_safe)
+    l = p.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lse = (m_safe + np.log(l))[..., 0]
+        p = np.where(l > 0, p / np.where(l > 0, l, 1.0), 0.0)
+    return p @ v, lse
+
+
+def attention_probs(q, k, *, causal=False, softmax_scale=None):
+    """P = softmax(scale * Q K^T) in float64, (B, H, N_q, N_k); rows with no visible key are 0."""
+    q, k = (np.asarray(x, dtype=np.float64) for x in (q, k))
+    s = _scale(q.shape[-1], softmax_scale) * (q @ np.swapaxes(k, -1, -2))
+    if causal:
+        s = np.where(causal_mask(q.shape[-2], k.shape[-2]), s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    l = p.sum(axis=-1, keepdims=True)
+    return np.where(l > 0, p / np.where(l > 0, l, 1.0), 0.0)
+
+
+def attention_backward(do, q, k, v, *, causal=False, softmax_scale=None):
+    """Analytic gradients (dq, dk, dv) in float64 of o = softmax(scale QK^T) V against dO.
+
+    dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q.
+    """
+    do, q, k, v = (np.asarray(x, dtype=np.float64) for x in (do, q, k, v))
+    scale = _scale(q.shape[-1], softmax_scale)
+    p = attention_probs(q, k, causal=causal, softmax_scale=scale)
+    o = p @ v
+    dv = np.swapaxes(p, -1, -2) @ do
+    dp = do @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (do * o).sum(axis=-1, keepdims=True))
+    return scale * (ds @ k), scale * (np.swapaxes(ds, -1, -2) @ q), dv
+
+
+def online_softmax(scores, block_size):
+    """The online-softmax recurrence over one row of scores, ``block_size`` scores at a time.
+
+    Returns (m, l, steps): the final running max m, running sum l = sum(exp(s - m)), and a list of
+    (m_j, l_j) after each block. Each step rescales the old sum by exp(m_old - m_new), which is
+    exactly what the kernels do per tile; softmax(scores) = exp(scores - m) / l.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    m, l, steps = -np.inf, 0.0, []
+    for start in range(0, scores.size, block_size):
+        block = scores[start:start + block_size]
+        m_new = max(m, float(block.max()))
+        if m_new == -np.inf:  # nothing visible yet: keep m = -inf, l = 0
+            steps.append((m, l))
+            continue
+        l = l * math.exp(m - m_new) + float(np.exp(block - m_new).sum())
+        m = m_new
+        steps.append((m, l))
+    return m, l, steps
+
+
+def blockwise_attention_forward(q, k, v, *, br, bc, causal=False, softmax_scale=None):
+    """The FA2 loop in NumPy (float64), Br x Bc tiles: mirrors the kernels' arithmetic per tile.
+
+    q (B, H, N_q, d) etc.; returns (o, lse) like ``attention_forward``.
+    """
+    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    scale = _scale(q.shape[-1], softmax_scale)
+    visible = causal_mask(n_q, n_k) if causal else np.ones((n_q, n_k), bool)
+    o = np.zeros_like(q)
+    lse = np.full(q.shape[:-1], -np.inf)
+    for r0 in range(0, n_q, br):
+        qi = q[..., r0:r0 + br, :]
+        m = np.full(qi.shape[:-1], -np.inf)
+        l = np.zeros(qi.shape[:-1])
+        acc = np.zeros_like(qi)
+        for c0 in range(0, n_k, bc):
+            s = scale * (qi @ np.swapaxes(k[..., c0:c0 + bc, :], -1, -2))
+            s = np.where(visible[r0:r0 + br, c0:c0 + bc], s, -np.inf)
+            m_new = np.maximum(m, s.max(axis=-1))
+            seen = np.isfinite(m_new)
+            m_use = np.where(seen, m_new, 0.0)
+            alpha = np.where(seen, np.exp(np.where(seen, m, 0.0) - m_use), 1.0)
+            alpha = np.where(np.isfinite(m), alpha, 0.0)
+            p = np.exp(s - m_use[..., None])
+            l = alpha * l + p.sum(axis=-1)
+            acc = alpha[..., None] * acc + p @ v[..., c0:c0 + bc, :]
+            m = m_new
+        with np.errstate(divide="ignore"):
+            o[..., r0:r0 + br, :] = np.where(l[..., None] > 0, acc / np.where(l > 0, l, 1.0)[..., None], 0.0)
+            lse[..., r0:r0 + br] = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)
+    return o, lse

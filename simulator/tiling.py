@@ -1,0 +1,161 @@
+"""Block sizes and the shared memory they cost: one description for kernels, launchers and the model.
+
+A ``Tiling(Br, Bc)`` fixes the paper's block sizes: ``Br`` rows of Q (and O, dO, dQ) per tile,
+``Bc`` rows of K and V (columns of S) per tile.  Every kernel in ``numba_flash`` sizes its
+shared-memory tiles and its thread block from this object, and the traffic model in
+``simulator`` counts loads and stores with the same numbers, so the two cannot drift apart.
+
+Thread layout (all kernels): a block has ``threads_y x threads_x`` threads.  Thread (ty, tx)
+owns the S-tile entries ``S[ty + threads_y*a, tx + threads_x*b]`` for ``a < rows_per_thread``,
+``b < cols_per_thread`` -- at most a 4 x 4 register tile -- and, in products whose output has
+``d`` columns, the columns ``tx + threads_x*b`` for ``b < head_cols_per_thread(d)``.
+
+Shared-memory rows are padded to an odd stride (``d | 1``, ``Bc | 1`` elements) so that the 32
+consecutive rows a warp touches fall in 32 different banks.
+
+This module imports nothing beyond the standard library: the simulator must run without numba.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+#: Largest register tile a thread owns along each side of an S tile.
+MICRO_TILE = 4
+#: Depth of the k-chunks the standard-attention matmul streams through shared memory.
+MATMUL_BK = 16
+#: Kernels whose shared memory a Tiling describes.
+KERNELS = (
+    "standard_matmul",
+    "flash_forward_v1",
+    "flash_forward_v2",
+    "flash_backward",
+    "flash_backward_dq",
+)
+#: Dynamic shared memory a block may opt into on sm_80/sm_90 (A100: 163 KB, H100/H200: 227 KB).
+H200_SMEM_PER_BLOCK = 232448
+
+
+def _odd(n: int) -> int:
+    return n | 1
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """Block sizes Br x Bc of the tiled algorithms (the paper's notation)."""
+
+    Br: int
+    Bc: int
+
+    def __post_init__(self):
+        for name in ("Br", "Bc"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"Tiling.{name} must be a positive int, got {value!r}")
+        if self.threads > 1024:
+            raise ValueError(
+                f"Tiling(Br={self.Br}, Bc={self.Bc}) needs {self.threads} threads a block; "
+                "CUDA allows 1024: choose Br * Bc <= 16384"
+            )
+
+    # ---- thread layout -------------------------------------------------------------------
+    @property
+    def threads_y(self) -> int:
+        return math.ceil(self.Br / MICRO_TILE)
+
+    @property
+    def threads_x(self) -> int:
+        return math.ceil(self.Bc / MICRO_TILE)
+
+    @property
+    def threads(self) -> int:
+        return self.threads_y * self.threads_x
+
+    @property
+    def rows_per_thread(self) -> int:
+        return math.ceil(self.Br / self.threads_y)
+
+    @property
+    def cols_per_thread(self) -> int:
+        return math.ceil(self.Bc / self.threads_x)
+
+    def head_cols_per_thread(self, d: int) -> int:
+        """Columns of a (rows x d) output tile (O, dQ) each thread accumulates."""
+        return math.ceil(d / self.threads_x)
+
+    def kv_rows_per_thread(self) -> int:
+        """Rows of a (Bc x d) output tile (dK, dV) each thread accumulates."""
+        return math.ceil(self.Bc / self.threads_y)
+
+    # ---- grid ----------------------------------------------------------------------------
+    def Tr(self, n_q: int) -> int:
+        """Number of row blocks of Q: ceil(N_q / Br)."""
+        return math.ceil(n_q / self.Br)
+
+    def Tc(self, n_k: int) -> int:
+        """Number of row blocks of K and V: ceil(N_k / Bc)."""
+        return math.ceil(n_k / self.Bc)
+
+    # ---- shared memory -------------------------------------------------------------------
+    def head_stride(self, d: int) -> int:
+        """Shared-memory row stride (elements) of a tile with d columns (Qi, Kj, Vj, dOi)."""
+        return _odd(d)
+
+    @property
+    def score_stride(self) -> int:
+        """Shared-memory row stride (elements) of a Br x Bc tile (S, P, dS)."""
+        return _odd(self.Bc)
+
+    def smem_terms(self, kernel: str, d: int) -> dict[str, int]:
+        """Elements of each shared-memory buffer ``kernel`` allocates, in allocation order."""
+        ld, ls, br, bc = self.head_stride(d), self.score_stride, self.Br, self.Bc
+        if kernel == "standard_matmul":
+            return {"A": br * _odd(MATMUL_BK), "B": MATMUL_BK * bc}
+        if kernel == "flash_forward_v2":
+            return {"Qi": br * ld, "Kj": bc * ld, "Vj": bc * ld, "S": br * ls,
+                    "m": br, "l": br, "alpha": br}
+        if kernel == "flash_forward_v1":
+            return {"Kj": bc * ld, "Vj": bc * ld, "Qi": br * ld, "S": br * ls,
+                    "alpha": br, "beta": br}
+        if kernel == "flash_backward":
+            return {"Kj": bc * ld, "Vj": bc * ld, "Qi": br * ld, "dOi": br * ld,
+                    "P": br * ls, "dS": br * ls, "L": br, "D": br}
+        if kernel == "flash_backward_dq":
+            return {"Qi": br * ld, "dOi": br * ld, "Kj": bc * ld, "Vj": bc * ld,
+                    "dS": br * ls, "L": br, "D": br}
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+
+    def smem_bytes(self, kernel: str, d: int, dtype_bytes: int = 4) -> int:
+        """Dynamic shared memory (bytes) one block of ``kernel`` needs at head dim ``d``."""
+        return sum(self.smem_terms(kernel, d).values()) * dtype_bytes
+
+    def check_fits(self, kernel: str, d: int, dtype_bytes: int = 4,
+                   limit_bytes: int = H200_SMEM_PER_BLOCK) -> None:
+        """Raise ValueError, naming ``tiling``, if the kernel's tiles exceed ``limit_bytes``."""
+        need = self.smem_bytes(kernel, d, dtype_bytes)
+        if need > limit_bytes:
+            terms = ", ".join(f"{k}={v * dtype_bytes}" for k, v in self.smem_terms(kernel, d).items())
+            raise ValueError(
+                f"tiling=Tiling(Br={self.Br}, Bc={self.Bc}) needs {need} bytes of shared memory "
+                f"for {kernel} at d={d} ({terms}), more than the device's {limit_bytes} a block: "
+                "choose smaller Br/Bc"
+            )
+
+    # ---- choices -------------------------------------------------------------------------
+    @classmethod
+    def paper_default(cls, sram_elements: int, d: int) -> "Tiling":
+        """The paper's Algorithm 1 choice for an SRAM of M elements: Bc = ceil(M/4d), Br = min(Bc, d)."""
+        bc = math.ceil(sram_elements / (4 * d))
+        return cls(Br=min(bc, d), Bc=bc)
+
+    @classmethod
+    def kernel_default(cls, kernel: str, d: int, dtype_bytes: int = 4,
+                       limit_bytes: int = H200_SMEM_PER_BLOCK) -> "Tiling":
+        """The tiling the kernels use when none is given: 64 x 64, halved until it fits."""
+        size = 64
+        while size >= 1:
+            tiling = cls(size, size)
+            if tiling.smem_bytes(kernel, d, dtype_bytes) <= limit_bytes:
+                return tiling
+            size //= 2
+        raise ValueError(f"d={d} is too large for {kernel}: no tiling fits {limit_bytes} bytes")
