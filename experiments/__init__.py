@@ -1,0 +1,20 @@
+"""Reproductions of the FlashAttention paper's IO analysis: measured against predicted.
+
+Every experiment writes ``<out>/<name>/<name>.csv`` (one row per point, with the device, date,
+software versions and the exact command) and ``<out>/<name>/<name>.png``.  Run them with
+``python -m experiments run NAME... [--device gpu|cpu] [--quick] [--out DIR]``; ``python -m
+experiments list`` names them.  Without a GPU only the model and the instrumented small-size
+measurements (the kernels under Numba's CUDA simulator) run; every skipped part is named in the
+CSV's ``note`` column and printed.
+"""
+
+#: Experiment name -> module (imported only when the experiment runs), in the order ``all`` runs them.
+EXPERIMENTS = {
+    "fig2_left": "experiments.fig2_left",
+    "fig2_middle": "experiments.fig2_middle",
+    "io_scaling": "experiments.io_scaling",
+    "l2_effect": "experiments.l2_effect",
+    "memory": "experiments.memory",
+    "runtime": "experiments.runtime",
+    "validation": "experiments.validation",
+}

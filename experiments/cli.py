@@ -1,0 +1,124 @@
+"""Command line: ``python -m experiments [list | run NAME... | bench]`` (also installed as the
+``numba-flash-experiments`` console script).
+
+    python -m experiments                      # = run all, on the GPU if there is one
+    python -m experiments list
+    python -m experiments run fig2_left io_scaling [--device gpu|cpu] [--quick] [--out DIR]
+    python -m experiments run all              # (or --all) every experiment, validation last
+    python -m experiments bench [--quick] [--out DIR]
+
+Each experiment writes ``DIR/<name>/<name>.csv`` and ``.png`` (DIR defaults to ``results``).
+A failing experiment is reported and the others still run; the exit status is then 1.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import shlex
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from experiments import EXPERIMENTS
+
+BENCH = "experiments.bench"
+
+
+def _summary(module_name: str) -> str:
+    """First docstring line of an experiment module, without importing numba or the simulator."""
+    import ast
+
+    path = Path(__file__).parent / (module_name.rsplit(".", 1)[1] + ".py")
+    doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+    return doc.splitlines()[0] if doc else ""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m experiments", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="action")
+    sub.add_parser("list", help="name the experiments")
+
+    def common(p):
+        p.add_argument("--device", choices=("gpu", "cpu"), default=None,
+                       help="default: gpu when numba.cuda.is_available() and NUMBA_ENABLE_CUDASIM is not 1")
+        p.add_argument("--quick", action="store_true", help="fewer points and timing repetitions")
+        p.add_argument("--out", type=Path, default=Path("results"), help="results folder (default: results)")
+
+    run = sub.add_parser("run", help="run experiments")
+    run.add_argument("names", nargs="*", help=f"experiments ({', '.join(EXPERIMENTS)}) or 'all'")
+    run.add_argument("--all", action="store_true", help="run every experiment")
+    common(run)
+    bench = sub.add_parser("bench", help="time our kernels against PyTorch SDPA (GPU)")
+    common(bench)
+    return parser
+
+
+def _command(argv: list[str]) -> str:
+    prog = sys.argv[0] if sys.argv else ""
+    prefix = "python -m experiments" if prog.endswith("__main__.py") or not prog else os.path.basename(prog)
+    return " ".join([prefix, *map(shlex.quote, argv)])
+
+
+def run_module(module_name: str, name: str, ctx) -> Path:
+    """Run one experiment module and write its CSV and PNG; returns the CSV path."""
+    from experiments.common.metadata import run_metadata
+    from experiments.common.results import write_rows
+
+    module = importlib.import_module(module_name)
+    folder = ctx.folder(name)
+    rows = module.run(ctx)
+    csv_path = folder / f"{name}.csv"
+    write_rows(csv_path, rows, run_metadata(name, ctx.device, ctx.command))
+    module.plot(rows, folder / f"{name}.png")
+    return csv_path
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv or ["run", "--all"])
+    if args.action == "list":
+        for name, module_name in EXPERIMENTS.items():
+            print(f"{name:12s} {_summary(module_name)}")
+        print(f"{'bench':12s} (subcommand) {_summary(BENCH)}")
+        return 0
+    if args.action == "run":
+        names = list(EXPERIMENTS) if args.all or not args.names or "all" in args.names else args.names
+        unknown = [n for n in names if n not in EXPERIMENTS]
+        if unknown:
+            raise SystemExit(f"unknown experiment(s): {', '.join(unknown)}; see 'python -m experiments list'")
+        jobs = [(EXPERIMENTS[n], n) for n in EXPERIMENTS if n in names]  # registry order: validation last
+    else:
+        jobs = [(BENCH, "bench")]
+
+    from experiments.common.context import RunContext, select_device
+
+    device = select_device(args.device)
+    ctx = RunContext(device=device, quick=args.quick, out=args.out, command=_command(argv))
+    print(f"device: {device}{' (quick)' if args.quick else ''}; results in {args.out}/")
+    failed = []
+    for module_name, name in jobs:
+        print(f"== {name}")
+        started = time.perf_counter()
+        failures_before = len(ctx.failures)
+        try:
+            csv_path = run_module(module_name, name, ctx)
+        except Exception:
+            traceback.print_exc()
+            failed.append(name)
+            print(f"== {name}: FAILED after {time.perf_counter() - started:.1f} s")
+            continue
+        if len(ctx.failures) > failures_before:
+            failed.append(name)
+        print(f"== {name}: {csv_path} ({time.perf_counter() - started:.1f} s)"
+              + (" -- with FAILURES, see above" if name in failed else ""))
+    if ctx.skipped:
+        print("skipped in this run:\n  " + "\n  ".join(ctx.skipped))
+    if failed:
+        print(f"FAILED: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,134 @@
+"""A *case*: one call pattern of our kernels (method, passes, shape, tiling) that can be run on
+the GPU, counted under the CUDA simulator, profiled by ncu in a child process, and predicted by
+the simulator -- the same description for all four, so they cannot drift apart.
+
+FLOPs (written beside every timing): ``4 B H N_q N_k d`` for the forward pass, 2.5x that for the
+backward pass, half of it when causal (the paper's and flash-attention's benchmark convention).
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+#: Our kernels: standard attention and FlashAttention in the paper's (fa1) or FA2 loop order.
+METHODS = ("standard", "fa1", "fa2")
+#: "fwd": the forward call; "fwd_bwd": forward then backward, as in training.
+PASSES = ("fwd", "fwd_bwd")
+BACKWARD_FLOPS_FACTOR = 2.5
+
+
+def attention_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool) -> float:
+    """FLOPs by the benchmark convention above (N_q = N_k = N)."""
+    forward = 4.0 * B * H * N * N * d
+    total = forward * (1.0 + BACKWARD_FLOPS_FACTOR) if passes == "fwd_bwd" else forward
+    return total * (0.5 if causal else 1.0)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One measured call pattern.  ``tiling`` is (Br, Bc) or None for the kernels' default."""
+
+    method: str
+    passes: str
+    B: int
+    H: int
+    N: int
+    d: int
+    causal: bool = False
+    tiling: tuple[int, int] | None = None
+    deterministic: bool = False
+
+    def __post_init__(self):
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.passes not in PASSES:
+            raise ValueError(f"passes must be one of {PASSES}, got {self.passes!r}")
+        if self.tiling is not None:
+            object.__setattr__(self, "tiling", tuple(self.tiling))
+
+    @property
+    def label(self) -> str:
+        parts = [self.method, self.passes, f"B{self.B}H{self.H}N{self.N}d{self.d}"]
+        if self.causal:
+            parts.append("causal")
+        if self.tiling:
+            parts.append(f"Br{self.tiling[0]}Bc{self.tiling[1]}")
+        if self.deterministic:
+            parts.append("deterministic")
+        return "/".join(parts)
+
+    @property
+    def flops(self) -> float:
+        return attention_flops(self.B, self.H, self.N, self.d, self.passes, self.causal)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.B, self.H, self.N, self.d)
+
+    def simulator_algorithms(self) -> list[str]:
+        """The ``simulator.predict`` algorithms whose traffic this case's calls add up to."""
+        if self.method == "standard":
+            forward, backward = "standard_forward", "standard_backward"
+        else:
+            forward = "flash_forward_v1" if self.method == "fa1" else "flash_forward_v2"
+            backward = "flash_backward_deterministic" if self.deterministic else "flash_backward"
+        return [forward, backward] if self.passes == "fwd_bwd" else [forward]
+
+    def tiling_object(self):
+        if self.tiling is None:
+            return None
+        from simulator.tiling import Tiling
+
+        return Tiling(*self.tiling)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Case":
+        return cls(**data)
+
+
+# ---- inputs ---------------------------------------------------------------------------------
+def host_inputs(case: Case, seed: int) -> dict[str, np.ndarray]:
+    """q, k, v, do as float32 NumPy arrays of shape (B, H, N, d), standard normal."""
+    rng = np.random.default_rng(seed)
+    return {name: rng.standard_normal(case.shape, dtype=np.float32) for name in ("q", "k", "v", "do")}
+
+
+def device_inputs(case: Case, seed: int) -> dict:
+    """q, k, v, do on the GPU: torch tensors when torch is installed (fast to fill, and SDPA can
+    take them), else Numba device arrays."""
+    try:
+        import torch
+    except ImportError:
+        from numba import cuda
+
+        return {name: cuda.to_device(x) for name, x in host_inputs(case, seed).items()}
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    return {name: torch.randn(case.shape, device="cuda", dtype=torch.float32, generator=generator)
+            for name in ("q", "k", "v", "do")}
+
+
+# ---- running our kernels ----------------------------------------------------------------------
+def run_case(case: Case, inputs: dict) -> dict:
+    """Run the case's calls once on ``inputs``; returns the outputs by name (o, and dq, dk, dv
+    for fwd_bwd).  Works for NumPy (CUDA simulator) and device inputs alike."""
+    import numba_flash
+
+    q, k, v, do = inputs["q"], inputs["k"], inputs["v"], inputs["do"]
+    tiling = case.tiling_object()
+    if case.method == "standard":
+        if case.passes == "fwd":
+            return {"o": numba_flash.standard_attention(q, k, v, causal=case.causal, tiling=tiling)}
+        o, p = numba_flash.standard_attention(q, k, v, causal=case.causal, return_probs=True, tiling=tiling)
+        dq, dk, dv = numba_flash.standard_attention_backward(do, q, k, v, o, p, causal=case.causal, tiling=tiling)
+        return {"o": o, "dq": dq, "dk": dk, "dv": dv}
+    if case.passes == "fwd":
+        return {"o": numba_flash.flash_attention(q, k, v, causal=case.causal, algorithm=case.method, tiling=tiling)}
+    o, lse = numba_flash.flash_attention(q, k, v, causal=case.causal, algorithm=case.method,
+                                         tiling=tiling, return_lse=True)
+    dq, dk, dv = numba_flash.flash_attention_backward(do, q, k, v, o, lse, causal=case.causal, tiling=tiling,
+                                                      deterministic=case.deterministic)
+    return {"o": o, "dq": dq, "dk": dk, "dv": dv}

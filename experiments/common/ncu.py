@@ -1,0 +1,188 @@
+"""Hardware counters from Nsight Compute, driven from the script itself.
+
+``profile_cases`` writes the cases to a JSON file and runs ``ncu ... python -m
+experiments.common.ncu_target`` on them: the child runs each case once unprofiled (JIT compile,
+warm-up), then once more between ``cuProfilerStart``/``Stop`` (ncu runs with
+``--profile-from-start off``), launching a tiny marker kernel first.  The kernels between one
+marker and the next are that case's kernels; their counters are summed.
+
+ncu's default ``--cache-control all`` flushes the caches before every profiled kernel, so each
+kernel starts with a cold L2: DRAM bytes are those of the kernel alone.  ``--clock-control
+none`` leaves the clocks as they are.  SM<->L2 bytes are the L2's sectors from the SMs x 32.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .cases import Case
+
+METRICS = {
+    "dram__bytes_read.sum": "dram_read_bytes",
+    "dram__bytes_write.sum": "dram_write_bytes",
+    "lts__t_sectors_srcunit_tex_op_read.sum": "l2_read_sectors",
+    "lts__t_sectors_srcunit_tex_op_write.sum": "l2_write_sectors",
+    "gpu__time_duration.sum": "gpu_time_ns",
+}
+SECTOR_BYTES = 32
+#: Name of the marker kernel launched before each profiled case (see ncu_target).
+MARKER = "ncu_case_marker"
+TIMEOUT_S = 420
+
+_UNIT_SCALE = {
+    "": 1.0, "byte": 1.0, "sector": 1.0, "sectors": 1.0,
+    "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
+    "kibyte": 2.0**10, "mibyte": 2.0**20, "gibyte": 2.0**30,
+    "nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6,
+    "second": 1e9, "s": 1e9,
+}
+
+
+@dataclass(frozen=True)
+class Counters:
+    """Counters summed over every kernel a case launched (bytes, and GPU time in ms)."""
+
+    dram_read_bytes: float
+    dram_write_bytes: float
+    l2_read_bytes: float
+    l2_write_bytes: float
+    gpu_time_ms: float
+    kernels: int
+
+    @property
+    def dram_bytes(self) -> float:
+        return self.dram_read_bytes + self.dram_write_bytes
+
+    @property
+    def l2_bytes(self) -> float:
+        return self.l2_read_bytes + self.l2_write_bytes
+
+
+def ncu_command(spec: Path, result: Path, log: Path) -> list[str]:
+    return ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--print-units", "base",
+            "--metrics", ",".join(METRICS), "--csv", "--log-file", str(log),
+            sys.executable, "-m", "experiments.common.ncu_target", str(spec), str(result)]
+
+
+def profile_cases(cases: list[Case], workdir: Path, progress=None) -> dict[Case, Counters | str]:
+    """Counters for each case, or a string saying why there are none (ncu missing, the case
+    failed, ...).  Never raises for a failure of ncu or of one case.  ``progress`` (a tqdm bar)
+    is advanced as the child finishes cases."""
+    if shutil.which("ncu") is None:
+        return {case: "ncu not found on PATH" for case in cases}
+    workdir.mkdir(parents=True, exist_ok=True)
+    spec, result, log = workdir / "ncu_cases.json", workdir / "ncu_result.json", workdir / "ncu.csv"
+    spec.write_text(json.dumps([case.to_json() for case in cases]))
+    result.unlink(missing_ok=True)
+    returncode = _run_watching(ncu_command(spec, result, log), workdir / "ncu_output.txt", result, progress)
+    if returncode is None:
+        return {case: f"ncu timed out after {TIMEOUT_S} s" for case in cases}
+    if not result.exists():
+        tail = (workdir / "ncu_output.txt").read_text()[-300:].strip()
+        return {case: f"ncu child failed (rc {returncode}): {tail}" for case in cases}
+    outcomes = json.loads(result.read_text())  # [{"index": i, "error": str|None}] in launch order
+    segments = split_by_marker(parse_ncu_csv(log.read_text() if log.exists() else ""))
+    answers: dict[Case, Counters | str] = {}
+    marked = [o for o in outcomes if o["marked"]]
+    if len(segments) != len(marked):
+        reason = f"ncu reported {len(segments)} marked cases, the child ran {len(marked)}"
+        return {case: reason for case in cases}
+    for outcome, kernels in zip(marked, segments):
+        case = cases[outcome["index"]]
+        answers[case] = outcome["error"] or (sum_counters(kernels) if kernels else "no kernels profiled")
+    for outcome in outcomes:
+        if not outcome["marked"]:
+            answers[cases[outcome["index"]]] = outcome["error"] or "not profiled"
+    return {case: answers.get(case, "not run by the ncu child") for case in cases}
+
+
+def _run_watching(command: list[str], output: Path, result: Path, progress) -> int | None:
+    """Run ``command`` (stdout and stderr to ``output``), advancing ``progress`` as the child
+    appends outcomes to ``result``; the return code, or None after TIMEOUT_S."""
+    started = time.monotonic()
+    with open(output, "w") as sink:
+        proc = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+        while proc.poll() is None:
+            if time.monotonic() - started > TIMEOUT_S:
+                proc.kill()
+                proc.wait()
+                return None
+            time.sleep(1.0)
+            if progress is not None and result.exists():
+                try:
+                    done = len(json.loads(result.read_text()))
+                except ValueError:  # caught mid-write
+                    continue
+                progress.update(done - progress.n)
+    return proc.returncode
+
+
+def parse_ncu_csv(text: str) -> list[dict]:
+    """Kernels in launch order: ``{"name": str, <our metric name>: value in base units}``.
+
+    Reads ncu's long format (one row per kernel and metric) and its wide format (one row per
+    kernel, a units row under the header); lines before the header (==PROF== ...) are skipped."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID"')), None)
+    if start is None:
+        return []
+    rows = list(csv.reader(io.StringIO("\n".join(lines[start:]))))
+    header, body = rows[0], [r for r in rows[1:] if len(r) == len(rows[0])]
+    kernels: dict[str, dict] = {}
+    if "Metric Name" in header:
+        col = {name: header.index(name) for name in ("ID", "Kernel Name", "Metric Name", "Metric Unit", "Metric Value")}
+        for r in body:
+            metric = METRICS.get(r[col["Metric Name"]])
+            kernel = kernels.setdefault(r[col["ID"]], {"name": r[col["Kernel Name"]]})
+            if metric:
+                kernel[metric] = _value(r[col["Metric Value"]], r[col["Metric Unit"]])
+        return [kernels[k] for k in sorted(kernels, key=int)]
+    units = body[0] if body and body[0][0] == "" else [""] * len(header)
+    id_col, name_col = header.index("ID"), header.index("Kernel Name")
+    for r in body:
+        if r[id_col] == "":
+            continue
+        kernel = {"name": r[name_col]}
+        for i, metric in enumerate(header):
+            if metric in METRICS:
+                kernel[METRICS[metric]] = _value(r[i], units[i])
+        kernels[r[id_col]] = kernel
+    return [kernels[k] for k in sorted(kernels, key=int)]
+
+
+def _value(cell: str, unit: str) -> float:
+    scale = _UNIT_SCALE.get(unit.strip().lower())
+    if scale is None:
+        raise ValueError(f"unknown ncu unit {unit!r}")
+    return float(cell.replace(",", "")) * scale
+
+
+def split_by_marker(kernels: list[dict]) -> list[list[dict]]:
+    """The kernels after each marker kernel, up to the next marker (kernels before the first
+    marker belong to no case and are dropped)."""
+    segments: list[list[dict]] = []
+    for kernel in kernels:
+        if MARKER in kernel["name"]:
+            segments.append([])
+        elif segments:
+            segments[-1].append(kernel)
+    return segments
+
+
+def sum_counters(kernels: list[dict]) -> Counters:
+    total = {metric: sum(k.get(metric, 0.0) for k in kernels) for metric in METRICS.values()}
+    return Counters(
+        dram_read_bytes=total["dram_read_bytes"],
+        dram_write_bytes=total["dram_write_bytes"],
+        l2_read_bytes=total["l2_read_sectors"] * SECTOR_BYTES,
+        l2_write_bytes=total["l2_write_sectors"] * SECTOR_BYTES,
+        gpu_time_ms=total["gpu_time_ns"] / 1e6,
+        kernels=len(kernels),
+    )

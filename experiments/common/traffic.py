@@ -1,0 +1,54 @@
+"""Measured global-memory traffic of a list of cases, whichever way this run can measure it:
+ncu's counters on a GPU, ``count_traffic`` under the CUDA simulator in cpu mode."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .cases import Case
+from .context import RunContext
+from .instrumented import count_case
+from .measure import failure_note
+from .ncu import Counters, profile_cases
+
+BY_NCU = "ncu: SM<->L2 sectors x 32"
+BY_SIMULATOR = "count_traffic (CUDA simulator)"
+
+
+@dataclass(frozen=True)
+class MeasuredTraffic:
+    """Bytes between the SMs and global memory (``read_bytes``/``write_bytes``: what the
+    tiled algorithm's count predicts), plus DRAM bytes and kernel time where ncu gives them."""
+
+    read_bytes: float
+    write_bytes: float
+    measured_by: str
+    dram_bytes: float | None = None
+    gpu_time_ms: float | None = None
+    kernels: int | None = None
+
+    @property
+    def total_bytes(self) -> float:
+        return self.read_bytes + self.write_bytes
+
+    @classmethod
+    def from_counters(cls, c: Counters) -> "MeasuredTraffic":
+        return cls(c.l2_read_bytes, c.l2_write_bytes, BY_NCU, c.dram_bytes, c.gpu_time_ms, c.kernels)
+
+
+def measure_traffic(ctx: RunContext, name: str, cases: list[Case]) -> dict[Case, MeasuredTraffic | str]:
+    """Traffic of each case, or the note saying why it could not be measured."""
+    if ctx.gpu:
+        bar = ctx.progress(cases, f"{name}: ncu")
+        with bar:
+            counters = profile_cases(cases, ctx.folder(name) / "ncu", progress=bar)
+        return {case: MeasuredTraffic.from_counters(c) if isinstance(c, Counters) else c
+                for case, c in counters.items()}
+    measured: dict[Case, MeasuredTraffic | str] = {}
+    for case in ctx.progress(cases, f"{name}: count_traffic"):
+        try:
+            counted = count_case(case)
+        except Exception as exc:  # recorded in the CSV's note; the other points still run
+            measured[case] = failure_note(exc)
+            continue
+        measured[case] = MeasuredTraffic(counted.read_bytes, counted.write_bytes, BY_SIMULATOR)
+    return measured

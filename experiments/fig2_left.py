@@ -1,0 +1,143 @@
+"""Figure 2 (left): standard attention vs FlashAttention, forward + backward, GPT-2 medium.
+
+Attention of GPT-2 medium (N = 1024, d = 64, 16 heads, batch 64): GFLOPs, HBM read + write and
+runtime.  Our kernels are fp32 only: on the GPU we measure fp32 (DRAM and SM<->L2 bytes from
+ncu, runtime from CUDA events) and predict fp32 on the H200; fp16 is predicted only, on the
+H200 and on the paper's A100, beside the paper's A100 numbers.  On the CPU the full size is
+model-only, and a scaled-down copy (N = 32, d = 8, 2 heads) is counted under the CUDA simulator.
+"""
+from __future__ import annotations
+
+from experiments.common import model, plotting
+from experiments.common.cases import Case
+from experiments.common.context import NO_GPU, RunContext
+from experiments.common.measure import timing_or_note
+from experiments.common.traffic import MeasuredTraffic, measure_traffic
+
+NAME = "fig2_left"
+SHAPE = dict(B=64, H=16, N=1024, d=64)
+SMALL_SHAPE = dict(B=1, H=2, N=32, d=8)
+SMALL_TILING = (8, 8)
+METHODS = {"standard": "standard", "flash": "fa2"}
+GB, MS = 1e9, 1e3
+FP16_NOTE = "fp16 predicted only (our kernels are fp32)"
+
+
+def _case(method: str, shape: dict, tiling=None) -> Case:
+    return Case(METHODS[method], "fwd_bwd", tiling=tiling, **shape)
+
+
+def _predicted_rows(method: str, case: Case, paper: dict) -> list[dict]:
+    """Predictions at fp32 and fp16 on the H200 and fp16 on the paper's A100."""
+    rows = []
+    for dtype, dtype_bytes, gpu in (("fp32", 4, model.MEASURED_GPU), ("fp16", 2, model.MEASURED_GPU),
+                                    ("fp16", 2, model.PAPER_GPU)):
+        p = model.predict_case(case, dtype_bytes, gpu)
+        dram = model.dram_bytes(case, dtype_bytes, gpu)
+        note = "" if dtype == "fp32" else FP16_NOTE
+        for quantity, unit, value, paper_key in (
+            ("GFLOPs", "GFLOP", p.flops / 1e9, "gflops"),
+            ("HBM read+write (DRAM)", "GB", dram / GB, "hbm_gb"),
+            ("HBM read+write (SM<->L2)", "GB", p.total_bytes / GB, "hbm_gb"),
+            ("runtime", "ms", p.time_s * MS, "runtime_ms"),
+        ):
+            rows.append({"method": method, "quantity": quantity, "unit": unit, "dtype": dtype, "gpu": gpu,
+                         **SHAPE, "predicted": value, "paper_a100_fp16": paper.get((method, paper_key)),
+                         "note": note})
+    return rows
+
+
+def run(ctx: RunContext) -> list[dict]:
+    paper = model.paper_fig2_left()
+    cases = {method: _case(method, SHAPE) for method in METHODS}
+    rows = {method: _predicted_rows(method, case, paper) for method, case in cases.items()}
+    if ctx.gpu:
+        measured = measure_traffic(ctx, NAME, list(cases.values()))
+        for method in ctx.progress(METHODS, f"{NAME}: timing"):
+            _attach_measurements(rows[method], measured[cases[method]], timing_or_note(cases[method], ctx))
+    else:
+        note = ctx.skip(f"{NAME}: GPU measurements of DRAM, SM<->L2 bytes and runtime ({NO_GPU})")
+        for method in METHODS:
+            for row in rows[method]:
+                if row["dtype"] == "fp32":
+                    row["note"] = note
+    out = [row for method in METHODS for row in rows[method]]
+    return out + _scaled_down_rows(ctx)
+
+
+def _attach_measurements(rows: list[dict], traffic, timing) -> None:
+    """Put the fp32 H200 measurements into the matching predicted rows."""
+    for row in rows:
+        if row["dtype"] != "fp32":
+            continue
+        if row["quantity"].startswith("HBM"):
+            if isinstance(traffic, MeasuredTraffic):
+                dram = row["quantity"].endswith("(DRAM)")
+                row["measured"] = (traffic.dram_bytes if dram else traffic.total_bytes) / GB
+                row["measured_by"] = "ncu: dram__bytes_read+write" if dram else traffic.measured_by
+            else:
+                row["note"] = traffic
+        elif row["quantity"] == "runtime":
+            if isinstance(timing, tuple):
+                row["measured"] = timing[0].median_ms
+                row["measured_by"] = f"CUDA events, median of {timing[0].runs}"
+                row["max_rel_error"] = timing[1]
+            else:
+                row["note"] = timing
+
+
+def _scaled_down_rows(ctx: RunContext) -> list[dict]:
+    """CPU mode: the same comparison at a tiny size, counted under the CUDA simulator."""
+    if ctx.gpu:
+        return []
+    cases = {method: _case(method, SMALL_SHAPE, SMALL_TILING) for method in METHODS}
+    measured = measure_traffic(ctx, NAME, list(cases.values()))
+    rows = []
+    for method, case in cases.items():
+        got = measured[case]
+        rows.append({"method": method, "quantity": "HBM read+write (scaled down)", "unit": "bytes",
+                     "dtype": "fp32", "gpu": "CUDA simulator", **SMALL_SHAPE, "Br": SMALL_TILING[0],
+                     "Bc": SMALL_TILING[1], "predicted": model.predict_case(case).total_bytes,
+                     "measured": got.total_bytes if isinstance(got, MeasuredTraffic) else None,
+                     "measured_by": got.measured_by if isinstance(got, MeasuredTraffic) else None,
+                     "note": got if isinstance(got, str) else ""})
+    return rows
+
+
+PANELS = (("GFLOPs", "GFLOPs", "GFLOP"),
+          ("HBM read+write", "HBM read + write", "GB"),
+          ("runtime", "runtime, forward + backward", "ms"))
+
+
+def plot(rows: list[dict], path) -> None:
+    fig, axes = plotting.figure(3, title="Figure 2 (left): GPT-2 medium attention (N=1024, d=64, 16 heads, batch 64)")
+    series = [  # (label, row filter, value key, hatch)
+        ("paper A100 fp16", lambda r: r["gpu"] == model.PAPER_GPU, "paper_a100_fp16", ""),
+        ("predicted A100 fp16", lambda r: r["gpu"] == model.PAPER_GPU, "predicted", "//"),
+        ("predicted H200 fp16", lambda r: r["gpu"] == model.MEASURED_GPU and r["dtype"] == "fp16", "predicted", "//"),
+        ("predicted H200 fp32", lambda r: r["gpu"] == model.MEASURED_GPU and r["dtype"] == "fp32", "predicted", "//"),
+        ("measured H200 fp32", lambda r: r["gpu"] == model.MEASURED_GPU and r["dtype"] == "fp32", "measured", ""),
+    ]
+    full = [r for r in rows if r["gpu"] in (model.MEASURED_GPU, model.PAPER_GPU)]
+    for ax, (prefix, title, unit) in zip(axes, PANELS):
+        bars = []
+        for label, keep, key, hatch in series:
+            for variant in ("(DRAM)", "(SM<->L2)") if prefix.startswith("HBM") else ("",):
+                if prefix.startswith("HBM") and key == "paper_a100_fp16" and variant != "(DRAM)":
+                    continue
+                quantity = f"{prefix} {variant}".strip()
+                values = [next((r.get(key) for r in full if r["method"] == m and r["quantity"] == quantity and keep(r)), None)
+                          for m in METHODS]
+                name = label if not variant or key == "paper_a100_fp16" else f"{label} {variant}"
+                bars.append((name, values, hatch))
+        width = 0.8 / max(len(bars), 1)
+        for i, (name, values, hatch) in enumerate(bars):
+            xs = [m + (i - (len(bars) - 1) / 2) * width for m in range(len(METHODS))]
+            heights = [v if v is not None else 0.0 for v in values]
+            ax.bar(xs, heights, width, label=name, hatch=hatch, color=f"C{i}", edgecolor="black", linewidth=0.4)
+        ax.set_xticks(range(len(METHODS)), ["standard", "FlashAttention"])
+        plotting.finish(ax, "", f"{title} ({unit})")
+        ax.set_yscale("log")
+        ax.legend(fontsize=6)
+    plotting.save(fig, path, footnote="fp32 is what we measure; fp16 is predicted only (no fp16 kernels). "
+                  "Missing bars: not measured in this run (see the CSV's note).")

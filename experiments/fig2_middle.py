@@ -1,0 +1,130 @@
+"""Figure 2 (middle): block size Bc vs HBM accesses and forward runtime of FlashAttention.
+
+N = 1024, d = 64, 16 heads, batch 64 (fp32), Br = 64, Bc = 64, 128, 256, 512 as far as shared
+memory (``Tiling.smem_bytes`` against the H200's 227 KB a block) and the 1024-thread limit
+allow; what does not fit is a row with the reason in ``note``.  In the paper's loop order (fa1)
+Q and O are re-read once per K/V block, so HBM traffic falls as Bc grows; in the FA2 order K and
+V are re-read once per Q block, so traffic depends on Br and stays flat in Bc.
+
+GPU: SM<->L2 and DRAM bytes from ncu, runtime from CUDA events.  CPU: the full size is
+model-only; a tiny copy (N = 64, d = 8, Br = 8, Bc = 8 ... 64) is counted under the simulator.
+"""
+from __future__ import annotations
+
+from experiments.common import model, plotting
+from experiments.common.cases import Case
+from experiments.common.context import NO_GPU, RunContext
+from experiments.common.measure import timing_or_note
+from experiments.common.traffic import MeasuredTraffic, measure_traffic
+
+NAME = "fig2_middle"
+SHAPE = dict(B=64, H=16, N=1024, d=64)
+BR, BCS = 64, (64, 128, 256, 512)
+SMALL_SHAPE = dict(B=1, H=2, N=64, d=8)
+SMALL_BR, SMALL_BCS = 8, (8, 16, 32, 64)
+METHODS = ("fa1", "fa2")
+
+
+def tiling_fits(method: str, br: int, bc: int, d: int) -> str:
+    """"" when Tiling(br, bc) runs on the H200 for ``method`` at head dim d, else why not."""
+    from simulator.tiling import H200_SMEM_PER_BLOCK, Tiling
+
+    try:
+        tiling = Tiling(br, bc)
+    except ValueError as exc:
+        return f"skipped: {exc}"
+    need = tiling.smem_bytes(model.FORWARD_KERNEL[method], d, 4)
+    if need > H200_SMEM_PER_BLOCK:
+        return f"skipped: Tiling({br}, {bc}) needs {need} B of shared memory, the H200 allows {H200_SMEM_PER_BLOCK} B a block"
+    return ""
+
+
+def run(ctx: RunContext) -> list[dict]:
+    rows, cases = [], []
+    for method in METHODS:
+        for bc in BCS:
+            reason = tiling_fits(method, BR, bc, SHAPE["d"])
+            if reason:
+                ctx.skip(f"{NAME}: {method} {reason.removeprefix('skipped: ')}")
+                rows.append({"method": method, **SHAPE, "Br": BR, "Bc": bc, "quantity": "HBM read+write (SM<->L2)",
+                             "unit": "bytes", "note": reason})
+                continue
+            case = Case(method, "fwd", tiling=(BR, bc), **SHAPE)
+            cases.append(case)
+            p = model.predict_case(case)
+            base = {"method": method, **SHAPE, "Br": BR, "Bc": bc,
+                    "smem_bytes": case.tiling_object().smem_bytes(model.FORWARD_KERNEL[method], SHAPE["d"], 4)}
+            rows += [{**base, "quantity": "HBM read+write (SM<->L2)", "unit": "bytes", "predicted": p.total_bytes},
+                     {**base, "quantity": "HBM read+write (DRAM)", "unit": "bytes",
+                      "predicted": model.dram_bytes(case)},
+                     {**base, "quantity": "forward runtime", "unit": "ms", "predicted": p.time_s * 1e3}]
+    if ctx.gpu:
+        _measure_gpu(ctx, cases, rows)
+    else:
+        note = ctx.skip(f"{NAME}: GPU bytes and runtime at N=1024 ({NO_GPU}); tiny copy counted instead")
+        for row in rows:
+            row["note"] = row.get("note") or note
+        rows += _tiny_rows(ctx)
+    return rows
+
+
+def _measure_gpu(ctx: RunContext, cases: list[Case], rows: list[dict]) -> None:
+    measured = measure_traffic(ctx, NAME, cases)
+    timings = {case: timing_or_note(case, ctx) for case in ctx.progress(cases, f"{NAME}: timing")}
+    for row in rows:
+        if "predicted" not in row:
+            continue
+        case = Case(row["method"], "fwd", tiling=(row["Br"], row["Bc"]), **SHAPE)
+        traffic, timing = measured[case], timings[case]
+        if row["quantity"] == "forward runtime":
+            if isinstance(timing, str):
+                row["note"] = timing
+            else:
+                row.update(measured=timing[0].median_ms, measured_by=f"CUDA events, median of {timing[0].runs}",
+                           max_rel_error=timing[1])
+        elif isinstance(traffic, str):
+            row["note"] = traffic
+        elif row["quantity"].endswith("(DRAM)"):
+            row.update(measured=traffic.dram_bytes, measured_by="ncu: dram__bytes_read+write")
+        else:
+            row.update(measured=traffic.total_bytes, measured_by=traffic.measured_by)
+
+
+def _tiny_rows(ctx: RunContext) -> list[dict]:
+    cases = [Case(method, "fwd", tiling=(SMALL_BR, bc), **SMALL_SHAPE) for method in METHODS for bc in SMALL_BCS]
+    measured = measure_traffic(ctx, NAME, cases)
+    rows = []
+    for case in cases:
+        got = measured[case]
+        ok = isinstance(got, MeasuredTraffic)
+        rows.append({"method": case.method, **SMALL_SHAPE, "Br": SMALL_BR, "Bc": case.tiling[1],
+                     "quantity": "HBM read+write (tiny, simulator)", "unit": "bytes",
+                     "predicted": model.predict_case(case).total_bytes,
+                     "measured": got.total_bytes if ok else None, "measured_by": got.measured_by if ok else None,
+                     "note": "" if ok else got})
+    return rows
+
+
+def plot(rows: list[dict], path) -> None:
+    panels = [("HBM read+write (SM<->L2)", "HBM read + write, SM<->L2 (bytes)"),
+              ("HBM read+write (DRAM)", "HBM read + write, DRAM (bytes)"),
+              ("forward runtime", "forward runtime (ms)")]
+    if any(r["quantity"] == "HBM read+write (tiny, simulator)" for r in rows):
+        panels.append(("HBM read+write (tiny, simulator)", "N=64, d=8, Br=8: read + write (bytes)"))
+    fig, axes = plotting.figure(len(panels), title="Figure 2 (middle): block size Bc, FlashAttention forward "
+                                "(N=1024, d=64, 16 heads, batch 64, Br=64, fp32)")
+    for ax, (quantity, ylabel) in zip(axes, panels):
+        for i, method in enumerate(METHODS):
+            pts = sorted((r for r in rows if r["quantity"] == quantity and r["method"] == method
+                          and r.get("predicted") is not None), key=lambda r: r["Bc"])
+            if not pts:
+                continue
+            x = [r["Bc"] for r in pts]
+            ax.plot(x, [r["predicted"] for r in pts], color=f"C{i}", label=f"{method} predicted", **plotting.PREDICTED)
+            meas = [(r["Bc"], r["measured"]) for r in pts if r.get("measured") is not None]
+            if meas:
+                ax.plot(*zip(*meas), color=f"C{i}", label=f"{method} measured", **plotting.MEASURED)
+        plotting.finish(ax, "block size Bc", ylabel, loglog=True)
+        ax.set_xscale("log", base=2)
+    skipped = sorted({f"{r['method']} Bc={r['Bc']}" for r in rows if str(r.get("note", "")).startswith("skipped: Tiling")})
+    plotting.save(fig, path, footnote=("does not fit the H200: " + ", ".join(skipped)) if skipped else "")

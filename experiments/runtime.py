@@ -1,0 +1,102 @@
+"""Runtime: TFLOP/s vs sequence length for our kernels and PyTorch SDPA's backends, same run.
+
+fp32, d = 64, 16 heads, B = max(1, 16384 / N) (16K tokens a batch, as the paper's benchmarks),
+N = 1K ... 64K; forward, and forward + backward.  Ours: standard attention and FlashAttention
+(fa2; backward with atomics).  SDPA: MATH, EFFICIENT_ATTENTION, FLASH_ATTENTION (which has no
+fp32 kernel: recorded "unsupported").  Every kernel is checked against float64 before it is
+timed.  FLOPs: 4 B H N^2 d forward, x3.5 forward + backward (backward = 2.5 x forward).
+Predicted: the roofline time of the simulator's traffic and FLOPs on the H200.  CPU: predicted only.
+"""
+from __future__ import annotations
+
+from experiments.common import model, plotting
+from experiments.common.cases import Case
+from experiments.common.context import NO_GPU, RunContext
+from experiments.common.measure import failure_note, is_out_of_memory, timing_or_note
+from experiments.common.timing import tflops
+from experiments.common.torch_sdpa import BACKENDS, time_sdpa, torch_available, unsupported_reason
+
+NAME = "runtime"
+H, D, TOKENS = 16, 64, 16384
+NS = [1024, 2048, 4096, 8192, 16384, 32768, 65536]
+QUICK_NS = [1024, 4096, 16384]
+OURS = ("standard", "fa2")
+
+
+def batch(n: int) -> int:
+    return max(1, TOKENS // n)
+
+
+def _ours(ctx: RunContext, case: Case, out_of_memory: set) -> dict:
+    row = {"implementation": f"ours {case.method}", "passes": case.passes, "B": case.B, "H": case.H,
+           "N": case.N, "d": case.d, "causal": case.causal, "flops": case.flops}
+    prediction = model.predict_case(case)
+    row.update(quantity=f"runtime {case.passes}", unit="ms", predicted=prediction.time_s * 1e3,
+               predicted_tflops=tflops(case.flops, prediction.time_s * 1e3))
+    if not ctx.gpu:
+        row["note"] = ctx.skip(f"{NAME}: timing ({NO_GPU}); roofline prediction only")
+        return row
+    if (case.method, case.passes) in out_of_memory:
+        row["note"] = "not run: out of memory at a smaller N"
+        return row
+    result = timing_or_note(case, ctx)
+    if isinstance(result, str):
+        row["note"] = result
+        if result == "out of memory":
+            out_of_memory.add((case.method, case.passes))
+        return row
+    timing, error = result
+    row.update(measured=timing.median_ms, measured_by=f"CUDA events, median of {timing.runs}",
+               tflops=tflops(case.flops, timing.median_ms), max_rel_error=error)
+    return row
+
+
+def _sdpa(ctx: RunContext, backend: str, case: Case, out_of_memory: set) -> dict:
+    row = {"implementation": f"torch SDPA {backend}", "passes": case.passes, "B": case.B, "H": case.H,
+           "N": case.N, "d": case.d, "causal": case.causal, "flops": case.flops, "unit": "ms"}
+    if (backend, case.passes) in out_of_memory:
+        row["note"] = "not run: out of memory at a smaller N"
+        return row
+    try:
+        timing = time_sdpa(backend, case, ctx.quick)
+    except Exception as exc:
+        row["note"] = unsupported_reason(exc) or failure_note(exc)
+        if is_out_of_memory(exc):
+            out_of_memory.add((backend, case.passes))
+        return row
+    row.update(ms=timing.median_ms, tflops=tflops(case.flops, timing.median_ms))
+    return row
+
+
+def run(ctx: RunContext) -> list[dict]:
+    ns = QUICK_NS if ctx.quick else NS
+    cases = [Case(method, passes, batch(n), H, n, D) for n in ns for passes in ("fwd", "fwd_bwd") for method in OURS]
+    out_of_memory: set = set()
+    rows = [_ours(ctx, case, out_of_memory) for case in ctx.progress(cases, f"{NAME}: ours")]
+    if not ctx.gpu:
+        return rows
+    if not torch_available():
+        ctx.skip(f"{NAME}: torch SDPA (torch with CUDA is not installed)")
+        return rows
+    fa2_cases = [c for c in cases if c.method == "fa2"]
+    jobs = [(backend, case) for case in fa2_cases for backend in BACKENDS]
+    rows += [_sdpa(ctx, backend, case, out_of_memory) for backend, case in ctx.progress(jobs, f"{NAME}: SDPA")]
+    return rows
+
+
+def plot(rows: list[dict], path) -> None:
+    fig, axes = plotting.figure(2, title=f"Runtime, fp32, d={D}, H={H}, B·N={TOKENS} (FLOPs: 4BHN²d, x3.5 with backward)")
+    implementations = list(dict.fromkeys(r["implementation"] for r in rows))
+    for ax, passes in zip(axes, ("fwd", "fwd_bwd")):
+        for i, impl in enumerate(implementations):
+            pts = sorted((r for r in rows if r["implementation"] == impl and r["passes"] == passes), key=lambda r: r["N"])
+            meas = [(r["N"], r["tflops"]) for r in pts if r.get("tflops")]
+            if meas:
+                ax.plot(*zip(*meas), color=f"C{i}", label=f"{impl} measured", **{**plotting.MEASURED, "linestyle": "-"})
+            pred = [(r["N"], r["predicted_tflops"]) for r in pts if r.get("predicted_tflops")]
+            if pred:
+                ax.plot(*zip(*pred), alpha=0.6, label=f"{impl} roofline (predicted)", **(plotting.BOUND | {"color": f"C{i}"}))
+        plotting.finish(ax, "sequence length N", "TFLOP/s", logx=True,
+                        title="forward" if passes == "fwd" else "forward + backward")
+        ax.set_xscale("log", base=2)
+    plotting.save(fig, path, footnote="missing points: see the CSV's note (out of memory, unsupported, not on GPU)")
