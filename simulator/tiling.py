@@ -159,3 +159,26 @@ class Tiling:
                 return tiling
             size //= 2
         raise ValueError(f"d={d} is too large for {kernel}: no tiling fits {limit_bytes} bytes")
+
+
+@dataclass(frozen=True)
+class ModelTiling(Tiling):
+    """Block sizes the cost model counts but the kernels cannot launch: a Tiling without the
+    1024-threads-a-block limit of numba_flash's thread layout.
+
+    The paper's Algorithm 1 block sizes exceed that limit for large SRAM (A100, fp16, d=64:
+    ``paper_default(83456, 64)`` asks for Bc=326, 1312 threads); the simulator still counts
+    their traffic.  All Tiling methods apply; never hand one to a kernel.
+    """
+
+    def __post_init__(self):
+        for name in ("Br", "Bc"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ModelTiling.{name} must be a positive int, got {value!r}")
+
+    @classmethod
+    def of(cls, Br: int, Bc: int) -> Tiling:
+        """``Tiling(Br, Bc)`` when the kernels can launch it, else ``ModelTiling(Br, Bc)``."""
+        model = cls(Br, Bc)
+        return Tiling(Br, Bc) if model.threads <= 1024 else model

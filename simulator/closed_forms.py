@@ -1,0 +1,164 @@
+"""The paper's I/O results (Theorem 2, Proposition 3, Theorem 5) with the constants of OUR loops.
+
+All functions take a ``Workload`` (and an SRAM size ``M`` in elements, or a tiling) and return
+``HbmAccesses(elements, bytes)`` summed over the B*H pairs.  Derived from
+docs/traffic-contract.md for ``causal=False``, where the ``*_accesses`` forms are exact (tests
+hold them equal to ``predict``); with causal masking they are upper bounds.  The flash forms use
+the paper's block sizes for M (``Tiling.paper_default``): Bc = ceil(M/4d), Br = min(Bc, d),
+Tc = ceil(N_k/Bc), Tr = ceil(N_q/Br).  Per (batch, head) pair, N_q = Nq, N_k = Nk:
+
+  standard forward   (4 + ceil(d/Bc)) Nq Nk + (ceil(Nk/Bc) Nq + 2 ceil(Nq/Br) Nk + Nq) d
+                     [S written, read twice by the softmax; P written, read ceil(d/Bc) times
+                      by P V; Q re-read per output column tile, K and V per row tile]
+  Algorithm 1 (v1)   2 Nk d + (3 Tc - 1) Nq d + (4 Tc - 3) Nq
+  FA2 order (v2)     2 Nq d + 2 Tr Nk d + Nq
+  backward, atomics  4 Nk d + 3 Nq d + Nq + Tc (4 Nq d + 2 Nq)
+  backward, det.     4 Nk d + 5 Nq d + 3 Nq + Tc (2 Nq d + 2 Nq) + 2 Tr Nk d
+
+With Tc ~ 4 Nk d / M, Algorithm 1 makes ~ 4 Nq Nk d (3d + 4) / M = Theta(N^2 d^2 / M) accesses
+(Theorem 2) and the backward ~ 4 Nq Nk d (4d + 2) / M (Theorem 5).  The FA2 order re-reads K and
+V once per row block: 2 Nq Nk d / Br, which is Theta(N^2 d^2 / M) only while Br = M/4d, i.e. for
+M <= 4 d^2; beyond that the paper's Br = min(Bc, d) stays d and the count stays ~ 2 Nq Nk.
+"""
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from .blocks import ceil_div, unmasked_scores
+from .tiling import Tiling
+from .workload import Workload
+
+
+class HbmAccesses(NamedTuple):
+    """Global-memory accesses (reads + writes) over all B*H pairs."""
+
+    elements: float
+    bytes: float
+
+
+def _result(w: Workload, per_head: float) -> HbmAccesses:
+    elements = per_head * w.BH
+    return HbmAccesses(elements, elements * w.dtype_bytes)
+
+
+def _paper_blocks(w: Workload, M: int) -> tuple[int, int]:
+    if M < w.d:
+        raise ValueError(f"M={M} elements is below d={w.d}: the paper's analysis needs M >= d")
+    bc = ceil_div(M, 4 * w.d)
+    return min(bc, w.d), bc
+
+
+def _standard_tiling(w: Workload, tiling: Tiling | None) -> Tiling:
+    return tiling or Tiling.kernel_default("standard_matmul", w.d, w.dtype_bytes)
+
+
+# ---- exact counts (causal=False) --------------------------------------------------------------
+def standard_forward_accesses(w: Workload, tiling: Tiling | None = None) -> HbmAccesses:
+    """Standard forward with the matmuls' ``tiling`` (default: the kernels' 64 x 64)."""
+    t = _standard_tiling(w, tiling)
+    nq, nk, d = w.N_q, w.N_k, w.d
+    return _result(w, (4 + ceil_div(d, t.Bc)) * nq * nk
+                   + (ceil_div(nk, t.Bc) * nq + 2 * ceil_div(nq, t.Br) * nk + nq) * d)
+
+
+def standard_backward_accesses(w: Workload, tiling: Tiling | None = None) -> HbmAccesses:
+    """Standard backward: dV, dP, D, dS, dQ, dK as in the contract.  N^2 terms: P read by
+    dV = P^T dO and by dS, dP written and read, dS written and read by dQ and dK."""
+    t = _standard_tiling(w, tiling)
+    nq, nk, d = w.N_q, w.N_k, w.d
+    per_d = ceil_div(d, t.Bc)
+    squares = (4 + 3 * per_d) * nq * nk
+    head = (2 * ceil_div(nk, t.Br) * nq      # dO by dV, Q by dK
+            + ceil_div(nk, t.Bc) * nq         # dO by dP
+            + 2 * ceil_div(nq, t.Br) * nk     # V by dP, K by dQ
+            + 3 * nq + 2 * nk) * d            # D reads dO, O; writes dQ, dK, dV
+    return _result(w, squares + head + 2 * nq)
+
+
+def flash_forward_v1_accesses(w: Workload, M: int) -> HbmAccesses:
+    """Algorithm 1 order with the paper's block sizes for SRAM M (elements)."""
+    _, bc = _paper_blocks(w, M)
+    tc = ceil_div(w.N_k, bc)
+    return _result(w, 2 * w.N_k * w.d + (3 * tc - 1) * w.N_q * w.d + (4 * tc - 3) * w.N_q)
+
+
+def flash_forward_v2_accesses(w: Workload, M: int) -> HbmAccesses:
+    """FA2 loop order with the paper's block sizes for SRAM M (elements)."""
+    br, _ = _paper_blocks(w, M)
+    return _result(w, 2 * w.N_q * w.d + 2 * ceil_div(w.N_q, br) * w.N_k * w.d + w.N_q)
+
+
+def flash_backward_accesses(w: Workload, M: int, deterministic: bool = False) -> HbmAccesses:
+    """Flash backward (dQ by atomics, or by its own kernel when ``deterministic``)."""
+    br, bc = _paper_blocks(w, M)
+    nq, nk, d, tc = w.N_q, w.N_k, w.d, ceil_div(w.N_k, bc)
+    if deterministic:
+        return _result(w, 4 * nk * d + 5 * nq * d + 3 * nq + tc * (2 * nq * d + 2 * nq)
+                       + 2 * ceil_div(nq, br) * nk * d)
+    return _result(w, 4 * nk * d + 3 * nq * d + nq + tc * (4 * nq * d + 2 * nq))
+
+
+# ---- leading orders -----------------------------------------------------------------------
+def theorem2_flash_forward(w: Workload, M: int, algorithm: str = "flash_forward_v1") -> HbmAccesses:
+    """Leading term of the flash forward's accesses, ceilings dropped (Bc = M/4d).
+    v1 (the paper's Algorithm 1): 4 Nq Nk d (3d + 4) / M = Theta(N^2 d^2 / M).
+    v2: 2 Nq Nk d / min(M/4d, d) -- Theta(N^2 d^2 / M) for M <= 4 d^2 only."""
+    _paper_blocks(w, M)
+    nq, nk, d = w.N_q, w.N_k, w.d
+    if algorithm == "flash_forward_v1":
+        return _result(w, 4 * nq * nk * d * (3 * d + 4) / M)
+    if algorithm == "flash_forward_v2":
+        return _result(w, 2 * nq * nk * d / min(M / (4 * d), d))
+    raise ValueError(f"algorithm must be 'flash_forward_v1' or 'flash_forward_v2', got {algorithm!r}")
+
+
+def theorem2_standard_forward(w: Workload, tiling: Tiling | None = None) -> HbmAccesses:
+    """Leading terms of the standard forward, ceilings of N/B dropped:
+    (4 + ceil(d/Bc)) Nq Nk + (1/Bc + 2/Br) Nq Nk d.  With the kernels' fixed 64 x 64 tiles and
+    d <= 64 this is Theta(N^2) (the paper's Theta(Nd + N^2) assumes Q, K, V are read once; our
+    tiled matmuls re-read them once per output tile, ~ N^2 d / 64 each)."""
+    t = _standard_tiling(w, tiling)
+    squares = w.N_q * w.N_k
+    return _result(w, (4 + ceil_div(w.d, t.Bc)) * squares + (1 / t.Bc + 2 / t.Br) * squares * w.d)
+
+
+def theorem5_flash_backward(w: Workload, M: int) -> HbmAccesses:
+    """Leading term of the flash backward (atomics), Tc = 4 Nk d / M: 4 Nq Nk d (4d + 2) / M,
+    Theta(N^2 d^2 / M) as the paper's Theorem 5."""
+    _paper_blocks(w, M)
+    return _result(w, 4 * w.N_q * w.N_k * w.d * (4 * w.d + 2) / M)
+
+
+# ---- lower bound ------------------------------------------------------------------------------
+def proposition3_lower_bound(w: Workload, M: int) -> HbmAccesses:
+    """Accesses no exact attention algorithm with M elements of fast memory can go below.
+
+    Proposition 3 (paper): no exact algorithm has o(N^2 d^2 / M) accesses for all M in [d, Nd].
+    Its proof only uses M = Theta(Nd), where N^2 d^2 / M = Theta(Nd) is the input size.  The bound
+    returned here, valid for every M >= d, is max(compulsory, pebbling):
+
+    compulsory = B H d (2 Nk + 2 Nq'): every key row (each is visible to the last query) is read
+      from K and V; every query that sees a key (Nq' = Nq, or min(Nq, Nk) when causal) is read
+      from Q and its output written.
+    pebbling = B H U d / (4M/d + 2 sqrt(3) sqrt(M)) - M, U = visible (query, key) pairs, for
+      algorithms that form every score q.k by multiply-adds (all of ours; Strassen-like ones
+      excluded).  Cut the run into segments of M transfers.  Within one, at most 2M elements
+      each of Q and K are available (resident or loaded), so at most (2M/d)^2 pairs get all d
+      products there: <= 4M^2/d products.  The other products belong to pairs whose partial sum
+      crosses a segment boundary; those partial sums are resident at the start or end or moved
+      (<= 3M), so by Loomis-Whitney they are <= sqrt(2M * 2M * 3M) = 2 sqrt(3) M^1.5.  All
+      U d products need >= U d / (4M^2/d + 2 sqrt(3) M^1.5) segments, all full but the last.
+    For M >= d^2 the pebbling term is >= U d^2 / ((4 + 2 sqrt 3) M) - M: Proposition 3's
+    N^2 d^2 / M with constant 1/(4 + 2 sqrt 3) ~ 0.134.  (For M < d^2 it is ~ N^2 d / sqrt(M),
+    below N^2 d^2 / M: a pointwise c N^2 d^2 / M bound does not hold for small M.)
+    """
+    if M < w.d:
+        raise ValueError(f"M={M} elements is below d={w.d}: Proposition 3 is stated for M >= d")
+    d = w.d
+    seen = min(w.N_q, w.N_k) if w.causal else w.N_q
+    compulsory = w.BH * d * (2 * w.N_k + 2 * seen)
+    pairs = w.BH * unmasked_scores(w.N_q, w.N_k, w.causal)
+    pebbling = pairs * d / (4 * M / d + 2 * math.sqrt(3) * math.sqrt(M)) - M
+    elements = max(compulsory, pebbling)
+    return HbmAccesses(elements, elements * w.dtype_bytes)

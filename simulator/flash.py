@@ -1,0 +1,161 @@
+"""FlashAttention forward (Algorithm 1 order and FA2 order) and backward, as numba_flash runs them.
+
+HBM counts follow docs/traffic-contract.md literally, summed over active block pairs with
+``BlockGrid``.  SRAM counts (a model, not validated against hardware) follow the kernels'
+shared-memory use: every tile load stores the full, zero-padded tile (Br x d or Bc x d; Br for
+L and D); every score tile written to shared memory stores Br x Bc (P in the forward; P and dS
+in the backward); in every tile product each thread reads its operands once per inner step
+(S = Q K^T, dP = dO V^T: d steps of rows_per_thread + cols_per_thread reads; P V, dS K: cols_j
+steps of rows_per_thread + head_cols_per_thread(d); P^T dO, dS^T Q: rows_i steps of
+kv_rows_per_thread + head_cols_per_thread(d)).  Softmax row statistics and elementwise passes
+over shared tiles are not counted.
+
+FLOPs count valid elements of active tiles (the kernels skip inactive tiles, not the masked
+entries of the diagonal ones): matmul 2 per multiply-add; other, per score: forward 5 (scale,
+max, subtract, exp, sum), backward 5 (scale, subtract L, exp, subtract D, multiply by P); per
+output element: see each function.  Row statistics (m, l, alpha) are not counted.  Counts are
+per (batch, head) pair.
+"""
+from __future__ import annotations
+
+from .blocks import BlockGrid
+from .phases import Phase, Plan, phase
+from .tiling import Tiling
+from .workload import Workload
+
+FORWARD_SCORE_FLOPS = 5
+BACKWARD_SCORE_FLOPS = 5
+
+
+def _grid(w: Workload, t: Tiling) -> BlockGrid:
+    return BlockGrid(w.N_q, w.N_k, t.Br, t.Bc, w.causal)
+
+
+def _forward_tile_sram(g: BlockGrid, t: Tiling, d: int) -> tuple[dict, dict]:
+    """SRAM of S = Q K^T, P -> SRAM, O += P V over all active pairs (reads, writes); tile loads
+    of Q, K, V are added by the caller."""
+    pairs, kv_rows = g.active_pairs, g.active_cols()
+    reads = {"Q": pairs * t.threads * d * t.rows_per_thread,
+             "K": pairs * t.threads * d * t.cols_per_thread,
+             "P": kv_rows * t.threads * t.rows_per_thread,
+             "V": kv_rows * t.threads * t.head_cols_per_thread(d)}
+    return reads, {"P": pairs * t.Br * t.Bc}
+
+
+def flash_forward_v2(w: Workload, t: Tiling) -> Plan:
+    """Grid (Tr, BH): Q_i loaded once, K_j/V_j streamed for active j, O and L written once.
+    Other FLOPs: 5 per active score, rows_i*d per active pair (rescale O), Nq*d (divide by l).
+    Workspace: L (always written; the backward's input)."""
+    g, d = _grid(w, t), w.d
+    kv_rows, scores = g.active_cols(), g.active_scores()
+    reads, writes = _forward_tile_sram(g, t, d)
+    writes.update({"Q": g.tr * t.Br * d, "K": g.active_pairs * t.Bc * d,
+                   "V": g.active_pairs * t.Bc * d})
+    main = phase("forward (FA2 order)", "flash_forward_v2", bh=w.BH,
+                 hbm_reads={"Q": w.N_q * d, "K": kv_rows * d, "V": kv_rows * d},
+                 hbm_writes={"O": w.N_q * d, "L": w.N_q},
+                 sram_reads=reads, sram_writes=writes,
+                 matmul_flops=4 * d * scores,
+                 other_flops=FORWARD_SCORE_FLOPS * scores + d * g.active_rows() + d * w.N_q,
+                 blocks_per_unit=g.tr, unit_reread_elements=2 * w.N_k * d)
+    return Plan((main,), workspace={"L": w.tensor_elements("L")})
+
+
+def flash_forward_v1(w: Workload, t: Tiling) -> Plan:
+    """Grid (BH,), Algorithm 1: outer loop over j, inner over active i; O, l, m round-trip
+    through HBM between visits.  Other FLOPs: 5 per active score, 3*rows_i*d per active pair
+    (O = keep O + P V / l).  Workspace: l, m and L."""
+    g, d = _grid(w, t), w.d
+    nb, rows = g.nb, g.rows
+    visited = g.active_rows()                              # sum over active (i, j) of rows_i
+    revisited = int((rows * (nb - 1).clip(min=0)).sum())   # ... over those with j > 0
+    unvisited = int(rows[nb == 0].sum())                   # rows of blocks with nb(i) = 0
+    reads, writes = _forward_tile_sram(g, t, d)
+    writes.update({"K": g.tc * t.Bc * d, "V": g.tc * t.Bc * d, "Q": g.active_pairs * t.Br * d})
+    scores = g.active_scores()
+    main = phase("forward (Algorithm 1 order)", "flash_forward_v1", bh=w.BH,
+                 hbm_reads={"K": w.N_k * d, "V": w.N_k * d, "Q": visited * d,
+                            "O": revisited * d, "l": revisited, "m": revisited},
+                 hbm_writes={"O": (visited + unvisited) * d, "l": revisited, "m": revisited,
+                             "L": w.N_q},
+                 sram_reads=reads, sram_writes=writes,
+                 matmul_flops=4 * d * scores,
+                 other_flops=FORWARD_SCORE_FLOPS * scores + 3 * d * visited,
+                 unit_reread_elements=2 * w.N_q * d + 2 * w.N_q)
+    return Plan((main,), workspace={name: w.tensor_elements(name) for name in ("l", "m", "L")})
+
+
+def _preprocess(w: Workload, zero_dq: bool) -> Phase:
+    """D = rowsum(dO * O) (2 FLOPs per element); with ``zero_dq`` also dQ = 0."""
+    nq, d = w.N_q, w.d
+    writes = {"D": nq, "dQ": nq * d if zero_dq else 0}
+    return phase("preprocess D = rowsum(dO * O)", None, bh=w.BH,
+                 hbm_reads={"dO": nq * d, "O": nq * d}, hbm_writes=writes,
+                 other_flops=2 * nq * d, units_per_head=nq)
+
+
+def _backward_kv(w: Workload, t: Tiling, g: BlockGrid, atomic_dq: bool) -> Phase:
+    """Grid (Tc, BH): K_j, V_j stay on chip; for each active i recompute P, dS; accumulate
+    dK_j, dV_j in registers; with ``atomic_dq`` add dS K_j into dQ_i in HBM.
+    Other FLOPs: 5 per active score, Nk*d (scale dK), and with atomics 2*rows_i*d per active
+    pair (scale and add)."""
+    d = w.d
+    pairs, q_rows, kv_rows, scores = g.active_pairs, g.active_rows(), g.active_cols(), g.active_scores()
+    kv_thread, head = t.kv_rows_per_thread(), t.head_cols_per_thread(d)
+    rows_dot = pairs * t.threads * d
+    sram_reads = {"Q": rows_dot * t.rows_per_thread + q_rows * t.threads * head,
+                  "K": rows_dot * t.cols_per_thread,
+                  "dO": rows_dot * t.rows_per_thread + q_rows * t.threads * head,
+                  "V": rows_dot * t.cols_per_thread,
+                  "P": q_rows * t.threads * kv_thread,
+                  "dS": q_rows * t.threads * kv_thread}
+    sram_writes = {"K": g.tc * t.Bc * d, "V": g.tc * t.Bc * d,
+                   "Q": pairs * t.Br * d, "dO": pairs * t.Br * d,
+                   "L": pairs * t.Br, "D": pairs * t.Br,
+                   "P": pairs * t.Br * t.Bc, "dS": pairs * t.Br * t.Bc}
+    hbm_reads = {"K": w.N_k * d, "V": w.N_k * d, "Q": q_rows * d, "dO": q_rows * d,
+                 "L": q_rows, "D": q_rows}
+    hbm_writes = {"dK": w.N_k * d, "dV": w.N_k * d}
+    matmul, other, reread = 8 * d * scores, BACKWARD_SCORE_FLOPS * scores + w.N_k * d, 2 * w.N_q * d + 2 * w.N_q
+    if atomic_dq:
+        hbm_reads["dQ"] = hbm_writes["dQ"] = q_rows * d
+        sram_reads["dS"] += kv_rows * t.threads * t.rows_per_thread
+        sram_reads["K"] += kv_rows * t.threads * head
+        matmul, other, reread = matmul + 2 * d * scores, other + 2 * d * q_rows, reread + w.N_q * d
+    return phase("main: dK, dV" + (", dQ atomics" if atomic_dq else ""), "flash_backward",
+                 bh=w.BH, hbm_reads=hbm_reads, hbm_writes=hbm_writes,
+                 sram_reads=sram_reads, sram_writes=sram_writes,
+                 matmul_flops=matmul, other_flops=other,
+                 blocks_per_unit=g.tc, unit_reread_elements=reread)
+
+
+def flash_backward(w: Workload, t: Tiling) -> Plan:
+    """Preprocess (D, dQ = 0), then the (Tc, BH) kernel with dQ by atomic adds.  Workspace: D."""
+    g = _grid(w, t)
+    return Plan((_preprocess(w, zero_dq=True), _backward_kv(w, t, g, atomic_dq=True)),
+                workspace={"D": w.tensor_elements("D")})
+
+
+def flash_backward_deterministic(w: Workload, t: Tiling) -> Plan:
+    """Preprocess (D), the (Tc, BH) kernel for dK, dV, then a (Tr, BH) kernel that owns dQ_i and
+    streams K_j, V_j (recomputing P, dS).  dQ kernel other FLOPs: 5 per active score, Nq*d
+    (scale).  Workspace: D."""
+    g, d = _grid(w, t), w.d
+    pairs, kv_rows, scores = g.active_pairs, g.active_cols(), g.active_scores()
+    rows_dot = pairs * t.threads * d
+    dq = phase(
+        "dQ kernel", "flash_backward_dq", bh=w.BH,
+        hbm_reads={"Q": w.N_q * d, "dO": w.N_q * d, "L": w.N_q, "D": w.N_q,
+                   "K": kv_rows * d, "V": kv_rows * d},
+        hbm_writes={"dQ": w.N_q * d},
+        sram_reads={"Q": rows_dot * t.rows_per_thread, "dO": rows_dot * t.rows_per_thread,
+                    "K": rows_dot * t.cols_per_thread + kv_rows * t.threads * t.head_cols_per_thread(d),
+                    "V": rows_dot * t.cols_per_thread,
+                    "dS": kv_rows * t.threads * t.rows_per_thread},
+        sram_writes={"Q": g.tr * t.Br * d, "dO": g.tr * t.Br * d, "L": g.tr * t.Br,
+                     "D": g.tr * t.Br, "K": pairs * t.Bc * d, "V": pairs * t.Bc * d,
+                     "dS": pairs * t.Br * t.Bc},
+        matmul_flops=6 * d * scores, other_flops=BACKWARD_SCORE_FLOPS * scores + w.N_q * d,
+        blocks_per_unit=g.tr, unit_reread_elements=2 * w.N_k * d)
+    return Plan((_preprocess(w, zero_dq=False), _backward_kv(w, t, g, atomic_dq=False), dq),
+                workspace={"D": w.tensor_elements("D")})

@@ -1,0 +1,118 @@
+"""Beyond the paper: how much of the tiled traffic reaches DRAM when re-reads can hit in L2.
+
+``simulator.predict`` counts traffic between the SMs and the memory system (every global load
+and store of the kernels).  On a GPU those requests go to L2 first; DRAM sees only misses and
+write-backs.  This module estimates DRAM bytes per kernel launch (``Phase``) as follows.
+
+Assumptions (a model, not a cache simulation):
+1. Concurrency: ``sm_count x blocks_per_sm`` blocks run at once; blocks_per_sm is the smallest of
+   smem_per_sm // (the tiling's shared memory for the kernel), max_threads_per_sm // threads and
+   max_blocks_per_sm, at least 1 (a tiling too large for one SM is still counted as one block a
+   SM).  Kernels without shared-memory tiles (softmax, row sums) get max_blocks_per_sm.
+2. Blocks are scheduled in grid order, so the blocks in flight cover
+   ``ceil(concurrent / blocks_per_unit)`` of the launch's reuse units (a head for the tiled
+   kernels, a row for the softmax), capped at the number of units.
+3. Working set = units in flight x the elements each unit re-reads (K and V of a head for the FA2
+   forward, Q, O, l, m for Algorithm 1, Q, dO, L, D (and dQ) for the backward, A and B of a
+   matmul, a row of S for the softmax) x bytes per element.  Streamed, read-once data is not
+   counted: it passes through L2 without being reused.
+4. Hit fraction of re-reads = 1 if the working set fits in L2, else l2_bytes / working set
+   (a smooth stand-in for LRU thrashing, which real hashed, partitioned L2s show only gradually).
+5. Compulsory traffic per tensor and launch = min(count, tensor size): every distinct element
+   read once and written back once.  DRAM = compulsory + (count - compulsory) x (1 - hit), for
+   reads and writes alike (L2 is write-back, so re-written lines leave once when they stay).
+6. L2 is cold at every launch: data written by one kernel and read by the next is fetched again.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .hardware import Hardware
+from .phases import Phase
+from .tiling import Tiling
+from .workload import Workload
+
+
+@dataclass(frozen=True)
+class L2Phase:
+    """The L2 model's view of one kernel launch (bytes)."""
+
+    name: str
+    concurrent_blocks: int
+    working_set_bytes: int
+    hit_fraction: float
+
+
+@dataclass(frozen=True)
+class L2Traffic:
+    """Bytes at both sides of L2.  sm_l2_*: what the SMs request (= the tiled count of
+    ``predict``); dram_*: the model's DRAM traffic; compulsory_*: its floor (each distinct byte
+    once per launch)."""
+
+    l2_bytes: int
+    sm_l2_read_bytes: int
+    sm_l2_write_bytes: int
+    dram_read_bytes: int
+    dram_write_bytes: int
+    compulsory_read_bytes: int
+    compulsory_write_bytes: int
+    phases: tuple[L2Phase, ...]
+
+    @property
+    def dram_bytes(self) -> int:
+        return self.dram_read_bytes + self.dram_write_bytes
+
+    def __add__(self, other: "L2Traffic") -> "L2Traffic":
+        sums = [getattr(self, f) + getattr(other, f) for f in (
+            "sm_l2_read_bytes", "sm_l2_write_bytes", "dram_read_bytes", "dram_write_bytes",
+            "compulsory_read_bytes", "compulsory_write_bytes")]
+        return L2Traffic(max(self.l2_bytes, other.l2_bytes), *sums, self.phases + other.phases)
+
+    def summary(self) -> str:
+        """One line: DRAM versus SM<->L2 bytes."""
+        return (f"L2 model ({self.l2_bytes / 2**20:.0f} MiB): DRAM {self.dram_read_bytes:,} read + "
+                f"{self.dram_write_bytes:,} written bytes (compulsory {self.compulsory_read_bytes:,}"
+                f" + {self.compulsory_write_bytes:,}); SM<->L2 {self.sm_l2_read_bytes:,} + "
+                f"{self.sm_l2_write_bytes:,}")
+
+
+def concurrent_blocks(kernel: str | None, tiling: Tiling, workload: Workload,
+                      hardware: Hardware) -> int:
+    """Blocks of ``kernel`` resident on the whole GPU at once (assumption 1)."""
+    per_sm = hardware.max_blocks_per_sm
+    if kernel is not None:
+        smem = tiling.smem_bytes(kernel, workload.d, workload.dtype_bytes)
+        per_sm = min(per_sm, hardware.smem_per_sm // smem,
+                     hardware.max_threads_per_sm // tiling.threads)
+    return hardware.sm_count * max(1, per_sm)
+
+
+def _phase_l2(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> tuple[L2Phase, list[int]]:
+    blocks = concurrent_blocks(p.kernel, tiling, w, hw)
+    units = min(p.units, -(-blocks // p.blocks_per_unit))
+    working_set = units * p.unit_reread_elements * w.dtype_bytes
+    hit = 1.0 if working_set <= hw.l2_bytes else hw.l2_bytes / working_set
+    totals = [0, 0, 0, 0]   # compulsory reads, compulsory writes, DRAM reads, DRAM writes
+    for k, counts in enumerate((p.hbm_reads, p.hbm_writes)):
+        for name, n in counts.items():
+            floor = min(n, w.tensor_elements(name))
+            totals[k] += floor
+            totals[2 + k] += floor + (n - floor) * (1.0 - hit)
+    return L2Phase(p.name, blocks, working_set, hit), totals
+
+
+def l2_traffic(phases: tuple[Phase, ...], workload: Workload, tiling: Tiling,
+               hardware: Hardware) -> L2Traffic:
+    """The L2 model (module docstring) applied to each launch of an algorithm, summed."""
+    views, sums = [], [0.0] * 4
+    for p in phases:
+        view, totals = _phase_l2(p, tiling, workload, hardware)
+        views.append(view)
+        sums = [a + b for a, b in zip(sums, totals)]
+    b = workload.dtype_bytes
+    sm_reads = sum(n for p in phases for n in p.hbm_reads.values()) * b
+    sm_writes = sum(n for p in phases for n in p.hbm_writes.values()) * b
+    return L2Traffic(hardware.l2_bytes, sm_reads, sm_writes,
+                     round(sums[2] * b), round(sums[3] * b),
+                     int(sums[0]) * b, int(sums[1]) * b, tuple(views))
+

@@ -1,0 +1,54 @@
+"""A kernel launch, counted: the unit the algorithms are built from and the L2 model works on."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One kernel launch of an algorithm, counted over all B*H (batch, head) pairs.
+
+    hbm_reads / hbm_writes / sram_reads / sram_writes: elements per tensor name.
+    matmul_flops: 2 per multiply-add of the tile products; other_flops: everything else counted
+    (conventions in ``simulator.predict``).
+    kernel: the ``Tiling.smem_terms`` kernel name whose shared memory limits how many blocks
+    run at once, or None for row-wise kernels without shared-memory tiles.
+    units, blocks_per_unit, unit_reread_elements: the launch's grid is ``units`` groups of
+    ``blocks_per_unit`` blocks; the blocks of one group re-read the same
+    ``unit_reread_elements`` elements (e.g. a head's K and V for the FA2 forward).  Used only by
+    the L2 model.
+    """
+
+    name: str
+    kernel: str | None
+    hbm_reads: Mapping[str, int]
+    hbm_writes: Mapping[str, int]
+    sram_reads: Mapping[str, int]
+    sram_writes: Mapping[str, int]
+    matmul_flops: int
+    other_flops: int
+    units: int
+    blocks_per_unit: int
+    unit_reread_elements: int
+
+
+def phase(name: str, kernel: str | None, *, bh: int, hbm_reads: dict, hbm_writes: dict,
+          sram_reads: dict | None = None, sram_writes: dict | None = None,
+          matmul_flops: int = 0, other_flops: int = 0, units_per_head: int = 1,
+          blocks_per_unit: int = 1, unit_reread_elements: int = 0) -> Phase:
+    """A Phase from counts of ONE (batch, head) pair, scaled by ``bh``; zero entries dropped."""
+    def scaled(counts):
+        return {t: int(n) * bh for t, n in (counts or {}).items() if n}
+    return Phase(name, kernel, scaled(hbm_reads), scaled(hbm_writes), scaled(sram_reads),
+                 scaled(sram_writes), int(matmul_flops) * bh, int(other_flops) * bh,
+                 units_per_head * bh, blocks_per_unit, unit_reread_elements)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An algorithm's kernel launches in order, and its workspace: elements (over all B*H) of
+    device memory it allocates beyond its inputs and outputs, per tensor."""
+
+    phases: tuple[Phase, ...]
+    workspace: Mapping[str, int]

@@ -1,0 +1,101 @@
+"""``predict``: the traffic, FLOPs, memory and roofline time of one algorithm on one workload.
+
+Counting conventions (all exact integers; HBM counts are docs/traffic-contract.md):
+- HBM: elements each kernel loads from / stores to global memory, per tensor; an atomic add is
+  one read and one write.
+- SRAM (a model of the kernels' shared-memory use, not validated against hardware): every tile
+  load stores its full zero-padded tile; every score tile written to shared memory stores
+  Br x Bc; in every tile product each thread reads its operands once per inner (k) step -- see
+  ``simulator.flash`` and ``simulator.standard.matmul_phase``.
+- FLOPs: matmul = 2 per multiply-add of the products the kernels compute (standard: all of
+  every matrix; flash: valid elements of active tiles); other = elementwise work, 1 FLOP per
+  add, multiply, max, exp or division (constants in ``simulator.flash`` and
+  ``simulator.standard``).
+- Extra device memory: workspace beyond inputs and outputs.  Standard forward: S (P is an
+  output); standard backward: dP, dS, D; FA2 forward: L (kept for the backward, also when not
+  returned); Algorithm 1: l, m, L; flash backward: D.
+- Roofline: ``Hardware.roofline_seconds(hbm bytes, all FLOPs, workload.precision)``.
+- L2: ``simulator.l2`` applied to the algorithm's kernel launches.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .flash import flash_backward, flash_backward_deterministic, flash_forward_v1, flash_forward_v2
+from .hardware import H200, Hardware
+from .l2 import L2Traffic, l2_traffic
+from .report import TensorTraffic, TrafficReport, ordered_tensors
+from .standard import standard_backward, standard_forward
+from .tiling import ModelTiling, Tiling
+from .workload import Workload
+
+#: algorithm name -> function (workload, tiling) -> Plan.
+ALGORITHMS = {
+    "standard_forward": standard_forward,
+    "standard_backward": standard_backward,
+    "flash_forward_v1": flash_forward_v1,
+    "flash_forward_v2": flash_forward_v2,
+    "flash_backward": flash_backward,
+    "flash_backward_deterministic": flash_backward_deterministic,
+}
+
+
+def paper_tiling(sram_elements: int, d: int) -> Tiling:
+    """The paper's block sizes for an SRAM of ``sram_elements``: Bc = ceil(M/4d), Br = min(Bc, d)
+    (``Tiling.paper_default``), as a ``ModelTiling`` when the kernels could not launch it."""
+    paper = ModelTiling.paper_default(sram_elements, d)
+    return ModelTiling.of(paper.Br, paper.Bc)
+
+
+def default_tiling(algorithm: str, workload: Workload, hardware: Hardware) -> Tiling:
+    """Flash algorithms: the paper's choice for M = hardware.smem_per_block / dtype_bytes
+    elements.  Standard algorithms: what the kernels' matmul uses, Tiling(64, 64)."""
+    if algorithm.startswith("standard"):
+        return Tiling.kernel_default("standard_matmul", workload.d, workload.dtype_bytes,
+                                     hardware.smem_per_block)
+    return paper_tiling(hardware.smem_per_block // workload.dtype_bytes, workload.d)
+
+
+def predict(algorithm: str, workload: Workload, tiling: Tiling | None = None,
+            hardware: Hardware | None = None) -> TrafficReport:
+    """Predict ``algorithm`` (a key of ``ALGORITHMS``) on ``workload``.
+
+    tiling: block sizes; None uses ``default_tiling``: for the flash algorithms the paper's
+    ``Tiling.paper_default(M, d)`` with M = hardware.smem_per_block / workload.dtype_bytes
+    elements, for the standard ones the kernels' Tiling(64, 64).
+    hardware: default H200; it affects only the default tiling, the roofline and the L2 model.
+    Conventions: module docstring.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}")
+    if not isinstance(workload, Workload):
+        raise ValueError(f"workload must be a Workload, got {type(workload).__name__}")
+    hardware = hardware or H200
+    tiling = tiling or default_tiling(algorithm, workload, hardware)
+    plan = ALGORITHMS[algorithm](workload, tiling)
+    hbm, sram = _sum_levels(plan.phases, "hbm"), _sum_levels(plan.phases, "sram")
+    matmul = sum(p.matmul_flops for p in plan.phases)
+    other = sum(p.other_flops for p in plan.phases)
+    report = TrafficReport(algorithm, workload.dtype_bytes, hbm, sram, matmul, other,
+                           dict(plan.workspace), workload=workload, tiling=tiling,
+                           hardware=hardware, phases=plan.phases)
+    seconds = hardware.roofline_seconds(report.hbm_bytes, matmul + other, workload.precision)
+    l2 = l2_traffic(plan.phases, workload, tiling, hardware)
+    return dataclasses.replace(report, roofline_seconds=seconds, l2=l2)
+
+
+def predict_dram(algorithm: str, workload: Workload, tiling: Tiling | None = None,
+                 hardware: Hardware | None = None) -> L2Traffic:
+    """The L2 model's SM<->L2 and DRAM bytes for ``algorithm``: ``predict(...).l2``."""
+    return predict(algorithm, workload, tiling, hardware).l2
+
+
+def _sum_levels(phases, level: str) -> dict[str, TensorTraffic]:
+    reads, writes = {}, {}
+    for p in phases:
+        for name, n in getattr(p, f"{level}_reads").items():
+            reads[name] = reads.get(name, 0) + n
+        for name, n in getattr(p, f"{level}_writes").items():
+            writes[name] = writes.get(name, 0) + n
+    return {name: TensorTraffic(reads.get(name, 0), writes.get(name, 0))
+            for name in ordered_tensors(set(reads) | set(writes))}

@@ -1,0 +1,211 @@
+"""What a prediction (or a measurement) says: element traffic per tensor and memory level, FLOPs,
+extra device memory, a roofline time and, for predictions, the L2 model's DRAM bytes."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    from .hardware import Hardware
+    from .l2 import L2Traffic
+    from .phases import Phase
+    from .tiling import Tiling
+    from .workload import Workload
+
+#: Display order of tensors: the names of docs/traffic-contract.md.
+TENSOR_ORDER = ("Q", "K", "V", "O", "L", "dO", "dQ", "dK", "dV", "S", "P", "dP", "dS", "D", "m", "l")
+
+
+def ordered_tensors(names) -> list[str]:
+    rank = {name: k for k, name in enumerate(TENSOR_ORDER)}
+    return sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
+
+
+@dataclass(frozen=True)
+class TensorTraffic:
+    """Elements of one tensor read and written at one memory level."""
+
+    reads: int = 0
+    writes: int = 0
+
+    def __add__(self, other: "TensorTraffic") -> "TensorTraffic":
+        return TensorTraffic(self.reads + other.reads, self.writes + other.writes)
+
+
+def _merge(a: Mapping[str, TensorTraffic], b: Mapping[str, TensorTraffic]) -> dict[str, TensorTraffic]:
+    return {name: a.get(name, TensorTraffic()) + b.get(name, TensorTraffic())
+            for name in ordered_tensors(set(a) | set(b))}
+
+
+def _add_optional(a, b):
+    return None if a is None or b is None else a + b
+
+
+@dataclass(frozen=True)
+class TrafficReport:
+    """Traffic of one algorithm run (or of several, added with ``+``).
+
+    hbm, sram: per tensor name, elements read and written at global ("hbm") and shared ("sram")
+    memory; sram is empty for measured reports.  matmul_flops, other_flops: see
+    ``simulator.predict``.  workspace: elements (over all B*H) of device memory beyond inputs and
+    outputs, per tensor.  roofline_seconds: ``Hardware.roofline_seconds`` of the totals.
+    l2: the L2 model's estimate (``simulator.l2``).  Fields a measurement cannot give are None.
+    """
+
+    algorithm: str
+    dtype_bytes: int
+    hbm: Mapping[str, TensorTraffic]
+    sram: Mapping[str, TensorTraffic] = field(default_factory=dict)
+    matmul_flops: int | None = None
+    other_flops: int | None = None
+    workspace: Mapping[str, int] | None = None
+    roofline_seconds: float | None = None
+    l2: "L2Traffic | None" = None
+    workload: "Workload | None" = None
+    tiling: "Tiling | None" = None
+    hardware: "Hardware | None" = None
+    phases: "tuple[Phase, ...]" = ()
+
+    @classmethod
+    def from_hbm_counts(cls, algorithm: str, reads: dict[str, int], writes: dict[str, int],
+                        dtype_bytes: int) -> "TrafficReport":
+        """A report of measured global-memory element counts per tensor (nothing else known)."""
+        hbm = {name: TensorTraffic(int(reads.get(name, 0)), int(writes.get(name, 0)))
+               for name in ordered_tensors(set(reads) | set(writes))}
+        return cls(algorithm, dtype_bytes, hbm)
+
+    # ---- totals ---------------------------------------------------------------------------
+    @property
+    def hbm_read_bytes(self) -> int:
+        return sum(t.reads for t in self.hbm.values()) * self.dtype_bytes
+
+    @property
+    def hbm_write_bytes(self) -> int:
+        return sum(t.writes for t in self.hbm.values()) * self.dtype_bytes
+
+    @property
+    def hbm_bytes(self) -> int:
+        """Global-memory bytes read and written."""
+        return self.hbm_read_bytes + self.hbm_write_bytes
+
+    @property
+    def sram_read_bytes(self) -> int:
+        return sum(t.reads for t in self.sram.values()) * self.dtype_bytes
+
+    @property
+    def sram_write_bytes(self) -> int:
+        return sum(t.writes for t in self.sram.values()) * self.dtype_bytes
+
+    @property
+    def flops(self) -> int | None:
+        """matmul_flops + other_flops."""
+        return _add_optional(self.matmul_flops, self.other_flops)
+
+    @property
+    def extra_memory_bytes(self) -> int | None:
+        """Peak device memory beyond inputs and outputs (bytes): the whole workspace."""
+        return None if self.workspace is None else sum(self.workspace.values()) * self.dtype_bytes
+
+    @property
+    def dram_read_bytes(self) -> int | None:
+        """DRAM bytes read according to the L2 model (None without one)."""
+        return None if self.l2 is None else self.l2.dram_read_bytes
+
+    @property
+    def dram_write_bytes(self) -> int | None:
+        return None if self.l2 is None else self.l2.dram_write_bytes
+
+    def hbm_counts(self) -> dict[str, tuple[int, int]]:
+        """{tensor: (read elements, write elements)}, tensors with neither omitted."""
+        return {name: (t.reads, t.writes) for name, t in self.hbm.items() if t.reads or t.writes}
+
+    # ---- combining ------------------------------------------------------------------------
+    def __add__(self, other: "TrafficReport") -> "TrafficReport":
+        """Both runs, one after the other (e.g. forward + backward).  Workspaces are kept side by
+        side (the larger of each tensor name): the peak when nothing is freed in between."""
+        if self.dtype_bytes != other.dtype_bytes:
+            raise ValueError(f"cannot add reports of {self.dtype_bytes}- and "
+                             f"{other.dtype_bytes}-byte elements")
+        if self.workload is not None and other.workload is not None and self.workload != other.workload:
+            raise ValueError("cannot add reports of different workloads")
+        workspace = None
+        if self.workspace is not None and other.workspace is not None:
+            workspace = {name: max(self.workspace.get(name, 0), other.workspace.get(name, 0))
+                         for name in ordered_tensors(set(self.workspace) | set(other.workspace))}
+        return TrafficReport(
+            algorithm=f"{self.algorithm}+{other.algorithm}", dtype_bytes=self.dtype_bytes,
+            hbm=_merge(self.hbm, other.hbm), sram=_merge(self.sram, other.sram),
+            matmul_flops=_add_optional(self.matmul_flops, other.matmul_flops),
+            other_flops=_add_optional(self.other_flops, other.other_flops),
+            workspace=workspace,
+            roofline_seconds=_add_optional(self.roofline_seconds, other.roofline_seconds),
+            l2=_add_optional(self.l2, other.l2),
+            workload=self.workload or other.workload,
+            tiling=self.tiling if self.tiling == other.tiling else None,
+            hardware=self.hardware if self.hardware == other.hardware else None,
+            phases=self.phases + other.phases)
+
+    # ---- output ---------------------------------------------------------------------------
+    def record(self) -> dict:
+        """One flat row (str/int/float/bool/None values) for a CSV or a DataFrame."""
+        w = self.workload
+        row = {"algorithm": self.algorithm, "dtype_bytes": self.dtype_bytes}
+        for key in ("B", "H", "N_q", "N_k", "d", "causal"):
+            row[key] = None if w is None else getattr(w, key)
+        row["Br"] = None if self.tiling is None else self.tiling.Br
+        row["Bc"] = None if self.tiling is None else self.tiling.Bc
+        row["hardware"] = None if self.hardware is None else self.hardware.name
+        row.update(hbm_read_bytes=self.hbm_read_bytes, hbm_write_bytes=self.hbm_write_bytes,
+                   sram_read_bytes=self.sram_read_bytes, sram_write_bytes=self.sram_write_bytes,
+                   matmul_flops=self.matmul_flops, other_flops=self.other_flops,
+                   extra_memory_bytes=self.extra_memory_bytes,
+                   roofline_seconds=self.roofline_seconds,
+                   dram_read_bytes=self.dram_read_bytes, dram_write_bytes=self.dram_write_bytes)
+        for name, t in self.hbm.items():
+            row[f"hbm_{name}_reads"] = t.reads
+            row[f"hbm_{name}_writes"] = t.writes
+        return row
+
+    def table(self) -> str:
+        """A readable per-tensor table (elements) with the totals under it."""
+        lines = [self._title()]
+        names = ordered_tensors(set(self.hbm) | set(self.sram))
+        header = f"{'tensor':<8}{'HBM reads':>16}{'HBM writes':>16}"
+        if self.sram:
+            header += f"{'SRAM reads':>16}{'SRAM writes':>16}"
+        lines += [header + "   (elements)", "-" * len(header)]
+        for name in names:
+            h, s = self.hbm.get(name, TensorTraffic()), self.sram.get(name, TensorTraffic())
+            line = f"{name:<8}{h.reads:>16,}{h.writes:>16,}"
+            if self.sram:
+                line += f"{s.reads:>16,}{s.writes:>16,}"
+            lines.append(line)
+        lines.append("-" * len(header))
+        total = f"{'bytes':<8}{self.hbm_read_bytes:>16,}{self.hbm_write_bytes:>16,}"
+        if self.sram:
+            total += f"{self.sram_read_bytes:>16,}{self.sram_write_bytes:>16,}"
+        lines.append(total)
+        if self.matmul_flops is not None:
+            lines.append(f"FLOPs: {self.matmul_flops:,} matmul + {self.other_flops:,} other")
+        if self.workspace is not None:
+            parts = ", ".join(self.workspace) or "none"
+            lines.append(f"extra device memory: {self.extra_memory_bytes:,} bytes ({parts})")
+        if self.roofline_seconds is not None:
+            lines.append(f"roofline time: {self.roofline_seconds * 1e3:.4g} ms"
+                         + (f" on {self.hardware.name}" if self.hardware else ""))
+        if self.l2 is not None:
+            lines.append(self.l2.summary())
+        return "\n".join(lines)
+
+    def _title(self) -> str:
+        title = self.algorithm
+        w = self.workload
+        if w is not None:
+            title += (f"  B={w.B} H={w.H} N_q={w.N_q} N_k={w.N_k} d={w.d} {w.precision}"
+                      + (" causal" if w.causal else ""))
+        if self.tiling is not None:
+            title += f"  Br={self.tiling.Br} Bc={self.tiling.Bc}"
+        return title
+
+    def __str__(self) -> str:
+        return self.table()

@@ -1,0 +1,71 @@
+"""Standard attention (the paper's Algorithms 0 and 3) as the numba_flash kernels run it.
+
+S, P (and dP, dS) live in HBM; every matrix product is the generic tiled matmul of
+docs/traffic-contract.md: ``Tiling(Br, Bc)`` output tiles, ``MATMUL_BK``-deep k-chunks staged
+through shared memory.  Counts per (batch, head) pair, scaled by B*H in ``phase``.
+"""
+from __future__ import annotations
+
+from .blocks import ceil_div, unmasked_scores
+from .phases import Phase, Plan, phase
+from .tiling import MATMUL_BK, Tiling
+from .workload import Workload
+
+#: Non-matmul FLOPs per visible score of the softmax: max, subtract, exp, sum, normalise.
+SOFTMAX_FLOPS = 5
+
+
+def matmul_phase(name: str, a: str, b: str, c: str, m: int, n: int, k: int, tiling: Tiling,
+                 bh: int, scaled: bool) -> Phase:
+    """C (m x n) = alpha opA(A) opB(B), inner dim k.
+
+    HBM: each of the ceil(m/Br) x ceil(n/Bc) output tiles reads its rows of A and columns of B
+    once.  SRAM: each k-chunk stores a full (zero-padded) Br x BK chunk of A and BK x Bc chunk
+    of B; each of the tiling's threads reads its rows_per_thread A values and cols_per_thread B
+    values once per k step of every chunk.  FLOPs: 2mnk, plus m*n for alpha when ``scaled``.
+    """
+    tiles_r, tiles_c, chunks = ceil_div(m, tiling.Br), ceil_div(n, tiling.Bc), ceil_div(k, MATMUL_BK)
+    steps = tiles_r * tiles_c * chunks
+    t = tiling
+    return phase(
+        name, "standard_matmul", bh=bh,
+        hbm_reads={a: tiles_c * m * k, b: tiles_r * k * n}, hbm_writes={c: m * n},
+        sram_writes={a: steps * t.Br * MATMUL_BK, b: steps * MATMUL_BK * t.Bc},
+        sram_reads={a: steps * MATMUL_BK * t.threads * t.rows_per_thread,
+                    b: steps * MATMUL_BK * t.threads * t.cols_per_thread},
+        matmul_flops=2 * m * n * k, other_flops=m * n if scaled else 0,
+        blocks_per_unit=tiles_r * tiles_c, unit_reread_elements=m * k + k * n)
+
+
+def standard_forward(w: Workload, tiling: Tiling) -> Plan:
+    """S = scale Q K^T -> HBM; P = softmax(S) (two passes over the visible scores) -> HBM; O = P V.
+    P is an output (the backward reads it); S is workspace."""
+    nq, nk, d, bh = w.N_q, w.N_k, w.d, w.BH
+    visible = unmasked_scores(nq, nk, w.causal)
+    softmax = phase("softmax", None, bh=bh, hbm_reads={"S": 2 * visible}, hbm_writes={"P": nq * nk},
+                    other_flops=SOFTMAX_FLOPS * visible, units_per_head=nq,
+                    unit_reread_elements=nk)
+    return Plan(
+        (matmul_phase("S = scale Q K^T", "Q", "K", "S", nq, nk, d, tiling, bh, scaled=True),
+         softmax,
+         matmul_phase("O = P V", "P", "V", "O", nq, d, nk, tiling, bh, scaled=False)),
+        workspace={"S": w.tensor_elements("S")})
+
+
+def standard_backward(w: Workload, tiling: Tiling) -> Plan:
+    """dV = P^T dO; dP = dO V^T; D = rowsum(dO * O); dS = P (dP - D); dQ = scale dS K;
+    dK = scale dS^T Q.  Workspace: dP, dS and D (all allocated for the whole backward)."""
+    nq, nk, d, bh = w.N_q, w.N_k, w.d, w.BH
+    rowsum = phase("D = rowsum(dO * O)", None, bh=bh, hbm_reads={"dO": nq * d, "O": nq * d},
+                   hbm_writes={"D": nq}, other_flops=2 * nq * d, units_per_head=nq)
+    ds = phase("dS = P (dP - D)", None, bh=bh,
+               hbm_reads={"P": nq * nk, "dP": nq * nk, "D": nq}, hbm_writes={"dS": nq * nk},
+               other_flops=2 * nq * nk, units_per_head=nq)
+    return Plan(
+        (matmul_phase("dV = P^T dO", "P", "dO", "dV", nk, d, nq, tiling, bh, scaled=False),
+         matmul_phase("dP = dO V^T", "dO", "V", "dP", nq, nk, d, tiling, bh, scaled=False),
+         rowsum, ds,
+         matmul_phase("dQ = scale dS K", "dS", "K", "dQ", nq, d, nk, tiling, bh, scaled=True),
+         matmul_phase("dK = scale dS^T Q", "dS", "Q", "dK", nk, d, nq, tiling, bh, scaled=True)),
+        workspace={"dP": w.tensor_elements("dP"), "dS": w.tensor_elements("dS"),
+                   "D": w.tensor_elements("D")})

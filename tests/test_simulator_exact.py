@@ -1,0 +1,261 @@
+"""predict == docs/traffic-contract.md, walked literally block by block (and element by element)."""
+from collections import Counter
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator import ALGORITHMS, ModelTiling, Tiling, Workload, predict
+from simulator.tiling import MATMUL_BK
+
+
+def _ceil(a, b):
+    return -(-a // b)
+
+
+class Walk:
+    """Counts of one algorithm on one workload, by walking the contract's loops."""
+
+    def __init__(self, w: Workload, t: Tiling):
+        self.w, self.t = w, t
+        self.reads, self.writes = Counter(), Counter()
+        self.sram_reads, self.sram_writes = Counter(), Counter()
+        self.tr, self.tc = _ceil(w.N_q, t.Br), _ceil(w.N_k, t.Bc)
+
+    def rows(self, i):
+        return min(self.t.Br, self.w.N_q - i * self.t.Br)
+
+    def cols(self, j):
+        return min(self.t.Bc, self.w.N_k - j * self.t.Bc)
+
+    def active(self, i, j):
+        last_i = i * self.t.Br + self.rows(i) - 1
+        return not self.w.causal or j * self.t.Bc <= last_i + (self.w.N_k - self.w.N_q)
+
+    def nb(self, i):
+        return sum(self.active(i, j) for j in range(self.tc))
+
+    def visible(self, r, c):
+        return not self.w.causal or c <= r + self.w.N_k - self.w.N_q
+
+    # -- generic pieces ---------------------------------------------------------------------
+    def matmul(self, a, b, c, m, n, k):
+        t = self.t
+        for rt in range(_ceil(m, t.Br)):
+            for ct in range(_ceil(n, t.Bc)):
+                self.reads[a] += min(t.Br, m - rt * t.Br) * k
+                self.reads[b] += k * min(t.Bc, n - ct * t.Bc)
+                for _ in range(0, k, MATMUL_BK):
+                    self.sram_writes[a] += t.Br * MATMUL_BK
+                    self.sram_writes[b] += MATMUL_BK * t.Bc
+                    for _thread in range(t.threads):
+                        self.sram_reads[a] += MATMUL_BK * t.rows_per_thread
+                        self.sram_reads[b] += MATMUL_BK * t.cols_per_thread
+        self.writes[c] += m * n
+
+    def load(self, name, valid_rows, tile_rows, width):
+        """HBM -> SRAM tile load: valid rows from HBM, the whole padded tile stored."""
+        self.reads[name] += valid_rows * width
+        self.sram_writes[name] += tile_rows * width
+
+    def product(self, a, b, steps, a_per_thread, b_per_thread):
+        for _thread in range(self.t.threads):
+            self.sram_reads[a] += steps * a_per_thread
+            self.sram_reads[b] += steps * b_per_thread
+
+    # -- algorithms ------------------------------------------------------------------------
+    def standard_forward(self):
+        w = self.w
+        self.matmul("Q", "K", "S", w.N_q, w.N_k, w.d)
+        for r in range(w.N_q):
+            for c in range(w.N_k):
+                self.reads["S"] += 2 * self.visible(r, c)
+                self.writes["P"] += 1
+        self.matmul("P", "V", "O", w.N_q, w.d, w.N_k)
+
+    def standard_backward(self):
+        w = self.w
+        nq, nk, d = w.N_q, w.N_k, w.d
+        self.matmul("P", "dO", "dV", nk, d, nq)
+        self.matmul("dO", "V", "dP", nq, nk, d)
+        self.reads["dO"] += nq * d
+        self.reads["O"] += nq * d
+        self.writes["D"] += nq
+        for _r in range(nq):
+            self.reads["D"] += 1
+            for _c in range(nk):
+                self.reads["P"] += 1
+                self.reads["dP"] += 1
+                self.writes["dS"] += 1
+        self.matmul("dS", "K", "dQ", nq, d, nk)
+        self.matmul("dS", "Q", "dK", nk, d, nq)
+
+    def _forward_products(self, i, j):
+        t, d = self.t, self.w.d
+        self.product("Q", "K", d, t.rows_per_thread, t.cols_per_thread)      # S = Qi Kj^T
+        self.sram_writes["P"] += t.Br * t.Bc
+        self.product("P", "V", self.cols(j), t.rows_per_thread, t.head_cols_per_thread(d))
+
+    def flash_forward_v2(self):
+        t, d = self.t, self.w.d
+        for i in range(self.tr):
+            self.load("Q", self.rows(i), t.Br, d)
+            for j in range(self.tc):
+                if self.active(i, j):
+                    self.load("K", self.cols(j), t.Bc, d)
+                    self.load("V", self.cols(j), t.Bc, d)
+                    self._forward_products(i, j)
+            self.writes["O"] += self.rows(i) * d
+            self.writes["L"] += self.rows(i)
+
+    def flash_forward_v1(self):
+        t, d = self.t, self.w.d
+        for j in range(self.tc):
+            self.load("K", self.cols(j), t.Bc, d)
+            self.load("V", self.cols(j), t.Bc, d)
+            for i in range(self.tr):
+                if not self.active(i, j):
+                    continue
+                rows = self.rows(i)
+                self.load("Q", rows, t.Br, d)
+                if j > 0:
+                    self.reads["O"] += rows * d
+                    self.reads["l"] += rows
+                    self.reads["m"] += rows
+                self._forward_products(i, j)
+                self.writes["O"] += rows * d
+                if j < self.nb(i) - 1:
+                    self.writes["l"] += rows
+                    self.writes["m"] += rows
+                else:
+                    self.writes["L"] += rows
+        for i in range(self.tr):
+            if self.nb(i) == 0:
+                self.writes["O"] += self.rows(i) * d
+                self.writes["L"] += self.rows(i)
+
+    def _backward_kv(self, atomic):
+        t, d = self.t, self.w.d
+        ra, ca, ka, ob = t.rows_per_thread, t.cols_per_thread, t.kv_rows_per_thread(), t.head_cols_per_thread(d)
+        for j in range(self.tc):
+            self.load("K", self.cols(j), t.Bc, d)
+            self.load("V", self.cols(j), t.Bc, d)
+            for i in range(self.tr):
+                if not self.active(i, j):
+                    continue
+                rows = self.rows(i)
+                self.load("Q", rows, t.Br, d)
+                self.load("dO", rows, t.Br, d)
+                self.load("L", rows, t.Br, 1)
+                self.load("D", rows, t.Br, 1)
+                self.product("Q", "K", d, ra, ca)
+                self.product("dO", "V", d, ra, ca)
+                self.sram_writes["P"] += t.Br * t.Bc
+                self.sram_writes["dS"] += t.Br * t.Bc
+                self.product("P", "dO", rows, ka, ob)
+                self.product("dS", "Q", rows, ka, ob)
+                if atomic:
+                    self.product("dS", "K", self.cols(j), ra, ob)
+                    self.reads["dQ"] += rows * d
+                    self.writes["dQ"] += rows * d
+            self.writes["dK"] += self.cols(j) * d
+            self.writes["dV"] += self.cols(j) * d
+
+    def _preprocess(self, zero_dq):
+        w = self.w
+        self.reads["dO"] += w.N_q * w.d
+        self.reads["O"] += w.N_q * w.d
+        self.writes["D"] += w.N_q
+        if zero_dq:
+            self.writes["dQ"] += w.N_q * w.d
+
+    def flash_backward(self):
+        self._preprocess(zero_dq=True)
+        self._backward_kv(atomic=True)
+
+    def flash_backward_deterministic(self):
+        t, d = self.t, self.w.d
+        self._preprocess(zero_dq=False)
+        self._backward_kv(atomic=False)
+        for i in range(self.tr):
+            rows = self.rows(i)
+            self.load("Q", rows, t.Br, d)
+            self.load("dO", rows, t.Br, d)
+            self.load("L", rows, t.Br, 1)
+            self.load("D", rows, t.Br, 1)
+            for j in range(self.tc):
+                if self.active(i, j):
+                    self.load("K", self.cols(j), t.Bc, d)
+                    self.load("V", self.cols(j), t.Bc, d)
+                    self.product("Q", "K", d, t.rows_per_thread, t.cols_per_thread)
+                    self.product("dO", "V", d, t.rows_per_thread, t.cols_per_thread)
+                    self.sram_writes["dS"] += t.Br * t.Bc
+                    self.product("dS", "K", self.cols(j), t.rows_per_thread, t.head_cols_per_thread(d))
+            self.writes["dQ"] += rows * d
+
+
+def walked(algorithm, w, t):
+    walk = Walk(w, t)
+    getattr(walk, algorithm)()
+    scale = lambda c: {k: v * w.BH for k, v in c.items() if v}
+    return scale(walk.reads), scale(walk.writes), scale(walk.sram_reads), scale(walk.sram_writes)
+
+
+def assert_matches(algorithm, w, t):
+    reads, writes, sram_reads, sram_writes = walked(algorithm, w, t)
+    r = predict(algorithm, w, t)
+    assert {k: v.reads for k, v in r.hbm.items() if v.reads} == reads
+    assert {k: v.writes for k, v in r.hbm.items() if v.writes} == writes
+    assert {k: v.reads for k, v in r.sram.items() if v.reads} == sram_reads
+    assert {k: v.writes for k, v in r.sram.items() if v.writes} == sram_writes
+    assert r.hbm_read_bytes == sum(reads.values()) * w.dtype_bytes
+    assert r.hbm_write_bytes == sum(writes.values()) * w.dtype_bytes
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+@pytest.mark.parametrize("causal", [False, True])
+def test_tiny_case_matches_the_contract(algorithm, causal):
+    assert_matches(algorithm, Workload(1, 2, 5, 7, 3, causal=causal), Tiling(2, 3))
+
+
+def test_hand_counted_flash_v2_causal():
+    # Nq=5, Nk=7, Br=2, Bc=3, off=2: row blocks of 2, 2, 1 rows see 2, 2, 3 column blocks,
+    # i.e. 6, 6, 7 keys; K and V are read (6 + 6 + 7) * d = 57 elements per head each.
+    r = predict("flash_forward_v2", Workload(1, 1, 5, 7, 3, causal=True), Tiling(2, 3))
+    assert r.hbm_counts() == {"Q": (15, 0), "K": (57, 0), "V": (57, 0), "O": (0, 15), "L": (0, 5)}
+
+
+def test_hand_counted_flash_v1_causal_nq_above_nk():
+    # Nq=7, Nk=3, Br=Bc=2, off=-4: last rows 1, 3, 5, 6 reach -3, -1, 1, 2 -> nb = 0, 0, 1, 2.
+    # Blocks 0, 1 write zeros; block 2 (2 rows) is visited once; block 3 (1 row) twice.
+    r = predict("flash_forward_v1", Workload(1, 1, 7, 3, 1, causal=True), Tiling(2, 2))
+    assert r.hbm_counts() == {
+        "Q": (2 + 1 + 1, 0), "K": (3, 0), "V": (3, 0),
+        "O": (1, 4 + 2 + 2), "L": (0, 7), "m": (1, 1), "l": (1, 1)}
+
+
+shapes = st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 11), st.integers(1, 11),
+                   st.integers(1, 5), st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(algorithm=st.sampled_from(sorted(ALGORITHMS)), shape=shapes,
+       br=st.integers(1, 9), bc=st.integers(1, 9))
+def test_random_shapes_match_the_contract(algorithm, shape, br, bc):
+    b, h, nq, nk, d, causal = shape
+    assert_matches(algorithm, Workload(b, h, nq, nk, d, causal=causal), Tiling(br, bc))
+
+
+def test_model_tiling_counts_like_a_tiling():
+    w = Workload(1, 1, 9, 10, 2, causal=True)
+    assert predict("flash_backward", w, ModelTiling(3, 4)).hbm == predict("flash_backward", w, Tiling(3, 4)).hbm
+    assert_matches("flash_forward_v2", Workload(1, 1, 40, 1100, 2), ModelTiling(2, 1040))
+
+
+def test_large_workload_is_fast_and_integral():
+    import time
+    start = time.perf_counter()
+    r = predict("flash_backward", Workload(2, 4, 65536, 65536, 64, causal=True), Tiling(8, 8))
+    assert time.perf_counter() - start < 2.0
+    assert all(isinstance(v.reads, int) for v in r.hbm.values())
+    assert r.hbm["dQ"].reads == r.hbm["dQ"].writes - 8 * 65536 * 64
