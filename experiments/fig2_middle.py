@@ -55,8 +55,7 @@ def run(ctx: RunContext) -> list[dict]:
             base = {"method": method, **SHAPE, "Br": BR, "Bc": bc,
                     "smem_bytes": case.tiling_object().smem_bytes(model.FORWARD_KERNEL[method], SHAPE["d"], 4)}
             rows += [{**base, "quantity": "HBM read+write (SM<->L2)", "unit": "bytes", "predicted": p.total_bytes},
-                     {**base, "quantity": "HBM read+write (DRAM)", "unit": "bytes",
-                      "predicted": model.dram_bytes(case)},
+                     {**base, "quantity": "HBM read+write (DRAM)", "unit": "bytes", "predicted": p.dram_bytes},
                      {**base, "quantity": "forward runtime", "unit": "ms", "predicted": p.time_s * 1e3}]
     if ctx.gpu:
         _measure_gpu(ctx, cases, rows)

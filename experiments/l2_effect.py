@@ -44,10 +44,11 @@ def run(ctx: RunContext) -> list[dict]:
         base = {"method": case.method, "B": case.B, "H": case.H, "N": case.N, "d": case.d,
                 "working_set_bytes": working_set_bytes(case), "l2_bytes": l2, "unit": "bytes",
                 "note": "" if ok else got}
-        rows.append({**base, "quantity": "DRAM bytes", "predicted": model.dram_bytes(case),
+        prediction = model.predict_case(case)
+        rows.append({**base, "quantity": "DRAM bytes", "predicted": prediction.dram_bytes,
                      "measured": got.dram_bytes if ok else None,
                      "measured_by": "ncu: dram__bytes_read+write" if ok else None})
-        rows.append({**base, "quantity": "SM<->L2 bytes", "predicted": model.predict_case(case).total_bytes,
+        rows.append({**base, "quantity": "SM<->L2 bytes", "predicted": prediction.total_bytes,
                      "measured": got.total_bytes if ok else None, "measured_by": got.measured_by if ok else None})
     return rows
 

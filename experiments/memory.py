@@ -27,20 +27,10 @@ TIMEOUT_S = 300
 GB = 1e9
 
 
-def tensor_elements(name: str, case: Case) -> int:
-    """Elements of a named tensor of the traffic contract (per the whole batch)."""
-    bh, n, d = case.B * case.H, case.N, case.d
-    if name in ("S", "P", "dP", "dS"):
-        return bh * n * n
-    if name in ("L", "D", "l", "m"):
-        return bh * n
-    return bh * n * d
-
-
 def predicted_peak_bytes(case: Case, dtype_bytes: int = 4) -> int:
     """max over the case's calls of the bytes of (tensors the call touches + the inputs)."""
-    touched = model.touched_tensors(case)
-    return max(sum(tensor_elements(t, case) for t in set(names) | set(INPUTS)) for names in touched) * dtype_bytes
+    return max(sum(model.tensor_bytes(case, t, dtype_bytes) for t in set(names) | set(INPUTS))
+               for names in model.touched_tensors(case))
 
 
 def _measure(ctx: RunContext, cases: list[Case]) -> list[dict]:

@@ -1,25 +1,44 @@
 """The one place the experiments touch the simulator's API (so a rename there is a one-line
-change here): predictions for a case, hardware specs, Theorem 2 / Proposition 3 closed forms,
-the L2 model and the paper's published numbers."""
+change here): predictions for a case, hardware specs, and Theorem 2 / Proposition 3.
+
+Tilings: a case with a tiling is predicted with it.  Without one, ``kernels`` (the default)
+predicts the tiling our kernels launch with when given none -- per call, the smallest of
+``Tiling.kernel_default`` over the kernels the call launches, as ``numba_flash`` chooses it --
+so predictions line up with measurements; ``paper`` leaves the choice to the simulator (the
+paper's Bc = ceil(M/4d), Br = min(Bc, d) for the GPU's shared memory), for model-only rows
+such as fp16.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from .cases import Case
 
-#: The GPU we measure on, and the one the paper measured on.
-MEASURED_GPU = "H200"
+#: The GPU we measure on (datasheet values with our measured bandwidth and fp32 peak), and the
+#: paper's.
+MEASURED_GPU = "H200_MEASURED"
 PAPER_GPU = "A100_40GB"
+#: Kernels each simulator algorithm launches (their shared memory decides the default tiling).
+KERNELS_OF = {
+    "standard_forward": ("standard_matmul",),
+    "standard_backward": ("standard_matmul",),
+    "flash_forward_v1": ("flash_forward_v1",),
+    "flash_forward_v2": ("flash_forward_v2",),
+    "flash_backward": ("flash_backward",),
+    "flash_backward_deterministic": ("flash_backward", "flash_backward_dq"),
+}
+FORWARD_KERNEL = {"standard": "standard_matmul", "fa1": "flash_forward_v1", "fa2": "flash_forward_v2"}
 
 
 @dataclass(frozen=True)
 class Prediction:
-    """The simulator's prediction for all calls of a case."""
+    """The simulator's prediction for all calls of a case (bytes, FLOPs, seconds)."""
 
-    read_bytes: float
+    read_bytes: float        # SM <-> global memory, the tiled count
     write_bytes: float
+    dram_bytes: float        # the L2 model's DRAM reads + writes
     flops: float
-    time_s: float   # roofline time on the chosen hardware
+    time_s: float            # roofline time on the chosen hardware
 
     @property
     def total_bytes(self) -> float:
@@ -27,94 +46,88 @@ class Prediction:
 
 
 def hardware(name: str = MEASURED_GPU):
-    import simulator.hardware
+    from simulator.hardware import by_name
 
-    return getattr(simulator.hardware, name)
+    return by_name(name)
 
 
 def workload(case: Case, dtype_bytes: int = 4):
-    import simulator
+    from simulator import Workload
 
-    return simulator.Workload(B=case.B, H=case.H, N_q=case.N, N_k=case.N, d=case.d,
-                              dtype_bytes=dtype_bytes, causal=case.causal)
-
-
-def predict_case(case: Case, dtype_bytes: int = 4, gpu: str = MEASURED_GPU) -> Prediction:
-    """Sum of ``simulator.predict`` over the case's calls (forward, and backward for fwd_bwd)."""
-    import simulator
-
-    reports = [simulator.predict(algorithm, workload(case, dtype_bytes), tiling=case.tiling_object(),
-                                 hardware=hardware(gpu))
-               for algorithm in case.simulator_algorithms()]
-    return Prediction(read_bytes=float(sum(r.hbm_read_bytes for r in reports)),
-                      write_bytes=float(sum(r.hbm_write_bytes for r in reports)),
-                      flops=float(sum(r.flops for r in reports)),
-                      time_s=float(sum(r.time_s for r in reports)))
+    return Workload(B=case.B, H=case.H, N_q=case.N, N_k=case.N, d=case.d, dtype_bytes=dtype_bytes,
+                    causal=case.causal)
 
 
-# ---- tilings ----------------------------------------------------------------------------------
-FORWARD_KERNEL = {"standard": "standard_matmul", "fa1": "flash_forward_v1", "fa2": "flash_forward_v2"}
+def kernel_tiling(algorithm: str, d: int):
+    """The tiling numba_flash launches ``algorithm``'s kernels with when given none."""
+    from simulator.tiling import Tiling
+
+    return min((Tiling.kernel_default(k, d) for k in KERNELS_OF[algorithm]), key=lambda t: t.Br * t.Bc)
 
 
 def effective_tiling(case: Case):
-    """The tiling the case's forward kernel runs with: its own, or the kernels' default."""
-    from simulator.tiling import Tiling
-
-    return case.tiling_object() or Tiling.kernel_default(FORWARD_KERNEL[case.method], case.d)
+    """The tiling the case's forward kernel runs with."""
+    return case.tiling_object() or kernel_tiling(case.simulator_algorithms()[0], case.d)
 
 
-def paper_tiling(sram_elements: int, d: int):
-    """Algorithm 1's block sizes for an SRAM of M elements."""
-    from simulator.tiling import Tiling
+def reports(case: Case, dtype_bytes: int = 4, gpu: str = MEASURED_GPU, tiling: str = "kernels") -> list:
+    """``simulator.predict``'s report for each of the case's calls."""
+    import simulator
 
-    return Tiling.paper_default(sram_elements, d)
+    def chosen(algorithm):
+        if case.tiling is not None:
+            return case.tiling_object()
+        return kernel_tiling(algorithm, case.d) if tiling == "kernels" else None
 
-
-# ---- Theorem 2 and Proposition 3 (elements per batch-head) -----------------------------------
-def theta_standard(N: int, d: int) -> float:
-    from simulator import closed_forms
-
-    return float(closed_forms.theta_standard(N, d))
-
-
-def theta_flash(N: int, d: int, M: int) -> float:
-    from simulator import closed_forms
-
-    return float(closed_forms.theta_flash(N, d, M))
+    return [simulator.predict(a, workload(case, dtype_bytes), tiling=chosen(a), hardware=hardware(gpu))
+            for a in case.simulator_algorithms()]
 
 
-def lower_bound(N: int, d: int, M: int) -> float:
-    from simulator import closed_forms
+def predict_case(case: Case, dtype_bytes: int = 4, gpu: str = MEASURED_GPU, tiling: str = "kernels") -> Prediction:
+    """Sum of the predictions of the case's calls (forward, and backward for fwd_bwd)."""
+    parts = reports(case, dtype_bytes, gpu, tiling)
+    total = parts[0]
+    for part in parts[1:]:
+        total = total + part
+    return Prediction(read_bytes=float(total.hbm_read_bytes), write_bytes=float(total.hbm_write_bytes),
+                      dram_bytes=float(total.l2.dram_bytes), flops=float(total.flops),
+                      time_s=float(total.roofline_seconds))
 
-    return float(closed_forms.lower_bound(N, d, M))
+
+def touched_tensors(case: Case) -> list[list[str]]:
+    """For each of the case's calls, the HBM tensors it touches (reads or writes)."""
+    return [sorted(name for name, t in r.hbm.items() if t.reads or t.writes) for r in reports(case)]
 
 
-# ---- L2 model and the paper's numbers ---------------------------------------------------------
-def dram_bytes(case: Case, dtype_bytes: int = 4, gpu: str = MEASURED_GPU) -> float:
-    """DRAM bytes the L2-aware model predicts for the case's calls (re-reads that hit in L2 are
-    not DRAM traffic)."""
-    import simulator.l2
-
-    return float(sum(simulator.l2.dram_bytes(algorithm, workload(case, dtype_bytes), case.tiling_object(),
-                                             hardware(gpu))
-                     for algorithm in case.simulator_algorithms()))
+def tensor_bytes(case: Case, name: str, dtype_bytes: int = 4) -> int:
+    return workload(case, dtype_bytes).tensor_elements(name) * dtype_bytes
 
 
 def l2_bytes(gpu: str = MEASURED_GPU) -> float:
     return float(hardware(gpu).l2_bytes)
 
 
-def paper_fig2_left() -> dict[tuple[str, str], float]:
-    """The paper's Figure 2 (left) on the A100 (fp16): {(method, quantity): value} with method
-    "standard"/"flash" and quantity "gflops", "hbm_gb", "runtime_ms"."""
-    from simulator import paper
-
-    return dict(paper.FIG2_LEFT)
-
-
-def touched_tensors(case: Case) -> list[list[str]]:
-    """For each of the case's calls, the names of the HBM tensors the model says it touches."""
+def paper_tiling(sram_elements: int, d: int) -> tuple[int, int]:
+    """Algorithm 1's (Br, Bc) for an SRAM of M elements."""
     import simulator
 
-    return [sorted(simulator.predict(algorithm, workload(case), tiling=case.tiling_object()).hbm)
-            for algorithm in case.simulator_algorithms()]
+    t = simulator.paper_tiling(sram_elements, d)
+    return (t.Br, t.Bc)
+
+
+# ---- Theorem 2 and Proposition 3 (bytes over all B*H, with our loops' constants) ------------
+def theorem2_bytes(case: Case, M: int) -> float:
+    """Theorem 2's leading-order count for the case's forward pass."""
+    from simulator import closed_forms
+
+    w = workload(case)
+    if case.method == "standard":
+        return float(closed_forms.theorem2_standard_forward(w, effective_tiling(case)).bytes)
+    return float(closed_forms.theorem2_flash_forward(w, M, case.simulator_algorithms()[0]).bytes)
+
+
+def proposition3_bytes(case: Case, M: int) -> float:
+    """Proposition 3: accesses no exact attention algorithm with M elements of SRAM can beat."""
+    from simulator import closed_forms
+
+    return float(closed_forms.proposition3_lower_bound(workload(case), M).bytes)
