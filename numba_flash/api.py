@@ -8,9 +8,10 @@ Causal masking is bottom-right aligned, as in flash-attention >= 2.1: query row 
 ``c <= r + N_k - N_q`` (for N_q = N_k this is the usual lower triangle). Rows that see no key at
 all (only possible when N_q > N_k) give o = 0 and lse = -inf.
 
-NaN and Inf are not special-cased: a NaN or Inf in q, k or v propagates to the outputs it touches
-(NaN in a row of q makes that row of o NaN; in a row of k or v, every row that sees it). They are
-never replaced by numbers.
+NaN and Inf are not special-cased, and never replaced by numbers: a NaN in a row of q makes that
+row of o (and lse) NaN; a NaN in a row of k or v reaches every row of o that sees that key, and
+also the other rows of the same Br x Bc tile, because masked probabilities enter the tile product
+as exact zeros and 0 * NaN = NaN (flash-attention behaves the same way).
 """
 from __future__ import annotations
 

@@ -32,10 +32,13 @@ def _scale(d: int, softmax_scale: float | None) -> float:
     return 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
 
 
-def attention_forward(q, k, v, *, causal=False, softmax_scale=None):
-    """Return (o, lse) in float64. o: (B, H, N_q, d); lse: (B, H, N_q), natural log."""
-    q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
-    s = _scale(q.shape[-1], softmax_scale) * (q @ np.swapaxes(k, -1, -2))
+def attention_forward(q, k, v, *, causal=False, softmax_scale=None, dtype=np.float64):
+    """Return (o, lse). o: (B, H, N_q, d); lse: (B, H, N_q), natural log.
+
+    ``dtype`` is the arithmetic precision: float64 is the reference; float32 gives the plain
+    same-precision baseline whose error bounds ours (flash-attention's rule)."""
+    q, k, v = (np.asarray(x, dtype=dtype) for x in (q, k, v))
+    s = dtype(_scale(q.shape[-1], softmax_scale)) * (q @ np.swapaxes(k, -1, -2))
     if causal:
         s = np.where(causal_mask(q.shape[-2], k.shape[-2]), s, -np.inf)
     m = s.max(axis=-1, keepdims=True)
@@ -48,10 +51,10 @@ def attention_forward(q, k, v, *, causal=False, softmax_scale=None):
     return p @ v, lse
 
 
-def attention_probs(q, k, *, causal=False, softmax_scale=None):
-    """P = softmax(scale * Q K^T) in float64, (B, H, N_q, N_k); rows with no visible key are 0."""
-    q, k = (np.asarray(x, dtype=np.float64) for x in (q, k))
-    s = _scale(q.shape[-1], softmax_scale) * (q @ np.swapaxes(k, -1, -2))
+def attention_probs(q, k, *, causal=False, softmax_scale=None, dtype=np.float64):
+    """P = softmax(scale * Q K^T), (B, H, N_q, N_k); rows with no visible key are 0."""
+    q, k = (np.asarray(x, dtype=dtype) for x in (q, k))
+    s = dtype(_scale(q.shape[-1], softmax_scale)) * (q @ np.swapaxes(k, -1, -2))
     if causal:
         s = np.where(causal_mask(q.shape[-2], k.shape[-2]), s, -np.inf)
     m = s.max(axis=-1, keepdims=True)
@@ -60,18 +63,19 @@ def attention_probs(q, k, *, causal=False, softmax_scale=None):
     return np.where(l > 0, p / np.where(l > 0, l, 1.0), 0.0)
 
 
-def attention_backward(do, q, k, v, *, causal=False, softmax_scale=None):
-    """Analytic gradients (dq, dk, dv) in float64 of o = softmax(scale QK^T) V against dO.
+def attention_backward(do, q, k, v, *, causal=False, softmax_scale=None, dtype=np.float64):
+    """Analytic gradients (dq, dk, dv) of o = softmax(scale QK^T) V against dO, in ``dtype``.
 
     dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q.
     """
-    do, q, k, v = (np.asarray(x, dtype=np.float64) for x in (do, q, k, v))
+    do, q, k, v = (np.asarray(x, dtype=dtype) for x in (do, q, k, v))
     scale = _scale(q.shape[-1], softmax_scale)
-    p = attention_probs(q, k, causal=causal, softmax_scale=scale)
+    p = attention_probs(q, k, causal=causal, softmax_scale=scale, dtype=dtype)
     o = p @ v
     dv = np.swapaxes(p, -1, -2) @ do
     dp = do @ np.swapaxes(v, -1, -2)
     ds = p * (dp - (do * o).sum(axis=-1, keepdims=True))
+    scale = dtype(scale)
     return scale * (ds @ k), scale * (np.swapaxes(ds, -1, -2) @ q), dv
 
 

@@ -112,7 +112,9 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
                         l_old = l_hbm[bh, row0 + r]
                     m_new = m_old
                     for c in range(cols):
-                        m_new = max(m_new, S[r * LS + c])
+                        x = S[r * LS + c]
+                        if x > m_new or x != x:   # not max(): a NaN score must stick in m (and reach O)
+                            m_new = x
                     l_new = l_old
                     if m_new == NEG_INF:
                         for c in range(BC):
@@ -123,14 +125,14 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
                             p = math.exp(S[r * LS + c] - m_new)
                             S[r * LS + c] = p
                             l_new += p
-                    if l_new > 0.0:
+                    if l_new != 0.0:   # l = 0: the row saw no key yet
                         keep[r] = l_old * math.exp(m_old - m_new) / l_new
                         inv_l[r] = 1.0 / l_new
                     else:
                         keep[r] = 0.0
                         inv_l[r] = 0.0
                     if j == nb - 1:
-                        lse[bh, row0 + r] = m_new + math.log(l_new) if l_new > 0.0 else NEG_INF
+                        lse[bh, row0 + r] = NEG_INF if l_new == 0.0 else m_new + math.log(l_new)
                     else:
                         m_hbm[bh, row0 + r] = m_new
                         l_hbm[bh, row0 + r] = l_new

@@ -103,7 +103,9 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
                 m_old = m[r]
                 m_new = m_old
                 for c in range(cols):
-                    m_new = max(m_new, S[r * LS + c])
+                    x = S[r * LS + c]
+                    if x > m_new or x != x:   # not max(): a NaN score must stick in m (and reach O)
+                        m_new = x
                 row_sum = ZERO
                 if m_new == NEG_INF:          # nothing visible in this row yet
                     alpha[r] = 1.0
@@ -130,12 +132,12 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
         for a in range(RA):
             r = ty + TY * a
             if r < rows:
-                inv = 1.0 / l[r] if l[r] > 0.0 else 0.0
+                inv = 0.0 if l[r] == 0.0 else 1.0 / l[r]   # l = 0: the row saw no key
                 for b in range(OB):
                     x = tx + TX * b
                     if x < d:
                         o[bh, row0 + r, x] = acc[a, b] * inv
         for r in range(tid, rows, T):
-            lse[bh, row0 + r] = m[r] + math.log(l[r]) if l[r] > 0.0 else NEG_INF
+            lse[bh, row0 + r] = NEG_INF if l[r] == 0.0 else m[r] + math.log(l[r])
 
     return flash_forward_fa2

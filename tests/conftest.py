@@ -1,0 +1,34 @@
+"""Shared test set-up: hypothesis profiles and the gpu marker.
+
+Run under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, as README's test command does) on
+machines without a GPU; the ``gpu`` tests run only on a real device (``pytest -m gpu``).
+"""
+import os
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=12, deadline=None, derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile("thorough", max_examples=200, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+
+
+def pytest_collection_modifyitems(config, items):
+    if SIMULATOR:
+        skip = pytest.mark.skip(reason="needs a real CUDA GPU (NUMBA_ENABLE_CUDASIM=1 is set)")
+        for item in items:
+            if "gpu" in item.keywords:
+                item.add_marker(skip)
+
+
+@pytest.fixture
+def rng(request):
+    """A generator seeded from the test's name: fresh, non-zero inputs, reproducible failures."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))

@@ -1,0 +1,96 @@
+"""The float64 reference against first principles, and the online-softmax recurrence."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from numba_flash import reference as ref
+
+from .helpers import qkv
+
+
+def brute_force(q, k, v, causal, scale):
+    """Attention row by row with Python floats: the definition, nothing vectorised."""
+    B, H, n_q, d = q.shape
+    n_k = k.shape[2]
+    o = np.zeros((B, H, n_q, d))
+    lse = np.full((B, H, n_q), -np.inf)
+    for b in range(B):
+        for h in range(H):
+            for r in range(n_q):
+                cols = [c for c in range(n_k) if not causal or c <= r + n_k - n_q]
+                if not cols:
+                    continue
+                s = [scale * float(np.dot(q[b, h, r].astype(float), k[b, h, c].astype(float)))
+                     for c in cols]
+                m = max(s)
+                w = [math.exp(x - m) for x in s]
+                total = sum(w)
+                lse[b, h, r] = m + math.log(total)
+                o[b, h, r] = sum(wi * v[b, h, c].astype(float) for wi, c in zip(w, cols)) / total
+    return o, lse
+
+
+def test_online_softmax_worked_example():
+    # scores 1, 2, 3, 0 in two blocks of two
+    m, l, steps = ref.online_softmax([1.0, 2.0, 3.0, 0.0], block_size=2)
+    assert steps[0][0] == 2.0 and steps[0][1] == pytest.approx(1 + math.exp(-1))
+    assert m == 3.0
+    assert l == pytest.approx(math.exp(-2) + math.exp(-1) + 1 + math.exp(-3))
+    assert l == pytest.approx(1.553, abs=5e-4)
+    scores = np.array([1.0, 2.0, 3.0, 0.0])
+    one_shot = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+    np.testing.assert_allclose(np.exp(scores - m) / l, one_shot, rtol=1e-15)
+
+
+@given(st.lists(st.floats(-50, 50), min_size=1, max_size=40), st.integers(1, 9))
+def test_online_softmax_equals_one_shot(scores, block):
+    m, l, _ = ref.online_softmax(scores, block)
+    s = np.asarray(scores)
+    assert m == s.max()
+    assert l == pytest.approx(np.exp(s - s.max()).sum(), rel=1e-12)
+
+
+@pytest.mark.parametrize("n_q,n_k,causal", [(1, 1, False), (5, 7, True), (7, 5, True), (6, 6, True), (4, 9, False)])
+def test_forward_matches_definition(rng, n_q, n_k, causal):
+    q, k, v, _ = qkv(rng, 2, 1, n_q, n_k, 3)
+    o, lse = ref.attention_forward(q, k, v, causal=causal, softmax_scale=0.7)
+    o_bf, lse_bf = brute_force(q, k, v, causal, 0.7)
+    np.testing.assert_allclose(o, o_bf, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(lse_bf))
+    np.testing.assert_allclose(lse[np.isfinite(lse)], lse_bf[np.isfinite(lse_bf)], rtol=1e-12)
+
+
+def test_causal_mask_is_bottom_right():
+    assert ref.causal_mask(2, 4).tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert ref.causal_mask(4, 2).tolist() == [[False, False], [False, False], [True, False], [True, True]]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_matches_finite_differences(rng, causal):
+    q, k, v, do = (x.astype(np.float64) for x in qkv(rng, 1, 1, 4, 5, 3))
+    dq, dk, dv = ref.attention_backward(do, q, k, v, causal=causal)
+    eps = 1e-6
+    for x, grad in ((q, dq), (k, dk), (v, dv)):
+        for idx in [(0, 0, 0, 0), (0, 0, x.shape[2] - 1, 2), (0, 0, 1, 1)]:
+            old = x[idx]
+            x[idx] = old + eps
+            up = (ref.attention_forward(q, k, v, causal=causal)[0] * do).sum()
+            x[idx] = old - eps
+            down = (ref.attention_forward(q, k, v, causal=causal)[0] * do).sum()
+            x[idx] = old
+            assert grad[idx] == pytest.approx((up - down) / (2 * eps), rel=1e-5, abs=1e-8)
+
+
+@given(n_q=st.integers(1, 12), n_k=st.integers(1, 12), br=st.integers(1, 5), bc=st.integers(1, 5),
+       causal=st.booleans())
+def test_blockwise_equals_one_shot(n_q, n_k, br, bc, causal):
+    rng = np.random.default_rng(n_q * 131 + n_k)
+    q, k, v, _ = qkv(rng, 1, 2, n_q, n_k, 4)
+    o, lse = ref.blockwise_attention_forward(q, k, v, br=br, bc=bc, causal=causal)
+    o_ref, lse_ref = ref.attention_forward(q, k, v, causal=causal)
+    np.testing.assert_allclose(o, o_ref, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(lse_ref))
+    np.testing.assert_allclose(lse[np.isfinite(lse)], lse_ref[np.isfinite(lse_ref)], rtol=1e-12)
