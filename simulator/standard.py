@@ -23,6 +23,7 @@ def matmul_phase(name: str, a: str, b: str, c: str, m: int, n: int, k: int, tili
     once.  SRAM: each k-chunk stores a full (zero-padded) Br x BK chunk of A and BK x Bc chunk
     of B; each of the tiling's threads reads its rows_per_thread A values and cols_per_thread B
     values once per k step of every chunk.  FLOPs: 2mnk, plus m*n for alpha when ``scaled``.
+    Re-read per (batch, head): A if there is more than one column tile, B if more than one row tile.
     """
     tiles_r, tiles_c, chunks = ceil_div(m, tiling.Br), ceil_div(n, tiling.Bc), ceil_div(k, MATMUL_BK)
     steps = tiles_r * tiles_c * chunks
@@ -34,7 +35,8 @@ def matmul_phase(name: str, a: str, b: str, c: str, m: int, n: int, k: int, tili
         sram_reads={a: steps * MATMUL_BK * t.threads * t.rows_per_thread,
                     b: steps * MATMUL_BK * t.threads * t.cols_per_thread},
         matmul_flops=2 * m * n * k, other_flops=m * n if scaled else 0,
-        blocks_per_unit=tiles_r * tiles_c, unit_reread_elements=m * k + k * n)
+        blocks_per_unit=tiles_r * tiles_c,
+        unit_reread_elements=(m * k if tiles_c > 1 else 0) + (k * n if tiles_r > 1 else 0))
 
 
 def standard_forward(w: Workload, tiling: Tiling) -> Plan:

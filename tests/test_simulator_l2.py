@@ -1,0 +1,72 @@
+"""The L2 model: DRAM bytes between the compulsory minimum and the tiled (SM<->L2) count."""
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator import ALGORITHMS, Tiling, Workload, concurrent_blocks, predict, predict_dram
+from simulator.hardware import H200
+
+
+@settings(max_examples=40, deadline=None)
+@given(algorithm=st.sampled_from(sorted(ALGORITHMS)), n=st.integers(1, 3000), d=st.sampled_from([16, 64, 128]),
+       bh=st.integers(1, 64), l2_kib=st.integers(1, 80 * 1024), causal=st.booleans())
+def test_dram_lies_between_compulsory_and_tiled(algorithm, n, d, bh, l2_kib, causal):
+    hw = H200.with_measured(l2_bytes=l2_kib * 1024, source="test")
+    w = Workload(1, bh, n, n, d, causal=causal)
+    report = predict(algorithm, w, Tiling(16, 16), hw)
+    l2 = report.l2
+    assert (l2.sm_l2_read_bytes, l2.sm_l2_write_bytes) == (report.hbm_read_bytes, report.hbm_write_bytes)
+    assert l2.compulsory_read_bytes <= l2.dram_read_bytes <= l2.sm_l2_read_bytes
+    assert l2.compulsory_write_bytes <= l2.dram_write_bytes <= l2.sm_l2_write_bytes
+    distinct = sum(w.tensor_elements(name) for name in report.hbm) * w.dtype_bytes
+    assert l2.compulsory_read_bytes <= len(l2.phases) * distinct
+    assert l2.compulsory_write_bytes <= len(l2.phases) * distinct
+
+
+def test_h200_flash_dram_sits_at_the_compulsory_minimum():
+    w = Workload(4, 16, 4096, 4096, 64)
+    for algorithm in ("flash_forward_v2", "flash_backward", "flash_backward_deterministic"):
+        l2 = predict_dram(algorithm, w, Tiling(64, 64), H200)
+        assert l2.dram_read_bytes == l2.compulsory_read_bytes
+        assert l2.dram_write_bytes == l2.compulsory_write_bytes
+        assert l2.sm_l2_read_bytes > 5 * l2.dram_read_bytes       # the tiled count re-reads
+    v2 = predict_dram("flash_forward_v2", w, Tiling(64, 64), H200)
+    inputs, outputs = 3 * w.tensor_elements("Q") * 4, (w.tensor_elements("O") + w.tensor_elements("L")) * 4
+    assert (v2.dram_read_bytes, v2.dram_write_bytes) == (inputs, outputs)
+
+
+def test_algorithm_1_reuses_across_all_heads_at_once():
+    # one block per head, each sweeping its Q, O, l, m once per column block: 2.1 MB a head,
+    # so 16 heads fit in 60 MiB and 64 do not
+    few, many = Workload(1, 16, 4096, 4096, 64), Workload(4, 16, 4096, 4096, 64)
+    fits = predict_dram("flash_forward_v1", few, Tiling(64, 64), H200)
+    thrashes = predict_dram("flash_forward_v1", many, Tiling(64, 64), H200)
+    assert fits.phases[0].working_set_bytes == 16 * (2 * 4096 * 64 + 2 * 4096) * 4
+    assert fits.dram_read_bytes == fits.compulsory_read_bytes
+    assert thrashes.phases[0].hit_fraction < 0.5
+    assert thrashes.dram_read_bytes > 10 * thrashes.compulsory_read_bytes
+
+
+def test_dram_falls_toward_the_tiled_count_as_l2_shrinks():
+    w = Workload(4, 16, 4096, 4096, 64)
+    dram = [predict_dram("flash_forward_v2", w, Tiling(64, 64),
+                         H200.with_measured(l2_bytes=2**k, source="test")).dram_bytes
+            for k in range(26, 9, -2)]
+    assert dram == sorted(dram) and dram[0] < dram[-1]
+    tiled = predict("flash_forward_v2", w, Tiling(64, 64)).hbm_bytes
+    assert dram[-1] > 0.95 * tiled
+
+
+def test_concurrent_blocks_by_shared_memory_threads_and_block_limits():
+    # FA2 forward, 64 x 64, d=64, fp32: (3 * 64 * 65 + 64 * 65 + 3 * 64) * 4 = 67328 bytes,
+    # 3 blocks fit in 228 KiB; 256 threads allow 8; so 3 per SM on 132 SMs.
+    assert concurrent_blocks("flash_forward_v2", Tiling(64, 64), Workload(1, 1, 8, 8, 64), H200) == 396
+    # the softmax has no tiles: 32 resident blocks per SM
+    assert concurrent_blocks(None, Tiling(64, 64), Workload(1, 1, 8, 8, 64), H200) == 132 * 32
+    # tiny tiles: the 32-blocks limit binds
+    assert concurrent_blocks("flash_forward_v2", Tiling(4, 4), Workload(1, 1, 8, 8, 4), H200) == 132 * 32
+
+
+def test_report_renders_the_l2_line():
+    r = predict("standard_forward", Workload(1, 1, 64, 64, 16))
+    assert "L2 model (60 MiB)" in str(r)
+    assert r.dram_read_bytes == r.l2.dram_read_bytes and r.dram_write_bytes == r.l2.dram_write_bytes
