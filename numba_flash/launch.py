@@ -14,7 +14,24 @@ from simulator.tiling import H200_SMEM_PER_BLOCK
 from .memory import simulator_enabled
 
 STATIC_SMEM_LIMIT = 48 * 1024
+#: Per-kernel register caps (``max_registers``) on the GPU; None lets the compiler choose.
+#: The CUDA simulator takes no such option, so it never sees them.
+REGISTER_CAPS: dict[str, int | None] = {
+    "flash_forward_v1": None,
+    "flash_forward_v2": None,
+    "flash_backward": None,
+    "flash_backward_dq": None,
+    "standard_matmul": None,
+}
 _raised: set = set()
+
+
+def jit_options(kernel: str) -> dict:
+    """Options for ``cuda.jit`` of ``kernel`` (a Tiling kernel name)."""
+    cap = REGISTER_CAPS.get(kernel)
+    if cap is None or simulator_enabled():
+        return {}
+    return {"max_registers": cap}
 
 
 def smem_limit_bytes() -> int:

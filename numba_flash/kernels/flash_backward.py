@@ -31,6 +31,7 @@ from numba import cuda, float32
 
 from simulator.tiling import Tiling
 
+from ..launch import jit_options
 from .tiles import NEG_INF, POS_INF, ZERO, active_blocks, tile_ops
 
 VERSION = 1
@@ -119,7 +120,7 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
     D0 = L0 + BR
     END = D0 + BR
 
-    @cuda.jit
+    @cuda.jit(**jit_options("flash_backward"))
     def flash_backward_kv(q, k, v, do, lse, dvec, dq, dk, dv, scale, n_q, n_k):
         smem = cuda.shared.array(0, float32)
         Kj = smem[0:V0]        # SRAM, whole kernel
@@ -220,7 +221,7 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
     D0 = L0 + BR
     END = D0 + BR
 
-    @cuda.jit
+    @cuda.jit(**jit_options("flash_backward_dq"))
     def flash_backward_dq(q, k, v, do, lse, dvec, dq, scale, n_q, n_k):
         smem = cuda.shared.array(0, float32)
         Qi = smem[0:O0]        # SRAM, whole kernel

@@ -29,6 +29,7 @@ from numba import cuda, float32
 
 from simulator.tiling import Tiling
 
+from ..launch import jit_options
 from .tiles import NEG_INF, ZERO, active_blocks, tile_ops
 
 VERSION = 1
@@ -50,7 +51,7 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
     B0 = A0 + BR
     END = B0 + BR
 
-    @cuda.jit
+    @cuda.jit(**jit_options("flash_forward_v1"))
     def flash_forward_alg1(q, k, v, o, lse, l_hbm, m_hbm, scale, n_q, n_k):
         smem = cuda.shared.array(0, float32)
         Kj = smem[0:V0]        # SRAM for a whole outer step

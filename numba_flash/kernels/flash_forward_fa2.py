@@ -25,6 +25,7 @@ from numba import cuda, float32
 
 from simulator.tiling import Tiling
 
+from ..launch import jit_options
 from .tiles import NEG_INF, ZERO, active_blocks, tile_ops
 
 VERSION = 1
@@ -47,7 +48,7 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
     A0 = L0 + BR
     END = A0 + BR
 
-    @cuda.jit
+    @cuda.jit(**jit_options("flash_forward_v2"))
     def flash_forward_fa2(q, k, v, o, lse, scale, n_q, n_k):
         smem = cuda.shared.array(0, float32)
         Qi = smem[0:K0]        # SRAM, whole kernel

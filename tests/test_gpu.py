@@ -1,0 +1,90 @@
+"""Real sizes on a real GPU (``pytest -m gpu``; skipped under the CUDA simulator).
+
+Same bounds as the simulator tests: fp32 outputs and lse within 1e-5 relative of float64,
+gradients within 1e-4; outputs poisoned with NaN before each launch.
+"""
+import numpy as np
+import pytest
+
+import numba_flash as nf
+from numba_flash import reference as ref
+
+from .helpers import assert_close, assert_lse_close, qkv
+
+pytestmark = pytest.mark.gpu
+
+OUT_TOL, GRAD_TOL = 1e-5, 1e-4
+
+# (B, H, N_q, N_k, d, causal)
+SHAPES = [
+    (2, 4, 1024, 1024, 64, False),
+    (2, 4, 1024, 1024, 64, True),
+    (1, 3, 255, 97, 80, True),       # N_q > N_k: rows that see no key
+    (1, 2, 97, 255, 40, True),
+    (1, 2, 17, 300, 24, False),
+    (1, 2, 513, 511, 128, True),
+    (1, 1, 1, 1, 64, False),
+]
+
+
+@pytest.mark.parametrize("B,H,n_q,n_k,d,causal", SHAPES)
+def test_flash_against_reference(rng, B, H, n_q, n_k, d, causal):
+    q, k, v, do = qkv(rng, B, H, n_q, n_k, d)
+    o_ref, lse_ref = ref.attention_forward(q, k, v, causal=causal)
+    grads_ref = ref.attention_backward(do, q, k, v, causal=causal)
+    with nf.poison_outputs():
+        for algorithm in ("fa2", "fa1"):
+            o, lse = nf.flash_attention(q, k, v, causal=causal, return_lse=True, algorithm=algorithm)
+            assert_close(o, o_ref, OUT_TOL)
+            assert_lse_close(lse, lse_ref, OUT_TOL)
+        for deterministic in (False, True):
+            grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=causal,
+                                                deterministic=deterministic)
+            for g, g_ref in zip(grads, grads_ref):
+                assert_close(g, g_ref, GRAD_TOL)
+
+
+@pytest.mark.parametrize("B,H,n_q,n_k,d,causal", SHAPES[1:4])
+def test_standard_against_reference(rng, B, H, n_q, n_k, d, causal):
+    q, k, v, do = qkv(rng, B, H, n_q, n_k, d)
+    with nf.poison_outputs():
+        o, p = nf.standard_attention(q, k, v, causal=causal, return_probs=True)
+        grads = nf.standard_attention_backward(do, q, k, v, o, p, causal=causal)
+    assert_close(o, ref.attention_forward(q, k, v, causal=causal)[0], OUT_TOL)
+    for g, g_ref in zip(grads, ref.attention_backward(do, q, k, v, causal=causal)):
+        assert_close(g, g_ref, GRAD_TOL)
+
+
+@pytest.mark.parametrize("tiling", [nf.Tiling(32, 32), nf.Tiling(64, 128), nf.Tiling(128, 64), nf.Tiling(16, 64)])
+def test_other_tilings(rng, tiling):
+    q, k, v, do = qkv(rng, 1, 2, 333, 301, 64)
+    o_ref, lse_ref = ref.attention_forward(q, k, v, causal=True)
+    with nf.poison_outputs():
+        o, lse = nf.flash_attention(q, k, v, causal=True, return_lse=True, tiling=tiling)
+        grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=True, tiling=tiling)
+    assert_close(o, o_ref, OUT_TOL)
+    assert_lse_close(lse, lse_ref, OUT_TOL)
+    for g, g_ref in zip(grads, ref.attention_backward(do, q, k, v, causal=True)):
+        assert_close(g, g_ref, GRAD_TOL)
+
+
+def test_reproducible_forward_and_deterministic_backward(rng):
+    q, k, v, do = qkv(rng, 2, 4, 1000, 1000, 64)
+    first = nf.flash_attention(q, k, v, causal=True, return_lse=True)
+    second = nf.flash_attention(q, k, v, causal=True, return_lse=True)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(first, second))
+    o, lse = first
+    g1 = nf.flash_attention_backward(do, q, k, v, o, lse, causal=True, deterministic=True)
+    g2 = nf.flash_attention_backward(do, q, k, v, o, lse, causal=True, deterministic=True)
+    assert all(a.tobytes() == b.tobytes() for a, b in zip(g1, g2))
+
+
+def test_torch_tensors_in_device_arrays_out(rng):
+    torch = pytest.importorskip("torch")
+    q, k, v, _ = qkv(rng, 1, 2, 300, 200, 64)
+    tq, tk, tv = (torch.from_numpy(x).cuda() for x in (q, k, v))
+    o = nf.flash_attention(tq, tk, tv, causal=True)
+    assert not isinstance(o, np.ndarray)
+    o_torch = torch.as_tensor(o, device="cuda")   # zero-copy view back into torch
+    assert_close(o_torch.cpu().numpy(), ref.attention_forward(q, k, v, causal=True)[0], OUT_TOL)
+    assert tq.data_ptr() == torch.as_tensor(tq, device="cuda").data_ptr()

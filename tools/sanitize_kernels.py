@@ -1,0 +1,35 @@
+"""Run every kernel once at small awkward sizes: the workload for compute-sanitizer.
+
+    compute-sanitizer --tool memcheck  python tools/sanitize_kernels.py
+    compute-sanitizer --tool racecheck python tools/sanitize_kernels.py
+Exits non-zero if any result is off the float64 reference (so a clean log means clean and right).
+"""
+import numpy as np
+
+import numba_flash as nf
+from numba_flash import reference as ref
+
+
+def main():
+    rng = np.random.default_rng(7)
+    worst = 0.0
+    for n_q, n_k, d, causal, tiling in [(97, 61, 40, True, nf.Tiling(32, 32)),
+                                        (61, 97, 80, True, None), (33, 47, 24, False, nf.Tiling(16, 64))]:
+        q, k, v, do = (rng.standard_normal((1, 2, n, d)).astype(np.float32) for n in (n_q, n_k, n_k, n_q))
+        o_ref, _ = ref.attention_forward(q, k, v, causal=causal)
+        g_ref = ref.attention_backward(do, q, k, v, causal=causal)
+        for algorithm in ("fa1", "fa2"):
+            o, lse = nf.flash_attention(q, k, v, causal=causal, return_lse=True, algorithm=algorithm, tiling=tiling)
+            worst = max(worst, np.abs(o - o_ref).max())
+        for det in (False, True):
+            g = nf.flash_attention_backward(do, q, k, v, o, lse, causal=causal, tiling=tiling, deterministic=det)
+            worst = max(worst, max(np.abs(a - b).max() for a, b in zip(g, g_ref)))
+        o, p = nf.standard_attention(q, k, v, causal=causal, return_probs=True, tiling=tiling)
+        g = nf.standard_attention_backward(do, q, k, v, o, p, causal=causal, tiling=tiling)
+        worst = max(worst, np.abs(o - o_ref).max(), max(np.abs(a - b).max() for a, b in zip(g, g_ref)))
+    print(f"max abs error over all kernels: {worst:.2e}")
+    raise SystemExit(0 if worst < 1e-4 else 1)
+
+
+if __name__ == "__main__":
+    main()
