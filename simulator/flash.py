@@ -100,7 +100,8 @@ def _backward_kv(w: Workload, t: Tiling, g: BlockGrid, atomic_dq: bool) -> Phase
     Other FLOPs: 5 per active score, Nk*d (scale dK), and with atomics 2*rows_i*d per active
     pair (scale and add)."""
     d = w.d
-    pairs, q_rows, kv_rows, scores = g.active_pairs, g.active_rows(), g.active_cols(), g.active_scores()
+    pairs, q_rows, kv_rows = g.active_pairs, g.active_rows(), g.active_cols()
+    scores = g.active_scores()
     kv_thread, head = t.kv_rows_per_thread(), t.head_cols_per_thread(d)
     rows_dot = pairs * t.threads * d
     sram_reads = {"Q": rows_dot * t.rows_per_thread + q_rows * t.threads * head,
@@ -116,12 +117,16 @@ def _backward_kv(w: Workload, t: Tiling, g: BlockGrid, atomic_dq: bool) -> Phase
     hbm_reads = {"K": w.N_k * d, "V": w.N_k * d, "Q": q_rows * d, "dO": q_rows * d,
                  "L": q_rows, "D": q_rows}
     hbm_writes = {"dK": w.N_k * d, "dV": w.N_k * d}
-    matmul, other, reread = 8 * d * scores, BACKWARD_SCORE_FLOPS * scores + w.N_k * d, 2 * w.N_q * d + 2 * w.N_q
+    matmul = 8 * d * scores                                  # S, dP, dV, dK
+    other = BACKWARD_SCORE_FLOPS * scores + w.N_k * d         # scores; scale dK
+    reread = 2 * w.N_q * d + 2 * w.N_q                        # Q, dO, L, D of a head
     if atomic_dq:
         hbm_reads["dQ"] = hbm_writes["dQ"] = q_rows * d
         sram_reads["dS"] += kv_rows * t.threads * t.rows_per_thread
         sram_reads["K"] += kv_rows * t.threads * head
-        matmul, other, reread = matmul + 2 * d * scores, other + 2 * d * q_rows, reread + w.N_q * d
+        matmul += 2 * d * scores                              # dQ_i += dS K_j
+        other += 2 * d * q_rows                               # scale and add, per atomic
+        reread += w.N_q * d                                   # dQ of a head
     return phase("main: dK, dV" + (", dQ atomics" if atomic_dq else ""), "flash_backward",
                  bh=w.BH, hbm_reads=hbm_reads, hbm_writes=hbm_writes,
                  sram_reads=sram_reads, sram_writes=sram_writes,

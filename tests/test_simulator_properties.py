@@ -1,6 +1,6 @@
 """The paper's scaling claims, checked on our exact counts and closed forms."""
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import (ALGORITHMS, Tiling, Workload, closed_forms, paper_tiling, predict)
