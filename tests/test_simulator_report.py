@@ -85,3 +85,20 @@ def test_flops_follow_the_stated_conventions():
     assert std.other_flops == nq * nk + 5 * nq * nk                 # scale, softmax
     causal = predict("flash_forward_v2", Workload(1, 1, 8, 8, 4, causal=True), Tiling(4, 4))
     assert causal.matmul_flops == 2 * 2 * (3 * 16) * 4              # 3 of 4 tiles active
+
+
+def test_default_tilings():
+    from simulator import ModelTiling, default_tiling, paper_tiling
+    from simulator.hardware import A100_40GB, H200
+
+    w = Workload(1, 1, 128, 128, 64)
+    # H200, fp32: M = 232448 / 4 = 58112 elements, Bc = ceil(58112 / 256) = 227, Br = 64
+    assert predict("flash_forward_v2", w).tiling == Tiling(64, 227)
+    assert predict("standard_backward", w).tiling == Tiling(64, 64)
+    assert default_tiling("flash_backward", w, A100_40GB) == Tiling(64, 163)
+    # d = 1: Bc = 14528 would need 3632 threads a block: counted, not launchable
+    tiny = paper_tiling(58112, 1)
+    assert type(tiny) is ModelTiling and (tiny.Br, tiny.Bc) == (1, 14528)
+    assert predict("flash_forward_v1", Workload(1, 1, 8, 8, 1), hardware=H200).tiling == tiny
+    with pytest.raises(ValueError, match="ModelTiling.Bc"):
+        ModelTiling(2, 0)
