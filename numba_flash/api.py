@@ -22,7 +22,7 @@ import numpy as np
 from . import checks, memory
 from .kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
 from .kernels.flash_forward_alg1 import make_flash_forward_alg1
-from .kernels.flash_forward_fa2 import make_flash_forward_fa2
+from .kernels.flash_forward_fa2 import LOG2E, make_flash_forward_fa2
 from .kernels.standard import make_ds, make_matmul, make_softmax
 from .launch import launch
 
@@ -71,7 +71,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     smem = tiling.smem_bytes(kernel_name, d)
     if algorithm == "fa2":
         kernel = make_flash_forward_fa2(tiling, d, causal)
-        launch(kernel, (tiling.Tr(n_q), bh), tiling.threads, smem, *args, scale, n_q, n_k)
+        launch(kernel, (tiling.Tr(n_q), bh), tiling.threads, smem, *args, F32(scale * LOG2E), n_q, n_k)
     else:
         l_ws = mem.output((bh, n_q), F32, "l")
         m_ws = mem.output((bh, n_q), F32, "m")

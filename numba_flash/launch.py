@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from numba import cuda
 
-from simulator.tiling import H200_SMEM_PER_BLOCK
+from simulator.tiling import H200_SMEM_PER_BLOCK, Tiling
 
 from .memory import simulator_enabled
 
 STATIC_SMEM_LIMIT = 48 * 1024
+REGISTERS_PER_SM = 65536
 #: Per-kernel register caps (``max_registers``) on the GPU; None lets the compiler choose.
 #: The CUDA simulator takes no such option, so it never sees them.
 REGISTER_CAPS: dict[str, int | None] = {
@@ -26,12 +27,15 @@ REGISTER_CAPS: dict[str, int | None] = {
 _raised: set = set()
 
 
-def jit_options(kernel: str) -> dict:
-    """Options for ``cuda.jit`` of ``kernel`` (a Tiling kernel name)."""
-    cap = REGISTER_CAPS.get(kernel)
-    if cap is None or simulator_enabled():
+def jit_options(kernel: str, tiling: Tiling) -> dict:
+    """Options for ``cuda.jit`` of ``kernel`` (a Tiling kernel name) launched with ``tiling``:
+    its register cap, lowered where needed so that a block of ``tiling.threads`` threads fits
+    the 64 K registers of one multiprocessor."""
+    if simulator_enabled():
         return {}
-    return {"max_registers": cap}
+    fit = (REGISTERS_PER_SM // tiling.threads) // 8 * 8
+    cap = min(REGISTER_CAPS.get(kernel) or 255, fit)
+    return {} if cap >= 255 else {"max_registers": cap}
 
 
 def smem_limit_bytes() -> int:

@@ -112,8 +112,8 @@ class Tiling:
         if kernel == "standard_matmul":
             return {"A": br * _odd(MATMUL_BK), "B": MATMUL_BK * bc}
         if kernel == "flash_forward_v2":
-            return {"Qi": br * ld, "Kj": bc * ld, "Vj": bc * ld, "S": br * ls,
-                    "m": br, "l": br, "alpha": br}
+            return {"Qi": br * ld, "Kj": bc * ld, "Vj": bc * ld, "P": br * ls,
+                    "row_partials": br * self.threads_x}
         if kernel == "flash_forward_v1":
             return {"Kj": bc * ld, "Vj": bc * ld, "Qi": br * ld, "S": br * ls,
                     "alpha": br, "beta": br}

@@ -32,7 +32,7 @@ from numba import cuda, float32
 from simulator.tiling import Tiling
 
 from ..launch import jit_options
-from .tiles import NEG_INF, POS_INF, ZERO, active_blocks, tile_ops
+from .tiles import NEG_INF, ONE, POS_INF, ZERO, active_blocks, tile_ops
 
 VERSION = 1
 
@@ -120,7 +120,7 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
     D0 = L0 + BR
     END = D0 + BR
 
-    @cuda.jit(**jit_options("flash_backward"))
+    @cuda.jit(**jit_options("flash_backward", tiling))
     def flash_backward_kv(q, k, v, do, lse, dvec, dq, dk, dv, scale, n_q, n_k):
         smem = cuda.shared.array(0, float32)
         Kj = smem[0:V0]        # SRAM, whole kernel
@@ -143,8 +143,8 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
         tr = (n_q + BR - 1) // BR
         tc = (n_k + BC - 1) // BC
 
-        load_head_tile(Kj, k, bh, col0, cols, BC, tid)
-        load_head_tile(Vj, v, bh, col0, cols, BC, tid)
+        load_head_tile(Kj, k, bh, col0, cols, BC, tid, ONE)
+        load_head_tile(Vj, v, bh, col0, cols, BC, tid, ONE)
         dk_acc = cuda.local.array((KA, OB), float32)   # registers: rows ty + TY a of dKj
         dv_acc = cuda.local.array((KA, OB), float32)   # registers: rows ty + TY a of dVj
         for a in range(KA):
@@ -162,8 +162,8 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
                 continue
             # barrier: Kj, Vj loaded; the previous step is done with Qi, dOi, P, dS, L, D
             cuda.syncthreads()
-            load_head_tile(Qi, q, bh, row0, rows, BR, tid)
-            load_head_tile(dOi, do, bh, row0, rows, BR, tid)
+            load_head_tile(Qi, q, bh, row0, rows, BR, tid, ONE)
+            load_head_tile(dOi, do, bh, row0, rows, BR, tid, ONE)
             load_row_stats(Lrow, Drow, lse, dvec, bh, row0, rows, tid)
             # barrier: Qi, dOi, L_i, D_i complete
             cuda.syncthreads()
@@ -221,7 +221,7 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
     D0 = L0 + BR
     END = D0 + BR
 
-    @cuda.jit(**jit_options("flash_backward_dq"))
+    @cuda.jit(**jit_options("flash_backward_dq", tiling))
     def flash_backward_dq(q, k, v, do, lse, dvec, dq, scale, n_q, n_k):
         smem = cuda.shared.array(0, float32)
         Qi = smem[0:O0]        # SRAM, whole kernel
@@ -242,8 +242,8 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
         off = n_k - n_q
         tc = (n_k + BC - 1) // BC
 
-        load_head_tile(Qi, q, bh, row0, rows, BR, tid)
-        load_head_tile(dOi, do, bh, row0, rows, BR, tid)
+        load_head_tile(Qi, q, bh, row0, rows, BR, tid, ONE)
+        load_head_tile(dOi, do, bh, row0, rows, BR, tid, ONE)
         load_row_stats(Lrow, Drow, lse, dvec, bh, row0, rows, tid)
         p = cuda.local.array((RA, CB), float32)
         ds = cuda.local.array((RA, CB), float32)
@@ -257,8 +257,8 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
             cols = min(BC, n_k - col0)
             # barrier: the previous step is done with Kj, Vj, dS (and Qi, dOi, L, D are loaded)
             cuda.syncthreads()
-            load_head_tile(Kj, k, bh, col0, cols, BC, tid)
-            load_head_tile(Vj, v, bh, col0, cols, BC, tid)
+            load_head_tile(Kj, k, bh, col0, cols, BC, tid, ONE)
+            load_head_tile(Vj, v, bh, col0, cols, BC, tid, ONE)
             # barrier: Kj, Vj complete
             cuda.syncthreads()
             recompute_p_ds(p, ds, Qi, dOi, Kj, Vj, Lrow, Drow, scale, row0, col0, cols, off, ty, tx)

@@ -30,7 +30,7 @@ from numba import cuda, float32
 from simulator.tiling import Tiling
 
 from ..launch import jit_options
-from .tiles import NEG_INF, ZERO, active_blocks, tile_ops
+from .tiles import NEG_INF, ONE, ZERO, active_blocks, tile_ops
 
 VERSION = 1
 
@@ -51,7 +51,7 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
     B0 = A0 + BR
     END = B0 + BR
 
-    @cuda.jit(**jit_options("flash_forward_v1"))
+    @cuda.jit(**jit_options("flash_forward_v1", tiling))
     def flash_forward_alg1(q, k, v, o, lse, l_hbm, m_hbm, scale, n_q, n_k):
         smem = cuda.shared.array(0, float32)
         Kj = smem[0:V0]        # SRAM for a whole outer step
@@ -76,8 +76,8 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
             cols = min(BC, n_k - col0)
             # barrier: the previous outer step is done with Kj, Vj
             cuda.syncthreads()
-            load_head_tile(Kj, k, bh, col0, cols, BC, tid)
-            load_head_tile(Vj, v, bh, col0, cols, BC, tid)
+            load_head_tile(Kj, k, bh, col0, cols, BC, tid, ONE)
+            load_head_tile(Vj, v, bh, col0, cols, BC, tid, ONE)
             for i in range(tr):
                 row0 = i * BR
                 rows = min(BR, n_q - row0)
@@ -86,7 +86,7 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
                     continue
                 # barrier: Kj, Vj loaded; the previous inner step is done with Qi, P, keep, inv_l
                 cuda.syncthreads()
-                load_head_tile(Qi, q, bh, row0, rows, BR, tid)
+                load_head_tile(Qi, q, bh, row0, rows, BR, tid, ONE)
                 # barrier: Qi complete
                 cuda.syncthreads()
                 rows_dot_rows(s, Qi, Kj, ty, tx)

@@ -48,7 +48,7 @@ def make_matmul(tiling: Tiling, trans_a: bool, trans_b: bool):
     B0 = BR * LA
     END = B0 + BK * BC
 
-    @cuda.jit(**jit_options("standard_matmul"))
+    @cuda.jit(**jit_options("standard_matmul", tiling))
     def matmul(a, b, c, alpha, m, n, kdim):
         smem = cuda.shared.array(0, float32)
         As = smem[0:B0]     # SRAM: Br x BK chunk of opA

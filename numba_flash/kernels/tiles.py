@@ -23,6 +23,7 @@ from simulator.tiling import Tiling
 NEG_INF = np.float32(-np.inf)   # float32 constants keep kernel arithmetic in fp32
 POS_INF = np.float32(np.inf)
 ZERO = np.float32(0.0)
+ONE = np.float32(1.0)
 
 
 @cuda.jit(device=True)
@@ -48,14 +49,15 @@ def tile_ops(tiling: Tiling, d: int) -> SimpleNamespace:
     LD, LS = tiling.head_stride(d), tiling.score_stride
 
     @cuda.jit(device=True)
-    def load_head_tile(dst, src, bh, row0, nrows, max_rows, tid):
-        """HBM -> SRAM: dst[r, :] = src[bh, row0 + r, :] for r < nrows; rows nrows..max_rows-1
-        are zero-filled in SRAM (no HBM access) so ragged tiles add nothing to any product."""
+    def load_head_tile(dst, src, bh, row0, nrows, max_rows, tid, factor):
+        """HBM -> SRAM: dst[r, :] = factor * src[bh, row0 + r, :] for r < nrows; rows
+        nrows..max_rows-1 are zero-filled in SRAM (no HBM access) so ragged tiles add nothing
+        to any product."""
         for idx in range(tid, max_rows * d, T):
             r = idx // d
             c = idx - r * d
             if r < nrows:
-                dst[r * LD + c] = src[bh, row0 + r, c]
+                dst[r * LD + c] = factor * src[bh, row0 + r, c]
             else:
                 dst[r * LD + c] = 0.0
 
