@@ -4,7 +4,7 @@ Attention of GPT-2 medium (N = 1024, d = 64, 16 heads, batch 64): GFLOPs, HBM re
 runtime.  Our kernels are fp32 only: on the GPU we measure fp32 (DRAM and SM<->L2 bytes from
 ncu, runtime from CUDA events) and predict fp32 on the H200; fp16 is predicted only, on the
 H200 and on the paper's A100, beside the paper's A100 numbers.  On the CPU the full size is
-model-only, and a scaled-down copy (N = 32, d = 8, 2 heads) is counted under the CUDA simulator.
+model-only, and a scaled-down copy (N = 32, d = 8, one head) is counted under the CUDA simulator.
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ PAPER_A100 = {("standard", "gflops"): 66.6, ("flash", "gflops"): 75.2,
               ("standard", "hbm_gb"): 40.3, ("flash", "hbm_gb"): 4.4,
               ("standard", "runtime_ms"): 41.7, ("flash", "runtime_ms"): 7.3}
 SHAPE = dict(B=64, H=16, N=1024, d=64)
-SMALL_SHAPE = dict(B=1, H=2, N=32, d=8)
+SMALL_SHAPE = dict(B=1, H=1, N=32, d=8)
 SMALL_TILING = (8, 8)
 METHODS = {"standard": "standard", "flash": "fa2"}
 GB, MS = 1e9, 1e3

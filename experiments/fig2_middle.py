@@ -7,7 +7,7 @@ Q and O are re-read once per K/V block, so HBM traffic falls as Bc grows; in the
 V are re-read once per Q block, so traffic depends on Br and stays flat in Bc.
 
 GPU: SM<->L2 and DRAM bytes from ncu, runtime from CUDA events.  CPU: the full size is
-model-only; a tiny copy (N = 64, d = 8, Br = 8, Bc = 8 ... 64) is counted under the simulator.
+model-only; a tiny copy (N = 32, d = 8, Br = 8, Bc = 8, 16, 32) is counted under the simulator.
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from experiments.common.traffic import MeasuredTraffic, measure_traffic
 NAME = "fig2_middle"
 SHAPE = dict(B=64, H=16, N=1024, d=64)
 BR, BCS = 64, (64, 128, 256, 512)
-SMALL_SHAPE = dict(B=1, H=2, N=64, d=8)
-SMALL_BR, SMALL_BCS = 8, (8, 16, 32, 64)
+SMALL_SHAPE = dict(B=1, H=1, N=32, d=8)
+SMALL_BR, SMALL_BCS = 8, (8, 16, 32)
 METHODS = ("fa1", "fa2")
 
 
@@ -109,7 +109,7 @@ def plot(rows: list[dict], path) -> None:
               ("HBM read+write (DRAM)", "HBM read + write, DRAM (bytes)"),
               ("forward runtime", "forward runtime (ms)")]
     if any(r["quantity"] == "HBM read+write (tiny, simulator)" for r in rows):
-        panels.append(("HBM read+write (tiny, simulator)", "N=64, d=8, Br=8: read + write (bytes)"))
+        panels.append(("HBM read+write (tiny, simulator)", "tiny copy (N=32, d=8, Br=8): read + write (bytes)"))
     fig, axes = plotting.figure(len(panels), title="Figure 2 (middle): block size Bc, FlashAttention forward "
                                 "(N=1024, d=64, 16 heads, batch 64, Br=64, fp32)")
     for ax, (quantity, ylabel) in zip(axes, panels):

@@ -31,10 +31,10 @@ def _sweeps(ctx: RunContext) -> list[tuple[str, int, Case]]:
         ds = [32, 64, 128] if ctx.quick else [16, 32, 64, 128]
         bcs = [16, 64, 256] if ctx.quick else [16, 32, 64, 128, 256]
     else:
-        B, H, d, n_fixed, bc_fixed, standard_tiling = 1, 2, 8, 32, 8, (8, 8)
+        B, H, d, n_fixed, bc_fixed, standard_tiling = 1, 1, 8, 32, 8, (8, 8)
         ns = [16, 32, 64] if ctx.quick else [16, 32, 48, 64]
         ds = [4, 8, 16]
-        bcs = [2, 4, 8] if ctx.quick else [2, 4, 8, 16]
+        bcs = [4, 8, 16] if ctx.quick else [2, 4, 8, 16]
     m_fixed = 4 * d * bc_fixed
 
     def flash(method, n, dd, M):
@@ -51,7 +51,7 @@ def _sweeps(ctx: RunContext) -> list[tuple[str, int, Case]]:
     for dd in ds:
         triples += [("d", *standard(n_fixed, dd)), ("d", m_fixed, flash("fa1", n_fixed, dd, m_fixed))]
     for bc in bcs:
-        triples += [("M", 4 * d * bc, flash(m, max(ns), d, 4 * d * bc)) for m in ("fa1", "fa2")]
+        triples += [("M", 4 * d * bc, flash(m, n_fixed, d, 4 * d * bc)) for m in ("fa1", "fa2")]
     return triples
 
 
