@@ -115,6 +115,7 @@ PANELS = (("GFLOPs", "GFLOPs", "GFLOP"),
 
 def plot(rows: list[dict], path) -> None:
     fig, axes = plotting.figure(3, title="Figure 2 (left): GPT-2 medium attention (N=1024, d=64, 16 heads, batch 64)")
+    fig.set_size_inches(15.6, 6.0)
     series = [  # (label, row filter, value key, hatch)
         ("paper A100 fp16", lambda r: r["gpu"] == model.PAPER_GPU, "paper_a100_fp16", ""),
         ("predicted A100 fp16", lambda r: r["gpu"] == model.PAPER_GPU, "predicted", "//"),
@@ -142,6 +143,6 @@ def plot(rows: list[dict], path) -> None:
         ax.set_xticks(range(len(METHODS)), ["standard", "FlashAttention"])
         plotting.finish(ax, "", f"{title} ({unit})")
         ax.set_yscale("log")
-        ax.legend(fontsize=6)
+        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2)
     plotting.save(fig, path, footnote="fp32 is what we measure; fp16 is predicted only (no fp16 kernels). "
                   "Missing bars: not measured in this run (see the CSV's note).")

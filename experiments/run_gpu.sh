@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# All GPU results in one go, within ~9 minutes on one H200:
+#   source .whl/prefix.sh; bash experiments/run_gpu.sh "$OUT"          (--quick point sets)
+#   source .whl/prefix.sh; bash experiments/run_gpu.sh "$OUT" --full   (every point; > 9 min)
+# Each experiment runs in its own process under its own time limit, so one that overruns or
+# crashes costs only its own CSV; validation runs last over whatever the others wrote.  The
+# results folder and the log are packed into DEST/results.tar.gz (plus the log beside it).
+set -u
+dest=${1:?usage: run_gpu.sh DEST [--full]}
+mode=--quick
+[ "${2:-}" = "--full" ] && mode=
+results=/tmp/numba-flash-results
+rm -rf "$results"; mkdir -p "$results" "$dest"
+log=$results/run_gpu.log
+export PYTHONUNBUFFERED=1
+run() {  # run LIMIT_S ARGS...: one CLI call, limited to LIMIT_S seconds, logged
+  local limit=$1; shift
+  echo "### $(date -u +%FT%TZ) python -m experiments $* (limit ${limit}s)" | tee -a "$log"
+  timeout -k 10 "$limit" python3 -m experiments "$@" --device gpu $mode --out "$results" >>"$log" 2>&1
+  echo "### exit $?" | tee -a "$log"
+}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >>"$log" 2>&1
+which ncu >>"$log" 2>&1; ncu --version >>"$log" 2>&1
+run 75 run fig2_left
+run 60 run fig2_middle
+run 75 run io_scaling
+run 60 run l2_effect
+run 50 run memory
+run 75 run runtime
+run 80 bench
+run 20 run validation
+tar -C "$(dirname "$results")" -czf "$dest/results.tar.gz" "$(basename "$results")"
+cp "$log" "$dest/run_gpu.log"
+grep -E "^### |FAILED|FAILURE|MISMATCH|Traceback" "$log" | tail -40
