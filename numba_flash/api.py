@@ -22,8 +22,9 @@ import numpy as np
 from . import checks, memory
 from .kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
 from .kernels.flash_forward_alg1 import make_flash_forward_alg1
-from .kernels.flash_forward_fa2 import LOG2E, make_flash_forward_fa2
+from .kernels.flash_forward_fa2 import make_flash_forward_fa2
 from .kernels.standard import make_ds, make_matmul, make_softmax
+from .kernels.tiles import LOG2E
 from .launch import launch
 
 ALGORITHMS = {"fa1": "flash_forward_v1", "fa2": "flash_forward_v2"}
@@ -112,17 +113,18 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     fq, fk, fv = _flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d)
     fdo, fo, fl, fdq = _flat(dO, n_q, d), _flat(O, n_q, d), _flat(L, n_q), _flat(dQ, n_q, d)
 
+    qscale = F32(scale * LOG2E)
     threads = _row_threads()
     row_dot = make_row_dot(threads, d, not deterministic)
     launch(row_dot, (math.ceil(n_q / threads), bh), threads, 0, fdo, fo, D, fdq, n_q)
     kv = make_flash_backward_kv(tiling, d, causal, not deterministic)
     launch(kv, (tiling.Tc(n_k), bh), tiling.threads, tiling.smem_bytes("flash_backward", d),
-           fq, fk, fv, fdo, fl, D, fdq, _flat(dK, n_k, d), _flat(dV, n_k, d), scale, n_q, n_k)
+           fq, fk, fv, fdo, fl, D, fdq, _flat(dK, n_k, d), _flat(dV, n_k, d), scale, qscale, n_q, n_k)
     if deterministic:
         dq_kernel = make_flash_backward_dq(tiling, d, causal)
         launch(dq_kernel, (tiling.Tr(n_q), bh), tiling.threads,
                tiling.smem_bytes("flash_backward_dq", d),
-               fq, fk, fv, fdo, fl, D, fdq, scale, n_q, n_k)
+               fq, fk, fv, fdo, fl, D, fdq, scale, qscale, n_q, n_k)
     return tuple(mem.result(x, shp.on_host) for x in (dQ, dK, dV))
 
 

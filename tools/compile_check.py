@@ -26,8 +26,8 @@ A3, A2 = "float32[:,:,::1]", "float32[:,::1]"
 SIGS = {
     "fa2": f"({A3}, {A3}, {A3}, {A3}, {A2}, float32, int64, int64)",
     "alg1": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A2}, float32, int64, int64)",
-    "bwd_kv": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, {A3}, {A3}, float32, int64, int64)",
-    "bwd_dq": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, float32, int64, int64)",
+    "bwd_kv": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, {A3}, {A3}, float32, float32, int64, int64)",
+    "bwd_dq": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, float32, float32, int64, int64)",
     "row_dot": f"({A3}, {A3}, {A2}, {A3}, int64)",
     "matmul": f"({A3}, {A3}, {A3}, float32, int64, int64, int64)",
     "softmax": f"({A3}, {A3}, int64, int64)",

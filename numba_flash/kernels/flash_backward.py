@@ -18,9 +18,11 @@ results that do not depend on the order blocks run in.
 
 Rows that see no key (L = -inf) get P = 0 and so contribute nothing.
 
-Versions:
+Versions (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py; FLOPs 2.5x the forward's):
     v1  4x4 register tiles, P and dS through shared memory, dQ by fp32 atomics (or the
-        deterministic dQ kernel); Br = Bc = 64 at d <= 64.
+        deterministic dQ kernel); Br = Bc = 64 at d <= 64: 5.4 TFLOP/s (7.2 with 128
+        registers), 2026-11-29.
+    v2  scores in base 2 (Qi held as scale*log2(e) q, L as L*log2(e)): one exp2 per element.
 """
 from __future__ import annotations
 
@@ -32,9 +34,9 @@ from numba import cuda, float32
 from simulator.tiling import Tiling
 
 from ..launch import jit_options
-from .tiles import NEG_INF, ONE, POS_INF, ZERO, active_blocks, tile_ops
+from .tiles import LN2, LOG2E, NEG_INF, ONE, POS_INF, ZERO, active_blocks, tile_ops
 
-VERSION = 1
+VERSION = 2
 
 
 @lru_cache(maxsize=None)
@@ -64,8 +66,8 @@ def _make_recompute(t, d, causal):
     rows_dot_rows = t.rows_dot_rows
 
     @cuda.jit(device=True)
-    def recompute_p_ds(p, ds, Qi, dOi, Kj, Vj, Lrow, Drow, scale, row0, col0, cols, off, ty, tx):
-        rows_dot_rows(p, Qi, Kj, ty, tx)     # S_ij
+    def recompute_p_ds(p, ds, Qi, dOi, Kj, Vj, Lrow, Drow, row0, col0, cols, off, ty, tx):
+        rows_dot_rows(p, Qi, Kj, ty, tx)     # S_ij in base 2 (Qi holds scale*log2(e) q)
         rows_dot_rows(ds, dOi, Vj, ty, tx)   # dP_ij
         for a in range(RA):
             r = min(ty + TY * a, BR - 1)
@@ -74,7 +76,7 @@ def _make_recompute(t, d, causal):
                 if c >= cols or (causal and col0 + c > row0 + r + off):
                     p[a, b] = 0.0
                 else:
-                    p[a, b] = math.exp(scale * p[a, b] - Lrow[r])
+                    p[a, b] = math.exp2(p[a, b] - Lrow[r])
                 ds[a, b] = p[a, b] * (ds[a, b] - Drow[r])
 
     return recompute_p_ds
@@ -85,12 +87,12 @@ def _make_load_row_stats(t):
 
     @cuda.jit(device=True)
     def load_row_stats(Lrow, Drow, lse, dvec, bh, row0, rows, tid):
-        """L_i, D_i HBM -> SRAM. Rows beyond the tail and rows that saw no key (L = -inf) get
-        L = +inf there, so that exp(S - L) = 0 exactly."""
+        """L_i (times log2(e), to match base-2 scores), D_i HBM -> SRAM. Rows beyond the tail
+        and rows that saw no key (L = -inf) get L = +inf there, so that P = 0 exactly."""
         for r in range(tid, BR, T):
             if r < rows:
                 x = lse[bh, row0 + r]
-                Lrow[r] = x if x != NEG_INF else POS_INF
+                Lrow[r] = x * LOG2E if x != NEG_INF else POS_INF
                 Drow[r] = dvec[bh, row0 + r]
             else:
                 Lrow[r] = POS_INF
@@ -101,7 +103,8 @@ def _make_load_row_stats(t):
 
 @lru_cache(maxsize=None)
 def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool):
-    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, n_q, n_k)`` computing dK, dV and,
+    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k)`` (``qscale`` =
+    scale * log2(e), float32; Qi is held in SRAM times qscale) computing dK, dV and,
     with ``atomic_dq``, dQ by atomic adds (dq must be zeroed first). Grid (Tc, B*H),
     ``tiling.threads`` threads, ``tiling.smem_bytes("flash_backward", d)`` bytes of shared memory."""
     t = tile_ops(tiling, d)
@@ -121,7 +124,7 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
     END = D0 + BR
 
     @cuda.jit(**jit_options("flash_backward", tiling))
-    def flash_backward_kv(q, k, v, do, lse, dvec, dq, dk, dv, scale, n_q, n_k):
+    def flash_backward_kv(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k):
         smem = cuda.shared.array(0, float32)
         Kj = smem[0:V0]        # SRAM, whole kernel
         Vj = smem[V0:Q0]       # SRAM, whole kernel
@@ -162,12 +165,12 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
                 continue
             # barrier: Kj, Vj loaded; the previous step is done with Qi, dOi, P, dS, L, D
             cuda.syncthreads()
-            load_head_tile(Qi, q, bh, row0, rows, BR, tid, ONE)
+            load_head_tile(Qi, q, bh, row0, rows, BR, tid, qscale)
             load_head_tile(dOi, do, bh, row0, rows, BR, tid, ONE)
             load_row_stats(Lrow, Drow, lse, dvec, bh, row0, rows, tid)
             # barrier: Qi, dOi, L_i, D_i complete
             cuda.syncthreads()
-            recompute_p_ds(p, ds, Qi, dOi, Kj, Vj, Lrow, Drow, scale, row0, col0, cols, off, ty, tx)
+            recompute_p_ds(p, ds, Qi, dOi, Kj, Vj, Lrow, Drow, row0, col0, cols, off, ty, tx)
             for a in range(RA):
                 r = ty + TY * a
                 for b in range(CB):
@@ -198,7 +201,7 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
                 for b in range(OB):
                     x = tx + TX * b
                     if x < d:
-                        dk[bh, col0 + c, x] = scale * dk_acc[a, b]
+                        dk[bh, col0 + c, x] = LN2 * dk_acc[a, b]   # scale dS^T Q = ln2 dS^T Qi
                         dv[bh, col0 + c, x] = dv_acc[a, b]
 
     return flash_backward_kv
@@ -206,7 +209,7 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
 
 @lru_cache(maxsize=None)
 def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
-    """Deterministic dQ kernel ``(q, k, v, do, lse, dvec, dq, scale, n_q, n_k)``: grid (Tr, B*H),
+    """Deterministic dQ kernel ``(q, k, v, do, lse, dvec, dq, scale, qscale, n_q, n_k)``: grid (Tr, B*H),
     ``tiling.threads`` threads, ``tiling.smem_bytes("flash_backward_dq", d)`` bytes."""
     t = tile_ops(tiling, d)
     BR, BC, TY, TX, RA, CB, OB, LD, LS = t.BR, t.BC, t.TY, t.TX, t.RA, t.CB, t.OB, t.LD, t.LS
@@ -222,7 +225,7 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
     END = D0 + BR
 
     @cuda.jit(**jit_options("flash_backward_dq", tiling))
-    def flash_backward_dq(q, k, v, do, lse, dvec, dq, scale, n_q, n_k):
+    def flash_backward_dq(q, k, v, do, lse, dvec, dq, scale, qscale, n_q, n_k):
         smem = cuda.shared.array(0, float32)
         Qi = smem[0:O0]        # SRAM, whole kernel
         dOi = smem[O0:K0]      # SRAM, whole kernel
@@ -242,7 +245,7 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
         off = n_k - n_q
         tc = (n_k + BC - 1) // BC
 
-        load_head_tile(Qi, q, bh, row0, rows, BR, tid, ONE)
+        load_head_tile(Qi, q, bh, row0, rows, BR, tid, qscale)
         load_head_tile(dOi, do, bh, row0, rows, BR, tid, ONE)
         load_row_stats(Lrow, Drow, lse, dvec, bh, row0, rows, tid)
         p = cuda.local.array((RA, CB), float32)
@@ -261,7 +264,7 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
             load_head_tile(Vj, v, bh, col0, cols, BC, tid, ONE)
             # barrier: Kj, Vj complete
             cuda.syncthreads()
-            recompute_p_ds(p, ds, Qi, dOi, Kj, Vj, Lrow, Drow, scale, row0, col0, cols, off, ty, tx)
+            recompute_p_ds(p, ds, Qi, dOi, Kj, Vj, Lrow, Drow, row0, col0, cols, off, ty, tx)
             for a in range(RA):
                 r = ty + TY * a
                 for b in range(CB):

@@ -34,11 +34,9 @@ from numba import cuda, float32
 from simulator.tiling import Tiling
 
 from ..launch import jit_options
-from .tiles import NEG_INF, ONE, ZERO, active_blocks, tile_ops
+from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, tile_ops
 
 VERSION = 2
-LOG2E = 1.4426950408889634
-LN2 = 0.6931471805599453
 
 
 @lru_cache(maxsize=None)

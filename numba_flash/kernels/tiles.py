@@ -24,6 +24,9 @@ NEG_INF = np.float32(-np.inf)   # float32 constants keep kernel arithmetic in fp
 POS_INF = np.float32(np.inf)
 ZERO = np.float32(0.0)
 ONE = np.float32(1.0)
+#: Base-2 scores: exp(x) = exp2(x log2 e); ln y = log2(y) ln 2.
+LOG2E = 1.4426950408889634
+LN2 = 0.6931471805599453
 
 
 @cuda.jit(device=True)
