@@ -1,7 +1,7 @@
 """Command line: ``python -m experiments [list | run NAME... | bench]`` (also installed as the
 ``numba-flash-experiments`` console script).
 
-    python -m experiments                      # = run all, on the GPU if there is one
+    python -m experiments [--quick] [--out DIR] # = run all, on the GPU if there is one
     python -m experiments list
     python -m experiments run fig2_left io_scaling [--device gpu|cpu] [--quick] [--out DIR]
     python -m experiments run all              # (or --all) every experiment, validation last
@@ -77,7 +77,9 @@ def run_module(module_name: str, name: str, ctx) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv or ["run", "--all"])
+    if not argv or (argv[0].startswith("--") and argv[0] != "--help"):
+        argv = ["run", "--all", *argv]  # `python -m experiments [--quick ...]` runs everything
+    args = _parser().parse_args(argv)
     if args.action == "list":
         for name, module_name in EXPERIMENTS.items():
             print(f"{name:12s} {_summary(module_name)}")
