@@ -27,6 +27,13 @@ REGISTER_CAPS: dict[str, int | None] = {
 _raised: set = set()
 
 
+def smem_alignment() -> int | None:
+    """Byte alignment to declare for the kernels' dynamic shared array: 16, so that rows of
+    4-float multiples can be read with LDS.128; None under the CUDA simulator, which refuses
+    the option."""
+    return None if simulator_enabled() else 16
+
+
 def jit_options(kernel: str, tiling: Tiling) -> dict:
     """Options for ``cuda.jit`` of ``kernel`` (a Tiling kernel name) launched with ``tiling``:
     its register cap, lowered where needed so that a block of ``tiling.threads`` threads fits

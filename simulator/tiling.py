@@ -10,8 +10,9 @@ owns the S-tile entries ``S[ty + threads_y*a, tx + threads_x*b]`` for ``a < rows
 ``b < cols_per_thread`` -- at most a 4 x 4 register tile -- and, in products whose output has
 ``d`` columns, the columns ``tx + threads_x*b`` for ``b < head_cols_per_thread(d)``.
 
-Shared-memory rows are padded to an odd stride (``d | 1``, ``Bc | 1`` elements) so that the 32
-consecutive rows a warp touches fall in 32 different banks.
+Shared-memory rows of the attention tiles are padded to a multiple of 4 elements plus 4
+(``head_stride``, ``score_stride``): 16-byte aligned for vector loads, and staggered by 4 banks
+from row to row. The standard matmul's A chunk keeps an odd stride (``MATMUL_BK | 1``).
 
 This module imports nothing beyond the standard library: the simulator must run without numba.
 """
@@ -38,6 +39,13 @@ H200_SMEM_PER_BLOCK = 232448
 
 def _odd(n: int) -> int:
     return n | 1
+
+
+def _padded(n: int) -> int:
+    """n rounded up to a multiple of 4, plus 4: rows stay 16-byte aligned (LDS.128) and
+    consecutive rows start 4 banks apart, so the 8 rows a quarter-warp reads at once hit 8
+    different 16-byte bank groups."""
+    return -(-n // 4) * 4 + 4
 
 
 @dataclass(frozen=True)
@@ -99,12 +107,12 @@ class Tiling:
     # ---- shared memory -------------------------------------------------------------------
     def head_stride(self, d: int) -> int:
         """Shared-memory row stride (elements) of a tile with d columns (Qi, Kj, Vj, dOi)."""
-        return _odd(d)
+        return _padded(d)
 
     @property
     def score_stride(self) -> int:
         """Shared-memory row stride (elements) of a Br x Bc tile (S, P, dS)."""
-        return _odd(self.Bc)
+        return _padded(self.Bc)
 
     def smem_terms(self, kernel: str, d: int) -> dict[str, int]:
         """Elements of each shared-memory buffer ``kernel`` allocates, in allocation order."""

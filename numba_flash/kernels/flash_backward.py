@@ -33,7 +33,7 @@ from numba import cuda, float32
 
 from simulator.tiling import Tiling
 
-from ..launch import jit_options
+from ..launch import jit_options, smem_alignment
 from .tiles import LN2, LOG2E, NEG_INF, ONE, POS_INF, ZERO, active_blocks, tile_ops
 
 VERSION = 2
@@ -66,9 +66,10 @@ def _make_recompute(t, d, causal):
     rows_dot_rows = t.rows_dot_rows
 
     @cuda.jit(device=True)
-    def recompute_p_ds(p, ds, Qi, dOi, Kj, Vj, Lrow, Drow, row0, col0, cols, off, ty, tx):
-        rows_dot_rows(p, Qi, Kj, ty, tx)     # S_ij in base 2 (Qi holds scale*log2(e) q)
-        rows_dot_rows(ds, dOi, Vj, ty, tx)   # dP_ij
+    def recompute_p_ds(p, ds, smem, q0, do0, k0, v0, Lrow, Drow, row0, col0, cols, off, ty, tx):
+        """Tiles Qi, dOi, Kj, Vj at offsets q0, do0, k0, v0 of ``smem``."""
+        rows_dot_rows(p, smem, q0, k0, ty, tx)     # S_ij in base 2 (Qi holds scale*log2(e) q)
+        rows_dot_rows(ds, smem, do0, v0, ty, tx)   # dP_ij
         for a in range(RA):
             r = min(ty + TY * a, BR - 1)
             for b in range(CB):
@@ -123,13 +124,13 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
     D0 = L0 + BR
     END = D0 + BR
 
+    ALIGN = smem_alignment()
+
     @cuda.jit(**jit_options("flash_backward", tiling))
     def flash_backward_kv(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k):
-        smem = cuda.shared.array(0, float32)
-        Kj = smem[0:V0]        # SRAM, whole kernel
-        Vj = smem[V0:Q0]       # SRAM, whole kernel
-        Qi = smem[Q0:O0]       # SRAM, one i step
-        dOi = smem[O0:P0]      # SRAM, one i step
+        smem = cuda.shared.array(0, float32, alignment=ALIGN)
+        # SRAM tiles, at fixed offsets of smem: Kj [0, V0) and Vj [V0, Q0) for the whole kernel;
+        # Qi [Q0, O0) and dOi [O0, P0) for one i step
         P = smem[P0:S0]        # SRAM, one i step
         dS = smem[S0:L0]       # SRAM, one i step
         Lrow = smem[L0:D0]
@@ -146,8 +147,8 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
         tr = (n_q + BR - 1) // BR
         tc = (n_k + BC - 1) // BC
 
-        load_head_tile(Kj, k, bh, col0, cols, BC, tid, ONE)
-        load_head_tile(Vj, v, bh, col0, cols, BC, tid, ONE)
+        load_head_tile(smem, 0, k, bh, col0, cols, BC, tid, ONE)
+        load_head_tile(smem, V0, v, bh, col0, cols, BC, tid, ONE)
         dk_acc = cuda.local.array((KA, OB), float32)   # registers: rows ty + TY a of dKj
         dv_acc = cuda.local.array((KA, OB), float32)   # registers: rows ty + TY a of dVj
         for a in range(KA):
@@ -165,12 +166,12 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
                 continue
             # barrier: Kj, Vj loaded; the previous step is done with Qi, dOi, P, dS, L, D
             cuda.syncthreads()
-            load_head_tile(Qi, q, bh, row0, rows, BR, tid, qscale)
-            load_head_tile(dOi, do, bh, row0, rows, BR, tid, ONE)
+            load_head_tile(smem, Q0, q, bh, row0, rows, BR, tid, qscale)
+            load_head_tile(smem, O0, do, bh, row0, rows, BR, tid, ONE)
             load_row_stats(Lrow, Drow, lse, dvec, bh, row0, rows, tid)
             # barrier: Qi, dOi, L_i, D_i complete
             cuda.syncthreads()
-            recompute_p_ds(p, ds, Qi, dOi, Kj, Vj, Lrow, Drow, row0, col0, cols, off, ty, tx)
+            recompute_p_ds(p, ds, smem, Q0, O0, 0, V0, Lrow, Drow, row0, col0, cols, off, ty, tx)
             for a in range(RA):
                 r = ty + TY * a
                 for b in range(CB):
@@ -180,13 +181,13 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
                         dS[r * LS + c] = ds[a, b]
             # barrier: P and dS complete before the products that read them across threads
             cuda.syncthreads()
-            scores_t_times_tile(dv_acc, P, dOi, rows, ty, tx)
-            scores_t_times_tile(dk_acc, dS, Qi, rows, ty, tx)
+            scores_t_times_tile(dv_acc, smem, P0, O0, rows, ty, tx)
+            scores_t_times_tile(dk_acc, smem, S0, Q0, rows, ty, tx)
             if atomic_dq:
                 for a in range(RA):
                     for b in range(OB):
                         dq_acc[a, b] = 0.0
-                scores_times_tile(dq_acc, dS, Kj, cols, ty, tx)
+                scores_times_tile(dq_acc, smem, S0, 0, cols, ty, tx)
                 for a in range(RA):
                     r = ty + TY * a
                     if r < rows:
@@ -224,13 +225,13 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
     D0 = L0 + BR
     END = D0 + BR
 
+    ALIGN = smem_alignment()
+
     @cuda.jit(**jit_options("flash_backward_dq", tiling))
     def flash_backward_dq(q, k, v, do, lse, dvec, dq, scale, qscale, n_q, n_k):
-        smem = cuda.shared.array(0, float32)
-        Qi = smem[0:O0]        # SRAM, whole kernel
-        dOi = smem[O0:K0]      # SRAM, whole kernel
-        Kj = smem[K0:V0]       # SRAM, one j step
-        Vj = smem[V0:S0]       # SRAM, one j step
+        smem = cuda.shared.array(0, float32, alignment=ALIGN)
+        # SRAM tiles, at fixed offsets of smem: Qi [0, O0) and dOi [O0, K0) for the whole
+        # kernel; Kj [K0, V0) and Vj [V0, S0) for one j step
         dS = smem[S0:L0]       # SRAM, one j step
         Lrow = smem[L0:D0]
         Drow = smem[D0:END]
@@ -245,8 +246,8 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
         off = n_k - n_q
         tc = (n_k + BC - 1) // BC
 
-        load_head_tile(Qi, q, bh, row0, rows, BR, tid, qscale)
-        load_head_tile(dOi, do, bh, row0, rows, BR, tid, ONE)
+        load_head_tile(smem, 0, q, bh, row0, rows, BR, tid, qscale)
+        load_head_tile(smem, O0, do, bh, row0, rows, BR, tid, ONE)
         load_row_stats(Lrow, Drow, lse, dvec, bh, row0, rows, tid)
         p = cuda.local.array((RA, CB), float32)
         ds = cuda.local.array((RA, CB), float32)
@@ -260,11 +261,11 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
             cols = min(BC, n_k - col0)
             # barrier: the previous step is done with Kj, Vj, dS (and Qi, dOi, L, D are loaded)
             cuda.syncthreads()
-            load_head_tile(Kj, k, bh, col0, cols, BC, tid, ONE)
-            load_head_tile(Vj, v, bh, col0, cols, BC, tid, ONE)
+            load_head_tile(smem, K0, k, bh, col0, cols, BC, tid, ONE)
+            load_head_tile(smem, V0, v, bh, col0, cols, BC, tid, ONE)
             # barrier: Kj, Vj complete
             cuda.syncthreads()
-            recompute_p_ds(p, ds, Qi, dOi, Kj, Vj, Lrow, Drow, row0, col0, cols, off, ty, tx)
+            recompute_p_ds(p, ds, smem, 0, O0, K0, V0, Lrow, Drow, row0, col0, cols, off, ty, tx)
             for a in range(RA):
                 r = ty + TY * a
                 for b in range(CB):
@@ -273,7 +274,7 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
                         dS[r * LS + c] = ds[a, b]
             # barrier: dS complete before dS Kj reads it across threads
             cuda.syncthreads()
-            scores_times_tile(dq_acc, dS, Kj, cols, ty, tx)
+            scores_times_tile(dq_acc, smem, S0, K0, cols, ty, tx)
 
         for a in range(RA):
             r = ty + TY * a

@@ -29,7 +29,7 @@ from numba import cuda, float32
 
 from simulator.tiling import Tiling
 
-from ..launch import jit_options
+from ..launch import jit_options, smem_alignment
 from .tiles import NEG_INF, ONE, ZERO, active_blocks, tile_ops
 
 VERSION = 1
@@ -51,12 +51,13 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
     B0 = A0 + BR
     END = B0 + BR
 
+    ALIGN = smem_alignment()
+
     @cuda.jit(**jit_options("flash_forward_v1", tiling))
     def flash_forward_alg1(q, k, v, o, lse, l_hbm, m_hbm, scale, n_q, n_k):
-        smem = cuda.shared.array(0, float32)
-        Kj = smem[0:V0]        # SRAM for a whole outer step
-        Vj = smem[V0:Q0]       # SRAM for a whole outer step
-        Qi = smem[Q0:S0]       # SRAM for one inner step
+        smem = cuda.shared.array(0, float32, alignment=ALIGN)
+        # SRAM tiles, at fixed offsets of smem: Kj [0, V0) and Vj [V0, Q0) for a whole outer
+        # step, Qi [Q0, S0) for one inner step
         S = smem[S0:A0]        # SRAM: S, then P in place
         keep = smem[A0:B0]     # SRAM: l_i exp(m_i - m_new) / l_new, weight of the old O_i
         inv_l = smem[B0:END]   # SRAM: 1 / l_new, weight of P Vj
@@ -76,8 +77,8 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
             cols = min(BC, n_k - col0)
             # barrier: the previous outer step is done with Kj, Vj
             cuda.syncthreads()
-            load_head_tile(Kj, k, bh, col0, cols, BC, tid, ONE)
-            load_head_tile(Vj, v, bh, col0, cols, BC, tid, ONE)
+            load_head_tile(smem, 0, k, bh, col0, cols, BC, tid, ONE)
+            load_head_tile(smem, V0, v, bh, col0, cols, BC, tid, ONE)
             for i in range(tr):
                 row0 = i * BR
                 rows = min(BR, n_q - row0)
@@ -86,10 +87,10 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
                     continue
                 # barrier: Kj, Vj loaded; the previous inner step is done with Qi, P, keep, inv_l
                 cuda.syncthreads()
-                load_head_tile(Qi, q, bh, row0, rows, BR, tid, ONE)
+                load_head_tile(smem, Q0, q, bh, row0, rows, BR, tid, ONE)
                 # barrier: Qi complete
                 cuda.syncthreads()
-                rows_dot_rows(s, Qi, Kj, ty, tx)
+                rows_dot_rows(s, smem, Q0, 0, ty, tx)
                 for a in range(RA):
                     r = ty + TY * a
                     for b in range(CB):
@@ -142,7 +143,7 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
                 for a in range(RA):
                     for b in range(OB):
                         pv[a, b] = 0.0
-                scores_times_tile(pv, S, Vj, cols, ty, tx)
+                scores_times_tile(pv, smem, S0, V0, cols, ty, tx)
                 for a in range(RA):
                     r = ty + TY * a
                     if r < rows:

@@ -33,7 +33,7 @@ from numba import cuda, float32
 
 from simulator.tiling import Tiling
 
-from ..launch import jit_options
+from ..launch import jit_options, smem_alignment
 from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, tile_ops
 
 VERSION = 2
@@ -55,13 +55,14 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
     R0 = S0 + BR * LS
     END = R0 + BR * TX
 
+    ALIGN = smem_alignment()
+
     @cuda.jit(**jit_options("flash_forward_v2", tiling))
     def flash_forward_fa2(q, k, v, o, lse, qscale, n_q, n_k):
-        smem = cuda.shared.array(0, float32)
-        Qi = smem[0:K0]        # SRAM, whole kernel (scaled by qscale)
-        Kj = smem[K0:V0]       # SRAM, one j step
-        Vj = smem[V0:S0]       # SRAM, one j step
-        P = smem[S0:R0]        # SRAM, one j step: P for the P Vj product
+        smem = cuda.shared.array(0, float32, alignment=ALIGN)
+        # SRAM tiles, at fixed offsets of smem: Qi [0, K0) for the whole kernel (times qscale);
+        # Kj [K0, V0) and Vj [V0, S0) for one j step; P [S0, R0) for the P Vj product
+        P = smem[S0:R0]
         part = smem[R0:END]    # SRAM: per-thread partial row maxima (at the end: row sums)
 
         i = cuda.blockIdx.x
@@ -74,7 +75,7 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
         off = n_k - n_q
         tc = (n_k + BC - 1) // BC
 
-        load_head_tile(Qi, q, bh, row0, rows, BR, tid, qscale)
+        load_head_tile(smem, 0, q, bh, row0, rows, BR, tid, qscale)
         s = cuda.local.array((RA, CB), float32)     # registers: this thread's slice of S_ij, P_ij
         acc = cuda.local.array((RA, OB), float32)   # registers: this thread's slice of O_i
         m = cuda.local.array(RA, float32)           # registers: running max of rows ty + TY a
@@ -91,11 +92,11 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
             cols = min(BC, n_k - col0)
             # barrier: every thread is done with the previous Kj, Vj, P, part (and Qi is loaded)
             cuda.syncthreads()
-            load_head_tile(Kj, k, bh, col0, cols, BC, tid, ONE)
-            load_head_tile(Vj, v, bh, col0, cols, BC, tid, ONE)
+            load_head_tile(smem, K0, k, bh, col0, cols, BC, tid, ONE)
+            load_head_tile(smem, V0, v, bh, col0, cols, BC, tid, ONE)
             # barrier: Kj, Vj complete before anyone multiplies with them
             cuda.syncthreads()
-            rows_dot_rows(s, Qi, Kj, ty, tx)
+            rows_dot_rows(s, smem, 0, K0, ty, tx)
             for a in range(RA):
                 r = min(ty + TY * a, BR - 1)
                 mx = NEG_INF
@@ -139,7 +140,7 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
             for a in range(RA):
                 for b in range(OB):
                     acc[a, b] *= alpha[a]
-            scores_times_tile(acc, P, Vj, cols, ty, tx)
+            scores_times_tile(acc, smem, S0, V0, cols, ty, tx)
 
         # barrier: no thread still reads part's maxima; then the row sums l meet there
         cuda.syncthreads()

@@ -4,8 +4,10 @@ Each helper is built for one ``Tiling`` and head dim ``d`` so that its loop boun
 compile-time constants (the per-thread register tiles then live in registers, not local memory).
 
 Layout conventions (see ``simulator/tiling.py``):
-- a *head tile* (Qi, Kj, Vj, dOi) is ``rows x d`` in shared memory, row stride ``LD = d | 1``;
-- a *score tile* (S, P, dS) is ``Br x Bc`` in shared memory, row stride ``LS = Bc | 1``;
+- a *head tile* (Qi, Kj, Vj, dOi) is ``rows x d`` in shared memory, row stride
+  ``LD = Tiling.head_stride(d)``; a *score tile* (S, P, dS) is ``Br x Bc``, row stride
+  ``LS = Tiling.score_stride``; both strides are multiples of 4 floats (16-byte rows) and every
+  tile starts at a multiple of 4 floats of the kernel's one dynamic shared array;
 - thread (ty, tx) owns score rows ``ty + TY*a`` and score columns ``tx + TX*b``, and head
   columns ``tx + TX*b``.
 Global tensors are 3-D ``(B*H, N, d)`` (rows ``(B*H, N)``): the launchers flatten batch and heads.
@@ -16,7 +18,7 @@ from functools import lru_cache
 from types import SimpleNamespace
 
 import numpy as np
-from numba import cuda, uint64
+from numba import cuda, float32, uint64
 
 from simulator.tiling import Tiling
 
@@ -57,93 +59,100 @@ def tile_ops(tiling: Tiling, d: int) -> SimpleNamespace:
     LSU, LSU2, LSU3 = np.uint64(LS), np.uint64(2 * LS), np.uint64(3 * LS)
 
     @cuda.jit(device=True)
-    def load_head_tile(dst, src, bh, row0, nrows, max_rows, tid, factor):
-        """HBM -> SRAM: dst[r, :] = factor * src[bh, row0 + r, :] for r < nrows; rows
-        nrows..max_rows-1 are zero-filled in SRAM (no HBM access) so ragged tiles add nothing
-        to any product."""
+    def load_head_tile(smem, at0, src, bh, row0, nrows, max_rows, tid, factor):
+        """HBM -> SRAM: tile[r, :] = factor * src[bh, row0 + r, :] for r < nrows, the tile at
+        offset ``at0`` of ``smem``; rows nrows..max_rows-1 are zero-filled in SRAM (no HBM
+        access) so ragged tiles add nothing to any product."""
         ubh = uint64(bh)
         for idx in range(tid, max_rows * d, T):
             r = idx // d
             c = idx - r * d
-            at = uint64(r) * LDU + uint64(c)
+            at = uint64(at0 + r * LD + c)
             if r < nrows:
-                dst[at] = factor * src[ubh, uint64(row0 + r), uint64(c)]
+                smem[at] = factor * src[ubh, uint64(row0 + r), uint64(c)]
             else:
-                dst[at] = 0.0
+                smem[at] = 0.0
 
-    # The hot loops index shared memory with uint64 offsets (Numba adds a negative-index fix-up
-    # to every signed index) and take four steps per trip by hand: NVVM does not unroll these
-    # loops inside the kernels' outer loops, and unrolled, each shared load uses an immediate
-    # offset instead of an address computation. Measured in SASS: 64 FFMA + 32 LDS + ~6 other
-    # instructions per trip, against 16 FFMA + 8 LDS + ~24 other before.
+    # The hot loops below read the tiles through the one 16-byte-aligned shared array, at
+    # uint64 offsets, four steps per trip:
+    # - Numba adds a negative-index fix-up to every signed index (more instructions than FFMAs);
+    # - NVVM does not unroll these loops inside the kernels' outer loops, so they are unrolled
+    #   by hand, which lets the four loads of consecutive elements become one 16-byte LDS.128
+    #   (rows are 16-byte aligned: see Tiling.head_stride) and the rest use immediate offsets.
     @cuda.jit(device=True)
-    def rows_dot_rows(acc, a_tile, b_tile, ty, tx):
-        """acc[a, b] = sum_k A[ty + TY a, k] * B[tx + TX b, k]   (S = Qi Kj^T, dP = dOi Vj^T)."""
+    def rows_dot_rows(acc, smem, a0, b0, ty, tx):
+        """acc[a, b] = sum_k A[ty + TY a, k] B[tx + TX b, k] for the head tiles A at offset a0
+        and B at b0 of ``smem``   (S = Qi Kj^T, dP = dOi Vj^T)."""
         ia = cuda.local.array(RA, uint64)
         ib = cuda.local.array(CB, uint64)
+        y = cuda.local.array((CB, 4), float32)
         for a in range(RA):
-            ia[a] = uint64(min(ty + TY * a, BR - 1) * LD)
+            ia[a] = uint64(a0 + min(ty + TY * a, BR - 1) * LD)
             for b in range(CB):
                 acc[a, b] = 0.0
         for b in range(CB):
-            ib[b] = uint64(min(tx + TX * b, BC - 1) * LD)
+            ib[b] = uint64(b0 + min(tx + TX * b, BC - 1) * LD)
         for k in range(0, D4, 4):
             uk = uint64(k)
+            for b in range(CB):
+                pb = ib[b] + uk
+                y[b, 0], y[b, 1], y[b, 2], y[b, 3] = smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3]
             for a in range(RA):
                 pa = ia[a] + uk
-                x0, x1, x2, x3 = a_tile[pa], a_tile[pa + U1], a_tile[pa + U2], a_tile[pa + U3]
+                x0, x1, x2, x3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
                 for b in range(CB):
-                    pb = ib[b] + uk
-                    acc[a, b] += x0 * b_tile[pb]
-                    acc[a, b] += x1 * b_tile[pb + U1]
-                    acc[a, b] += x2 * b_tile[pb + U2]
-                    acc[a, b] += x3 * b_tile[pb + U3]
+                    acc[a, b] += x0 * y[b, 0]
+                    acc[a, b] += x1 * y[b, 1]
+                    acc[a, b] += x2 * y[b, 2]
+                    acc[a, b] += x3 * y[b, 3]
         for k in range(D4, d):
             uk = uint64(k)
             for a in range(RA):
-                x = a_tile[ia[a] + uk]
+                x = smem[ia[a] + uk]
                 for b in range(CB):
-                    acc[a, b] += x * b_tile[ib[b] + uk]
+                    acc[a, b] += x * smem[ib[b] + uk]
 
     @cuda.jit(device=True)
-    def scores_times_tile(acc, s_tile, h_tile, n_inner, ty, tx):
-        """acc[a, b] += sum_c S[ty + TY a, c] * H[c, tx + TX b] for c < n_inner  (O += P Vj, dQ += dS Kj)."""
+    def scores_times_tile(acc, smem, s0, h0, n_inner, ty, tx):
+        """acc[a, b] += sum_c S[ty + TY a, c] H[c, tx + TX b] for c < n_inner, the score tile S at
+        offset s0 and the head tile H at h0 of ``smem``   (O += P Vj, dQ += dS Kj)."""
         ia = cuda.local.array(RA, uint64)
         ib = cuda.local.array(OB, uint64)
         for a in range(RA):
-            ia[a] = uint64(min(ty + TY * a, BR - 1) * LS)
+            ia[a] = uint64(s0 + min(ty + TY * a, BR - 1) * LS)
         for b in range(OB):
-            ib[b] = uint64(min(tx + TX * b, d - 1))
+            ib[b] = uint64(h0 + min(tx + TX * b, d - 1))
         n4 = n_inner - n_inner % 4
         for c in range(0, n4, 4):
             uc = uint64(c)
             h_row = uc * LDU
             for a in range(RA):
                 pa = ia[a] + uc
-                x0, x1, x2, x3 = s_tile[pa], s_tile[pa + U1], s_tile[pa + U2], s_tile[pa + U3]
+                x0, x1, x2, x3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
                 for b in range(OB):
                     pb = h_row + ib[b]
-                    acc[a, b] += x0 * h_tile[pb]
-                    acc[a, b] += x1 * h_tile[pb + LDU]
-                    acc[a, b] += x2 * h_tile[pb + LDU2]
-                    acc[a, b] += x3 * h_tile[pb + LDU3]
+                    acc[a, b] += x0 * smem[pb]
+                    acc[a, b] += x1 * smem[pb + LDU]
+                    acc[a, b] += x2 * smem[pb + LDU2]
+                    acc[a, b] += x3 * smem[pb + LDU3]
         for c in range(n4, n_inner):
             uc = uint64(c)
             h_row = uc * LDU
             for a in range(RA):
-                x = s_tile[ia[a] + uc]
+                x = smem[ia[a] + uc]
                 for b in range(OB):
-                    acc[a, b] += x * h_tile[h_row + ib[b]]
+                    acc[a, b] += x * smem[h_row + ib[b]]
 
     @cuda.jit(device=True)
-    def scores_t_times_tile(acc, s_tile, h_tile, n_inner, ty, tx):
-        """acc[a, b] += sum_r S[r, ty + TY a] * H[r, tx + TX b] for r < n_inner  (dV += P^T dOi, dK += dS^T Qi)."""
+    def scores_t_times_tile(acc, smem, s0, h0, n_inner, ty, tx):
+        """acc[a, b] += sum_r S[r, ty + TY a] H[r, tx + TX b] for r < n_inner, the score tile S at
+        offset s0 and the head tile H at h0 of ``smem``   (dV += P^T dOi, dK += dS^T Qi)."""
         ia = cuda.local.array(KA, uint64)
         ib = cuda.local.array(OB, uint64)
         for a in range(KA):
-            ia[a] = uint64(min(ty + TY * a, BC - 1))
+            ia[a] = uint64(s0 + min(ty + TY * a, BC - 1))
         for b in range(OB):
-            ib[b] = uint64(min(tx + TX * b, d - 1))
+            ib[b] = uint64(h0 + min(tx + TX * b, d - 1))
         n4 = n_inner - n_inner % 4
         for r in range(0, n4, 4):
             ur = uint64(r)
@@ -151,21 +160,21 @@ def tile_ops(tiling: Tiling, d: int) -> SimpleNamespace:
             h_row = ur * LDU
             for a in range(KA):
                 pa = s_row + ia[a]
-                x0, x1, x2, x3 = s_tile[pa], s_tile[pa + LSU], s_tile[pa + LSU2], s_tile[pa + LSU3]
+                x0, x1, x2, x3 = smem[pa], smem[pa + LSU], smem[pa + LSU2], smem[pa + LSU3]
                 for b in range(OB):
                     pb = h_row + ib[b]
-                    acc[a, b] += x0 * h_tile[pb]
-                    acc[a, b] += x1 * h_tile[pb + LDU]
-                    acc[a, b] += x2 * h_tile[pb + LDU2]
-                    acc[a, b] += x3 * h_tile[pb + LDU3]
+                    acc[a, b] += x0 * smem[pb]
+                    acc[a, b] += x1 * smem[pb + LDU]
+                    acc[a, b] += x2 * smem[pb + LDU2]
+                    acc[a, b] += x3 * smem[pb + LDU3]
         for r in range(n4, n_inner):
             ur = uint64(r)
             s_row = ur * LSU
             h_row = ur * LDU
             for a in range(KA):
-                x = s_tile[s_row + ia[a]]
+                x = smem[s_row + ia[a]]
                 for b in range(OB):
-                    acc[a, b] += x * h_tile[h_row + ib[b]]
+                    acc[a, b] += x * smem[h_row + ib[b]]
 
     @cuda.jit(device=True)
     def zero(acc, rows, cols):
