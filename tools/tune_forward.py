@@ -1,6 +1,6 @@
 """Time the FA2 forward (and backward) under register caps, beside torch SDPA, on one GPU.
 
-    python tools/tune_forward.py [--n 4096] [--d 64] [--caps none,128,96,80]
+    python tools/tune_forward.py [--n 4096] [--d 64] [--caps none,128] [--tilings 64x64,128x64]
 Records the numbers behind each kernel version's changelog line. Inputs are fresh random
 tensors rotated among 4 sets; CUDA events, 5 warm-ups, median of 20.
 """
@@ -36,6 +36,7 @@ def main():
     ap.add_argument("--d", type=int, default=64)
     ap.add_argument("--caps", default="none,128,96,80,64")
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--tilings", default="64x64", help="Br x Bc pairs, comma separated")
     args = ap.parse_args()
     B, H, N, d = args.b, args.h, args.n, args.d
     flops = 4 * B * H * N * N * d * (0.5 if args.causal else 1.0)
@@ -47,18 +48,19 @@ def main():
             ms = median_ms(lambda q, k, v, do: torch.nn.functional.scaled_dot_product_attention(
                 q, k, v, is_causal=args.causal), sets)
         print(f"sdpa {backend.name:22s} fwd {ms:8.3f} ms  {flops / ms / 1e9:6.2f} TFLOP/s")
-    for cap in args.caps.split(","):
+    for cap, tiling in ((c, t) for c in args.caps.split(",") for t in args.tilings.split(",")):
         value = None if cap == "none" else int(cap)
+        tiling = nf.Tiling(*(int(x) for x in tiling.split("x")))
         launch.REGISTER_CAPS["flash_forward_v2"] = value
         launch.REGISTER_CAPS["flash_backward"] = value
         flash_forward_fa2.make_flash_forward_fa2.cache_clear()
         flash_backward.make_flash_backward_kv.cache_clear()
-        ms = median_ms(lambda q, k, v, do: nf.flash_attention(q, k, v, causal=args.causal), sets)
-        saved = [(q, k, v, do, *nf.flash_attention(q, k, v, causal=args.causal, return_lse=True))
+        ms = median_ms(lambda q, k, v, do: nf.flash_attention(q, k, v, causal=args.causal, tiling=tiling), sets)
+        saved = [(q, k, v, do, *nf.flash_attention(q, k, v, causal=args.causal, return_lse=True, tiling=tiling))
                  for q, k, v, do in sets]
         bwd = median_ms(lambda q, k, v, do, o, lse: nf.flash_attention_backward(
-            do, q, k, v, o, lse, causal=args.causal), saved)
-        print(f"fa2 max_registers={cap:5s} fwd {ms:8.3f} ms  {flops / ms / 1e9:6.2f} TFLOP/s   "
+            do, q, k, v, o, lse, causal=args.causal, tiling=tiling), saved)
+        print(f"fa2 {tiling.Br}x{tiling.Bc} max_registers={cap:5s} fwd {ms:8.3f} ms  {flops / ms / 1e9:6.2f} TFLOP/s   "
               f"bwd {bwd:8.3f} ms  {2.5 * flops / bwd / 1e9:6.2f} TFLOP/s")
 
 
