@@ -21,13 +21,13 @@ run() {  # run LIMIT_S ARGS...: one CLI call, limited to LIMIT_S seconds, logged
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >>"$log" 2>&1
 which ncu >>"$log" 2>&1; ncu --version >>"$log" 2>&1
+run 100 bench
 run 75 run fig2_left
-run 60 run fig2_middle
 run 75 run io_scaling
 run 60 run l2_effect
-run 50 run memory
+run 60 run fig2_middle
 run 75 run runtime
-run 80 bench
+run 50 run memory
 run 20 run validation
 tar -C "$(dirname "$results")" -czf "$dest/results.tar.gz" "$(basename "$results")"
 cp "$log" "$dest/run_gpu.log"

@@ -1,0 +1,73 @@
+"""The model against the kernels: simulator.predict equals count_traffic, element for element.
+
+count_traffic runs the real kernels under Numba's CUDA simulator with every global array
+wrapped so that each element load and store is counted per tensor (numba_flash.instrument).
+"""
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import numba_flash as nf
+import simulator
+from numba_flash.instrument import count_traffic
+
+from .helpers import qkv
+
+FORWARD = {"flash_forward_v1": "fa1", "flash_forward_v2": "fa2"}
+
+
+def measured_and_predicted(algorithm, B, H, n_q, n_k, d, causal, tiling, seed=0):
+    rng = np.random.default_rng(seed)
+    q, k, v, do = qkv(rng, B, H, n_q, n_k, d)
+    if algorithm in FORWARD:
+        report = count_traffic(nf.flash_attention, q, k, v, causal=causal, tiling=tiling,
+                               algorithm=FORWARD[algorithm])
+    elif algorithm.startswith("flash_backward"):
+        o, lse = nf.flash_attention(q, k, v, causal=causal, tiling=tiling, return_lse=True)
+        report = count_traffic(nf.flash_attention_backward, do, q, k, v, o, lse, causal=causal,
+                               tiling=tiling, deterministic=algorithm.endswith("deterministic"))
+    elif algorithm == "standard_forward":
+        report = count_traffic(nf.standard_attention, q, k, v, causal=causal, tiling=tiling)
+    else:
+        o, p = nf.standard_attention(q, k, v, causal=causal, tiling=tiling, return_probs=True)
+        report = count_traffic(nf.standard_attention_backward, do, q, k, v, o, p, causal=causal,
+                               tiling=tiling)
+    predicted = simulator.predict(algorithm, simulator.Workload(B, H, n_q, n_k, d, 4, causal), tiling)
+    return report, predicted
+
+
+FLASH = ["flash_forward_v1", "flash_forward_v2", "flash_backward", "flash_backward_deterministic"]
+
+
+@pytest.mark.parametrize("algorithm", FLASH + ["standard_forward", "standard_backward"])
+@pytest.mark.parametrize("n_q,n_k,causal,tiling", [
+    (13, 7, True, nf.Tiling(4, 3)),     # N_q > N_k: rows and whole row blocks that see nothing
+    (7, 13, True, nf.Tiling(3, 4)),
+    (9, 9, False, nf.Tiling(4, 4)),
+])
+def test_predict_equals_counted_traffic(algorithm, n_q, n_k, causal, tiling):
+    report, predicted = measured_and_predicted(algorithm, 1, 2, n_q, n_k, 5, causal, tiling)
+    assert report.hbm_counts() == predicted.hbm_counts()
+    assert report.hbm_read_bytes == predicted.hbm_read_bytes
+    assert report.hbm_write_bytes == predicted.hbm_write_bytes
+
+
+@given(algorithm=st.sampled_from(FLASH), n_q=st.integers(1, 20), n_k=st.integers(1, 20),
+       d=st.integers(1, 6), br=st.integers(1, 8), bc=st.integers(1, 8), causal=st.booleans(),
+       heads=st.integers(1, 2))
+def test_predict_equals_counted_traffic_on_drawn_shapes(algorithm, n_q, n_k, d, br, bc, causal, heads):
+    report, predicted = measured_and_predicted(algorithm, 1, heads, n_q, n_k, d, causal,
+                                               nf.Tiling(br, bc))
+    assert report.hbm_counts() == predicted.hbm_counts()
+
+
+def test_count_traffic_sees_every_tensor_and_counts_bytes():
+    report, _ = measured_and_predicted("flash_backward", 1, 1, 6, 5, 3, False, nf.Tiling(2, 2))
+    counts = report.hbm_counts()
+    assert set(counts) == {"Q", "K", "V", "O", "L", "dO", "dQ", "dK", "dV", "D"}
+    reads = sum(r for r, _ in counts.values())
+    assert report.hbm_read_bytes == 4 * reads
+    # 2 x 2 tiles over 6 x 5: every dQ element gets one atomic add per K/V block (3 blocks),
+    # each one read and one write, after the preprocessing pass zeroed it
+    assert counts["dQ"] == (3 * 6 * 3, 6 * 3 + 3 * 6 * 3)
