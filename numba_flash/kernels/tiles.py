@@ -113,6 +113,17 @@ def tile_ops(tiling: Tiling, d: int) -> SimpleNamespace:
                     acc[a, b] += x * smem[ib[b] + uk]
 
     @cuda.jit(device=True)
+    def add_times_four_rows(acc, a, x0, x1, x2, x3, smem, h_row, ib):
+        """acc[a, b] += x0 H[0, b] + x1 H[1, b] + x2 H[2, b] + x3 H[3, b] over this thread's
+        columns ib of the head tile rows that start at offset h_row (four steps of a product)."""
+        for b in range(OB):
+            pb = h_row + ib[b]
+            acc[a, b] += x0 * smem[pb]
+            acc[a, b] += x1 * smem[pb + LDU]
+            acc[a, b] += x2 * smem[pb + LDU2]
+            acc[a, b] += x3 * smem[pb + LDU3]
+
+    @cuda.jit(device=True)
     def scores_times_tile(acc, smem, s0, h0, n_inner, ty, tx):
         """acc[a, b] += sum_c S[ty + TY a, c] H[c, tx + TX b] for c < n_inner, the score tile S at
         offset s0 and the head tile H at h0 of ``smem``   (O += P Vj, dQ += dS Kj)."""
@@ -129,12 +140,7 @@ def tile_ops(tiling: Tiling, d: int) -> SimpleNamespace:
             for a in range(RA):
                 pa = ia[a] + uc
                 x0, x1, x2, x3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
-                for b in range(OB):
-                    pb = h_row + ib[b]
-                    acc[a, b] += x0 * smem[pb]
-                    acc[a, b] += x1 * smem[pb + LDU]
-                    acc[a, b] += x2 * smem[pb + LDU2]
-                    acc[a, b] += x3 * smem[pb + LDU3]
+                add_times_four_rows(acc, a, x0, x1, x2, x3, smem, h_row, ib)
         for c in range(n4, n_inner):
             uc = uint64(c)
             h_row = uc * LDU
@@ -161,12 +167,7 @@ def tile_ops(tiling: Tiling, d: int) -> SimpleNamespace:
             for a in range(KA):
                 pa = s_row + ia[a]
                 x0, x1, x2, x3 = smem[pa], smem[pa + LSU], smem[pa + LSU2], smem[pa + LSU3]
-                for b in range(OB):
-                    pb = h_row + ib[b]
-                    acc[a, b] += x0 * smem[pb]
-                    acc[a, b] += x1 * smem[pb + LDU]
-                    acc[a, b] += x2 * smem[pb + LDU2]
-                    acc[a, b] += x3 * smem[pb + LDU3]
+                add_times_four_rows(acc, a, x0, x1, x2, x3, smem, h_row, ib)
         for r in range(n4, n_inner):
             ur = uint64(r)
             s_row = ur * LSU
