@@ -146,3 +146,14 @@ def test_device_arrays_in_device_arrays_out(rng):
     o = nf.flash_attention(dq_, dk_, dv_, tiling=T8)
     assert not isinstance(o, np.ndarray) and hasattr(o, "copy_to_host")
     assert rel_err(o.copy_to_host(), ref.attention_forward(q, k, v)[0]) <= OUT_TOL
+
+
+def test_largest_head_dim_with_default_tilings(rng):
+    """d = 256: the default tilings shrink until the tiles fit 227 KB of shared memory."""
+    q, k, v, do = qkv(rng, 1, 1, 5, 7, 256)
+    assert nf.Tiling.kernel_default("flash_forward_v2", 256) == nf.Tiling(64, 64)
+    assert nf.Tiling.kernel_default("flash_backward", 256) == nf.Tiling(32, 32)
+    o, lse = check_forward(q, k, v, True, None, "fa2")
+    with nf.poison_outputs():
+        grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=True)
+    check_grads(grads, q, k, v, do, True)
