@@ -177,14 +177,8 @@ def tile_ops(tiling: Tiling, d: int) -> SimpleNamespace:
                 for b in range(OB):
                     acc[a, b] += x * smem[h_row + ib[b]]
 
-    @cuda.jit(device=True)
-    def zero(acc, rows, cols):
-        for a in range(rows):
-            for b in range(cols):
-                acc[a, b] = 0.0
-
     return SimpleNamespace(
         BR=BR, BC=BC, TY=TY, TX=TX, T=T, RA=RA, CB=CB, KA=KA, OB=OB, LD=LD, LS=LS,
         load_head_tile=load_head_tile, rows_dot_rows=rows_dot_rows,
-        scores_times_tile=scores_times_tile, scores_t_times_tile=scores_t_times_tile, zero=zero,
+        scores_times_tile=scores_times_tile, scores_t_times_tile=scores_t_times_tile,
     )
