@@ -16,6 +16,10 @@ from .memory import is_device_array
 #: Largest head dimension the kernels accept (its tiles still fit the H200's 227 KB).
 MAX_HEAD_DIM = 256
 SUPPORTED_DTYPES = (np.dtype(np.float32),)
+#: The kernels put batch * heads on a grid's y (or z) dimension.
+MAX_GRID_Y = 65535
+#: Threads a block may have, the bound a Tiling enforces and a ModelTiling does not.
+MAX_THREADS = 1024
 
 
 @dataclass(frozen=True)
@@ -102,6 +106,9 @@ def attention_shapes(q, k, v) -> Shapes:
                          ("head_dim", d)):
         if value == 0:
             raise ValueError(f"{label} is 0: empty inputs have nothing to attend; pass at least 1")
+    if B * H > MAX_GRID_Y:
+        raise ValueError(f"batch * heads = {B * H} exceeds the {MAX_GRID_Y} thread-block rows a "
+                         "CUDA grid allows: split the batch into calls of fewer sequences")
     if d > MAX_HEAD_DIM:
         raise ValueError(f"head_dim d={d} is larger than the kernels support ({MAX_HEAD_DIM}): "
                          "split the heads")
@@ -121,7 +128,13 @@ def softmax_scale(value, d: int):
         raise TypeError(f"softmax_scale must be a real number or None, got {type(value).__name__}")
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"softmax_scale must be finite and positive, got {value}")
-    return np.float32(value)
+    with np.errstate(over="ignore", under="ignore"):
+        as_f32 = np.float32(value)
+        in_log2_units = np.float32(value * 1.4426950408889634)
+    if not (np.isfinite(in_log2_units) and as_f32 > 0):
+        raise ValueError(f"softmax_scale={value} is outside float32's range once the kernels "
+                         "take it in float32 (and times log2(e)): choose a value in ~[1e-37, 1e38]")
+    return as_f32
 
 
 def flag(name, value) -> bool:
@@ -139,6 +152,9 @@ def tiling_for(value, kernels, d: int) -> Tiling:
         return min(choices, key=lambda t: t.Br * t.Bc)
     if not isinstance(value, Tiling):
         raise TypeError(f"tiling must be a numba_flash.Tiling or None, got {type(value).__name__}")
+    if value.threads > MAX_THREADS:
+        raise ValueError(f"tiling={value!r} needs {value.threads} threads a block (a model-only "
+                         f"tiling); the kernels launch at most {MAX_THREADS}: choose Br * Bc <= 16384")
     for kernel in kernels:
         value.check_fits(kernel, d, 4, limit)
     return value

@@ -34,7 +34,7 @@ KERNELS = (
     "flash_backward_dq",
 )
 #: Default (Br, Bc) per kernel where 64 x 64 is not the fastest. H200, fp32, B=4 H=16 N=4096
-#: d=64 (tools/tune_forward.py, 2026-11-29): FA2 forward 18.7 TFLOP/s at 128 x 64, 17.2 at 64 x 64.
+#: d=64 (tools/tune_forward.py, 2026-11-29): FA2 forward 18.7 TFLOP/s at 128 x 64, 16.75 at 64 x 64.
 PREFERRED = {"flash_forward_v2": (128, 64)}
 #: Dynamic shared memory a block may opt into on sm_80/sm_90 (A100: 163 KB, H100/H200: 227 KB).
 H200_SMEM_PER_BLOCK = 232448

@@ -122,3 +122,20 @@ def test_outputs_untouched_when_rejected(tensors):
         assert calls == []
         fwd(q, k, v, tiling=nf.Tiling(4, 4))
         assert calls == ["O", "L"]
+
+
+@pytest.mark.usefixtures("no_launch")
+def test_limits_the_kernels_cannot_launch(rng, tensors):
+    q, k, v, _ = tensors
+    with pytest.raises(ValueError, match="softmax_scale=1e\\+300 is outside float32"):
+        fwd(q, k, v, softmax_scale=1e300)
+    with pytest.raises(ValueError, match="softmax_scale=1e-50 is outside float32"):
+        fwd(q, k, v, softmax_scale=1e-50)
+    from simulator.tiling import ModelTiling
+    with pytest.raises(ValueError, match="needs 1089 threads a block"):
+        fwd(q, k, v, tiling=ModelTiling(132, 132))
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        fwd(q, k, v, algorithm=["fa2"])
+    wide = np.ones((1, 65536, 1, 4), np.float32)
+    with pytest.raises(ValueError, match="batch \\* heads = 65536 exceeds"):
+        fwd(wide, wide, wide)

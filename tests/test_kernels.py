@@ -70,7 +70,7 @@ def test_standard_forward_and_backward(rng, B, H, n_q, n_k, d, causal, tiling):
 
 
 @given(n_q=st.integers(1, 24), n_k=st.integers(1, 24), d=st.integers(1, 20),
-       br=st.sampled_from([1, 3, 4, 8, 12]), bc=st.sampled_from([2, 4, 5, 8, 16]),
+       br=st.sampled_from([1, 3, 4, 5, 7, 8, 12]), bc=st.sampled_from([2, 4, 5, 7, 8, 16]),
        causal=st.booleans(), scale=st.sampled_from([None, 0.05, 1.0, 3.0]),
        seed=st.integers(0, 2**16))
 def test_flash_matches_reference_on_drawn_shapes(n_q, n_k, d, br, bc, causal, scale, seed):
@@ -157,3 +157,20 @@ def test_largest_head_dim_with_default_tilings(rng):
     with nf.poison_outputs():
         grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=True)
     check_grads(grads, q, k, v, do, True)
+
+
+@pytest.mark.parametrize("kernel", ["standard", "fa2"])
+def test_minus_inf_scores_are_masked_not_zeroing_the_row(rng, kernel):
+    """A key with a -inf component (scores -inf against a positive q) gets probability 0; the
+    other keys keep theirs, whichever thread reads that score first."""
+    q, k, v, _ = qkv(rng, 1, 1, 6, 9, 8)
+    q = np.abs(q) + 0.1
+    k[0, 0, 0, 0] = -np.inf
+    o_ref, _ = ref.attention_forward(q, k, v)
+    with nf.poison_outputs():
+        if kernel == "standard":
+            o, p = nf.standard_attention(q, k, v, return_probs=True, tiling=T8)
+            assert (p[..., 0] == 0).all()
+        else:
+            o = nf.flash_attention(q, k, v, tiling=T8)
+    assert_close(o, o_ref, OUT_TOL)

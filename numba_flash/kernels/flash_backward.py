@@ -25,7 +25,8 @@ Versions (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py; FLOPs 2.5x th
     v2  scores in base 2 (Qi held as scale*log2(e) q, L as L*log2(e)): one exp2 per element:
         7.2 TFLOP/s.
     v3  the forward's tile loops (uint64 offsets, 4x unrolled, LDS.128 operands), 128
-        registers: 17.9 TFLOP/s (16.5 uncapped; causal 17.0; d = 128: 19.9).
+        registers: 17.9 TFLOP/s (16.5 uncapped). Uncapped: causal 17.0, d = 128 19.9 (the
+        capped build was not timed at those).
 """
 from __future__ import annotations
 

@@ -17,8 +17,9 @@ against m_new directly is the same arithmetic with one rescale fewer.  The paper
 m in HBM (line 2); here the first visit simply starts from O = 0, l = 0, m = -inf.
 This kernel is for the IO analysis, not for speed: B*H blocks only.
 
-Versions:
-    v1  Algorithm 1 as written, tiles and thread layout shared with the FA2-order kernel.
+Versions (H200, fp32, B=4 H=16 N=4096 d=64, `python -m experiments bench`, 2026-11-29):
+    v1  Algorithm 1 as written, tiles and thread layout shared with the FA2-order kernel, row-wise
+        softmax one thread per row: 3.2 TFLOP/s (85.9 ms; B*H = 64 blocks on 132 SMs).
 """
 from __future__ import annotations
 

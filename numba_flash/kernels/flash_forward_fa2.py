@@ -26,8 +26,9 @@ tools/tune_forward.py; SDPA in the same run: MATH 17.8, EFFICIENT_ATTENTION 34.7
         shared load paid ~3 integer instructions (Numba's negative-index fix-up, 64-bit math).
     v3  uint64 shared offsets, k loops unrolled 4x by hand (tiles.py): 15.0 TFLOP/s.
     v4  tiles read through one 16-byte-aligned shared array with 4-float-multiple row
-        strides, so the S and P operands load as LDS.128: 17.2 TFLOP/s at 64 x 64 and
-        18.7 at Br = 128, Bc = 64 (the default; 512 threads). Causal: 15.8; d = 128: 15.4.
+        strides, so the S and P operands load as LDS.128: 16.75 TFLOP/s at 64 x 64 (17.2 with
+        128 registers) and 18.7 at Br = 128, Bc = 64 (the default; 512 threads). At 64 x 64:
+        causal 15.8, d = 128 15.4; at the default 128 x 64, causal 17.0 (bench).
 """
 from __future__ import annotations
 
