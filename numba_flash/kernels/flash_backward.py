@@ -38,7 +38,7 @@ from numba import cuda, float32
 from simulator.tiling import Tiling
 
 from ..launch import jit_options, smem_alignment
-from .tiles import LN2, LOG2E, NEG_INF, ONE, POS_INF, ZERO, active_blocks, tile_ops
+from .tiles import LN2, LOG2E, NEG_INF, ONE, POS_INF, ZERO, active_blocks, masked, tile_ops
 
 VERSION = 3
 
@@ -78,7 +78,7 @@ def _make_recompute(t, d, causal):
             r = min(ty + TY * a, BR - 1)
             for b in range(CB):
                 c = tx + TX * b
-                if c >= cols or (causal and col0 + c > row0 + r + off):
+                if masked(r, c, row0, col0, cols, off, causal):
                     p[a, b] = 0.0
                 else:
                     p[a, b] = math.exp2(p[a, b] - Lrow[r])

@@ -31,7 +31,7 @@ from numba import cuda, float32
 from simulator.tiling import Tiling
 
 from ..launch import jit_options, smem_alignment
-from .tiles import NEG_INF, ONE, ZERO, active_blocks, tile_ops
+from .tiles import NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max, tile_ops
 
 VERSION = 1
 
@@ -97,7 +97,7 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
                     for b in range(CB):
                         c = tx + TX * b
                         if r < BR and c < BC:
-                            if c >= cols or (causal and col0 + c > row0 + r + off):
+                            if masked(r, c, row0, col0, cols, off, causal):
                                 S[r * LS + c] = NEG_INF
                             else:
                                 S[r * LS + c] = scale * s[a, b]
@@ -115,9 +115,7 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
                         l_old = l_hbm[bh, row0 + r]
                     m_new = m_old
                     for c in range(cols):
-                        x = S[r * LS + c]
-                        if x > m_new or x != x:   # not max(): a NaN score must stick in m (and reach O)
-                            m_new = x
+                        m_new = sticky_max(m_new, S[r * LS + c])
                     l_new = l_old
                     if m_new == NEG_INF:
                         for c in range(BC):

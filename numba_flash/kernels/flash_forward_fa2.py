@@ -40,7 +40,7 @@ from numba import cuda, float32
 from simulator.tiling import Tiling
 
 from ..launch import jit_options, smem_alignment
-from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, tile_ops
+from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max, tile_ops
 
 VERSION = 4
 
@@ -108,11 +108,9 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
                 mx = NEG_INF
                 for b in range(CB):
                     c = tx + TX * b
-                    if c >= cols or (causal and col0 + c > row0 + r + off):
+                    if masked(r, c, row0, col0, cols, off, causal):
                         s[a, b] = NEG_INF
-                    x = s[a, b]
-                    if x > mx or x != x:      # not max(): a NaN score must stick (and reach O)
-                        mx = x
+                    mx = sticky_max(mx, s[a, b])
                 if ty + TY * a < BR:
                     part[r * TX + tx] = mx
             # barrier: all partial maxima of the tile are in SRAM
@@ -121,9 +119,7 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
                 r = min(ty + TY * a, BR - 1)
                 m_new = m[a]
                 for u in range(TX):
-                    x = part[r * TX + u]
-                    if x > m_new or x != x:
-                        m_new = x
+                    m_new = sticky_max(m_new, part[r * TX + u])
                 if m_new == NEG_INF:          # nothing visible in this row yet
                     alpha[a] = 1.0
                     for b in range(CB):

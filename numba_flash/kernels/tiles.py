@@ -43,6 +43,19 @@ def active_blocks(last_row, off, bc, tc, causal):
     return min(tc, reach // bc + 1)
 
 
+@cuda.jit(device=True)
+def masked(r, c, row0, col0, cols, off, causal):
+    """True where score (r, c) of tile (row0, col0) is not a key: past the ragged edge (c >= cols)
+    or, causal and bottom-right aligned, a key after the query (col0 + c > row0 + r + N_k - N_q)."""
+    return c >= cols or (causal and col0 + c > row0 + r + off)
+
+
+@cuda.jit(device=True)
+def sticky_max(m, x):
+    """max(m, x), except that a NaN, once seen, stays (max() would drop it, hiding bad input)."""
+    return x if (x > m or x != x) else m
+
+
 @lru_cache(maxsize=None)
 def tile_ops(tiling: Tiling, d: int) -> SimpleNamespace:
     """Device functions for ``tiling`` at head dim ``d`` (returned as attributes)."""
