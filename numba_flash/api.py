@@ -92,11 +92,7 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     never stored. dQ is accumulated with fp32 atomics (run-to-run bit differences possible)
     unless ``deterministic``, which computes dQ in a second kernel that owns each Q tile.
     """
-    shp = checks.attention_shapes(q, k, v)
-    checks.tensors(do=do, q=q, k=k, v=v, o=o, lse=lse)
-    checks.same_shape("do", do, q.shape)
-    checks.same_shape("o", o, q.shape)
-    checks.same_shape("lse", lse, q.shape[:3])
+    shp = checks.backward_shapes(do, q, k, v, o, "lse", lse, lambda s: (s.B, s.H, s.N_q))
     causal = checks.flag("causal", causal)
     deterministic = checks.flag("deterministic", deterministic)
     scale = checks.softmax_scale(softmax_scale, shp.d)
@@ -173,11 +169,7 @@ def standard_attention_backward(do, q, k, v, o, p, *, causal=False, softmax_scal
     do, q, o: (B, H, N_q, d); k, v: (B, H, N_k, d); p: (B, H, N_q, N_k). ``causal`` is accepted
     for symmetry with the forward: the mask is already in p (masked entries are 0).
     """
-    shp = checks.attention_shapes(q, k, v)
-    checks.tensors(do=do, q=q, k=k, v=v, o=o, p=p)
-    checks.same_shape("do", do, q.shape)
-    checks.same_shape("o", o, q.shape)
-    checks.same_shape("p", p, (shp.B, shp.H, shp.N_q, shp.N_k))
+    shp = checks.backward_shapes(do, q, k, v, o, "p", p, lambda s: (s.B, s.H, s.N_q, s.N_k))
     checks.flag("causal", causal)
     scale = checks.softmax_scale(softmax_scale, shp.d)
     tiling = checks.tiling_for(tiling, ("standard_matmul",), shp.d)

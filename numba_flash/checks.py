@@ -115,6 +115,17 @@ def attention_shapes(q, k, v) -> Shapes:
     return Shapes(B, H, n_q, n_k, d, on_host)
 
 
+def backward_shapes(do, q, k, v, o, saved_name, saved, saved_shape) -> Shapes:
+    """``attention_shapes`` plus the backward's extra inputs: do and o shaped like q, and the
+    saved tensor (lse or p) shaped ``saved_shape(shapes)``; all on one side, float32, contiguous."""
+    shp = attention_shapes(q, k, v)
+    tensors(do=do, q=q, k=k, v=v, o=o, **{saved_name: saved})
+    same_shape("do", do, q.shape)
+    same_shape("o", o, q.shape)
+    same_shape(saved_name, saved, saved_shape(shp))
+    return shp
+
+
 def same_shape(name, x, shape) -> None:
     if tuple(int(s) for s in x.shape) != tuple(shape):
         raise ValueError(f"{name} must have shape {tuple(shape)}, got {tuple(x.shape)}")
