@@ -2,8 +2,8 @@
 
 Shapes (B, H, N, d): (4, 16, 4096, 64), (1, 16, 16384, 64), the same with d = 128, and causal
 with d = 64; forward, and forward + backward.  Ours: standard attention, fa1 (the paper's loop
-order, one block per head: small shapes only), fa2, and the fa2 backward with atomics and the
-deterministic one.  Before any timing each kernel's outputs are checked against float64 on the
+order, one block per head: small shapes only), fa2 (tensor cores, 3xTF32), fa2_fma (the same
+loop order on FFMA), and the fa2 backward with atomics and the deterministic one.  Before any timing each kernel's outputs are checked against float64 on the
 same inputs (relative error > 1e-4 fails the run loudly).  Timing: CUDA events, warm-up, median.
 Printed as a table -- kernel, shape, ms, TFLOP/s, speed-up over each SDPA backend
 (backend ms / our ms) -- and written as a CSV.
@@ -25,11 +25,12 @@ SHAPES = [  # (B, H, N, d, causal)
     (4, 16, 4096, 128, False), (1, 16, 16384, 128, False),
     (4, 16, 4096, 64, True), (1, 16, 16384, 64, True),
 ]
-QUICK_SHAPES = [(4, 16, 4096, 64, False), (4, 16, 4096, 64, True)]
+QUICK_SHAPES = [(4, 16, 4096, 64, False), (1, 16, 16384, 64, False), (4, 16, 4096, 64, True),
+                (4, 16, 4096, 128, False)]
 #: fa1 runs one thread block per (batch, head): slow by design, so only at N <= this.
 FA1_MAX_N = 4096
-KERNEL_MODULES = {"standard": "standard", "fa1": "flash_forward_alg1", "fa2": "flash_forward_fa2",
-                  "backward": "flash_backward"}
+KERNEL_MODULES = {"standard": "standard", "fa1": "flash_forward_alg1", "fa2": "flash_forward_fa2_tc",
+                  "fa2_fma": "flash_forward_fa2", "backward": "flash_backward"}
 
 
 def kernel_version(name: str) -> str:
@@ -45,6 +46,7 @@ def our_cases(B, H, N, d, causal) -> list[tuple[str, Case]]:
     if N <= FA1_MAX_N:
         cases.append(("fa1", Case("fa1", "fwd", B, H, N, d, causal)))
     cases += [("fa2", Case("fa2", "fwd", B, H, N, d, causal)),
+              ("fa2_fma", Case("fa2_fma", "fwd", B, H, N, d, causal)),
               ("fa2 + backward (atomic dQ)", Case("fa2", "fwd_bwd", B, H, N, d, causal)),
               ("fa2 + backward (deterministic)", Case("fa2", "fwd_bwd", B, H, N, d, causal, deterministic=True))]
     return cases

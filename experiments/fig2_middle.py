@@ -22,7 +22,8 @@ SHAPE = dict(B=64, H=16, N=1024, d=64)
 BR, BCS = 64, (64, 128, 256, 512)
 SMALL_SHAPE = dict(B=1, H=1, N=32, d=8)
 SMALL_BR, SMALL_BCS = 8, (8, 16, 32)
-METHODS = ("fa1", "fa2")
+#: FA2 order on FFMA: its block sizes are free (the tensor-core kernel's Bc is bounded by registers)
+METHODS = ("fa1", "fa2_fma")
 
 
 def tiling_fits(method: str, br: int, bc: int, d: int) -> str:

@@ -4,8 +4,9 @@ Standard attention moves Theta(N d + N^2) elements; FlashAttention (Algorithm 1)
 Proposition 3: no exact attention algorithm does better than Omega(N^2 d^2 / M).  Forward pass,
 three sweeps: N at fixed d and M; d at fixed N and M; M at fixed N and d.  The flash tilings are
 Algorithm 1's choice for M (Bc = ceil(M/4d), Br = min(Bc, d)), run in the paper's loop order
-(fa1); fa2 (FA2 loop order, which re-reads K and V once per Q block) is shown beside it for N
-and M.  Theorem 2's curves are the simulator's leading-order forms with our loops' constants
+(fa1); fa2_fma (FA2 loop order, which re-reads K and V once per Q block; the FFMA kernel, whose
+block sizes are free, where the tensor-core fa2's are not -- both move the same bytes, see
+tests/test_traffic_exact.py) is shown beside it for N and M.  Theorem 2's curves are the simulator's leading-order forms with our loops' constants
 (``simulator.closed_forms``); Proposition 3's bound is the simulator's, valid for every M >= d.
 
 GPU: measured = ncu's SM<->L2 bytes (the global-memory traffic the kernels issue; DRAM bytes
@@ -47,11 +48,11 @@ def _sweeps(ctx: RunContext) -> list[tuple[str, int, Case]]:
     triples = []
     for n in ns:
         triples.append(("N", *standard(n, d)))
-        triples += [("N", m_fixed, flash(m, n, d, m_fixed)) for m in ("fa1", "fa2")]
+        triples += [("N", m_fixed, flash(m, n, d, m_fixed)) for m in ("fa1", "fa2_fma")]
     for dd in ds:
         triples += [("d", *standard(n_fixed, dd)), ("d", m_fixed, flash("fa1", n_fixed, dd, m_fixed))]
     for bc in bcs:
-        triples += [("M", 4 * d * bc, flash(m, n_fixed, d, 4 * d * bc)) for m in ("fa1", "fa2")]
+        triples += [("M", 4 * d * bc, flash(m, n_fixed, d, 4 * d * bc)) for m in ("fa1", "fa2_fma")]
     return triples
 
 
@@ -86,9 +87,9 @@ AXES = {"N": ("sequence length N", "N"), "d": ("head dimension d", "d"),
 
 def plot(rows: list[dict], path) -> None:
     fig, axes = plotting.figure(3, title="Theorem 2: HBM traffic of the forward pass (fp32)")
-    colors = {"standard": "C3", "fa2": "C0", "fa1": "C2"}
+    colors = {"standard": "C3", "fa2_fma": "C0", "fa1": "C2"}
     for ax, (sweep, (xlabel, key)) in zip(axes, AXES.items()):
-        for method in ("standard", "fa2", "fa1"):
+        for method in ("standard", "fa2_fma", "fa1"):
             pts = sorted((r for r in rows if r["sweep"] == sweep and r["method"] == method), key=lambda r: r[key])
             if not pts:
                 continue

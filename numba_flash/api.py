@@ -24,11 +24,14 @@ from . import checks, memory
 from .kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
 from .kernels.flash_forward_alg1 import make_flash_forward_alg1
 from .kernels.flash_forward_fa2 import make_flash_forward_fa2
+from .kernels.flash_forward_fa2_tc import make_flash_forward_fa2_tc
 from .kernels.standard import make_ds, make_matmul, make_softmax
 from .kernels.tiles import LOG2E
 from .launch import launch
 
-ALGORITHMS = {"fa1": "flash_forward_v1", "fa2": "flash_forward_v2"}
+#: algorithm -> kernel (a Tiling kernel name): FA2 order on tensor cores (3xTF32), FA2 order on
+#: FFMA (plain fp32 arithmetic), the paper's Algorithm 1 order.
+ALGORITHMS = {"fa2": "flash_forward_tc", "fa2_fma": "flash_forward_v2", "fa1": "flash_forward_v1"}
 F32 = np.float32
 
 
@@ -73,8 +76,12 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     args = (_flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d), _flat(O, n_q, d), _flat(L, n_q))
     smem = tiling.smem_bytes(kernel_name, d)
     if algorithm == "fa2":
-        kernel = make_flash_forward_fa2(tiling, d, causal)
-        launch(kernel, (tiling.Tr(n_q), bh), tiling.threads, smem, *args, F32(scale * LOG2E), n_q, n_k)
+        flat = tuple(x.reshape(x.size) for x in (Q, K, V, O, L))
+        launch(make_flash_forward_fa2_tc(tiling, d, causal), (tiling.Tr(n_q), bh),
+               tiling.threads_for(kernel_name), smem, *flat, F32(scale * LOG2E), n_q, n_k)
+    elif algorithm == "fa2_fma":
+        launch(make_flash_forward_fa2(tiling, d, causal), (tiling.Tr(n_q), bh), tiling.threads, smem,
+               *args, F32(scale * LOG2E), n_q, n_k)
     else:
         l_ws = mem.output((bh, n_q), F32, "l")
         m_ws = mem.output((bh, n_q), F32, "m")

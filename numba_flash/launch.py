@@ -19,13 +19,18 @@ REGISTERS_PER_SM = 65536
 #: The CUDA simulator takes no such option, so it never sees them. flash_backward: 238
 #: registers uncapped (one 256-thread block per SM), 128 gives two: 16.5 -> 17.9 TFLOP/s
 #: (H200, B=4 H=16 N=4096 d=64, tools/tune_forward.py, 2026-11-29).
+#: flash_forward_tc: 128 registers let two 256-thread blocks (or one of 512) share a
+#: multiprocessor: 31.7 -> 36.7 TFLOP/s at 128 x 32, d = 64; applied for d <= 64 only
+#: (CAPPED_UP_TO_HEAD_DIM), where the O fragments leave room (d = 128 would spill).
 REGISTER_CAPS: dict[str, int | None] = {
     "flash_forward_v1": None,
     "flash_forward_v2": None,
+    "flash_forward_tc": 128,
     "flash_backward": 128,
     "flash_backward_dq": None,
     "standard_matmul": None,
 }
+CAPPED_UP_TO_HEAD_DIM = {"flash_forward_tc": 64}
 _raised: set = set()
 
 
@@ -36,14 +41,17 @@ def smem_alignment() -> int | None:
     return None if simulator_enabled() else 16
 
 
-def jit_options(kernel: str, tiling: Tiling) -> dict:
-    """Options for ``cuda.jit`` of ``kernel`` (a Tiling kernel name) launched with ``tiling``:
-    its register cap, lowered where needed so that a block of ``tiling.threads`` threads fits
-    the 64 K registers of one multiprocessor."""
+def jit_options(kernel: str, tiling: Tiling, d: int = 0) -> dict:
+    """Options for ``cuda.jit`` of ``kernel`` (a Tiling kernel name) launched with ``tiling`` at
+    head dim ``d``: its register cap, lowered where needed so that a block of
+    ``tiling.threads_for(kernel)`` threads fits the 64 K registers of one multiprocessor."""
     if simulator_enabled():
         return {}
-    fit = (REGISTERS_PER_SM // tiling.threads) // 8 * 8
-    cap = min(REGISTER_CAPS.get(kernel) or 255, fit)
+    fit = (REGISTERS_PER_SM // tiling.threads_for(kernel)) // 8 * 8
+    cap = REGISTER_CAPS.get(kernel)
+    if d > CAPPED_UP_TO_HEAD_DIM.get(kernel, d):
+        cap = None
+    cap = min(cap or 255, fit)
     return {} if cap >= 255 else {"max_registers": cap}
 
 

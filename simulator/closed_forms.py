@@ -29,6 +29,9 @@ from .blocks import ceil_div, unmasked_scores
 from .tiling import Tiling
 from .workload import Workload
 
+#: Forward algorithms in the FA2 loop order (one kernel on FFMA, one on tensor cores; same HBM).
+FA2_ORDER = ("flash_forward_v2", "flash_forward_tc")
+
 
 class HbmAccesses(NamedTuple):
     """Global-memory accesses (reads + writes) over all B*H pairs."""
@@ -103,14 +106,14 @@ def flash_backward_accesses(w: Workload, M: int, deterministic: bool = False) ->
 def theorem2_flash_forward(w: Workload, M: int, algorithm: str = "flash_forward_v1") -> HbmAccesses:
     """Leading term of the flash forward's accesses, ceilings dropped (Bc = M/4d).
     v1 (the paper's Algorithm 1): 4 Nq Nk d (3d + 4) / M = Theta(N^2 d^2 / M).
-    v2: 2 Nq Nk d / min(M/4d, d) -- Theta(N^2 d^2 / M) for M <= 4 d^2 only."""
+    v2 and tc (FA2 order): 2 Nq Nk d / min(M/4d, d) -- Theta(N^2 d^2 / M) for M <= 4 d^2 only."""
     _paper_blocks(w, M)
     nq, nk, d = w.N_q, w.N_k, w.d
     if algorithm == "flash_forward_v1":
         return _result(w, 4 * nq * nk * d * (3 * d + 4) / M)
-    if algorithm == "flash_forward_v2":
+    if algorithm in FA2_ORDER:
         return _result(w, 2 * nq * nk * d / min(M / (4 * d), d))
-    raise ValueError(f"algorithm must be 'flash_forward_v1' or 'flash_forward_v2', got {algorithm!r}")
+    raise ValueError(f"algorithm must be 'flash_forward_v1' or one of {FA2_ORDER}, got {algorithm!r}")
 
 
 def theorem2_standard_forward(w: Workload, tiling: Tiling | None = None) -> HbmAccesses:

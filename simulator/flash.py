@@ -18,6 +18,8 @@ per (batch, head) pair.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from .blocks import BlockGrid
 from .phases import Phase, Plan, phase
 from .tiling import Tiling
@@ -59,6 +61,30 @@ def flash_forward_v2(w: Workload, t: Tiling) -> Plan:
                  other_flops=FORWARD_SCORE_FLOPS * scores + d * g.active_rows() + d * w.N_q,
                  blocks_per_unit=g.tr, unit_reread_elements=2 * w.N_k * d)
     return Plan((main,), workspace={"L": w.tensor_elements("L")})
+
+
+def flash_forward_tc(w: Workload, t: Tiling) -> Plan:
+    """The FA2-order forward on tensor cores (numba_flash's default "fa2"): HBM, FLOPs and
+    workspace as ``flash_forward_v2`` (same contract). SRAM, in fp32 elements, counting each
+    element's TF32 hi and lo parts (two elements) over the zero-padded D8 = mma_depth(d)
+    columns: tile stores Q (once per row block), K, V (per active pair); fragment reads per
+    active pair: each of the Br/16 warps reads its 16 rows of Q and all of K and V once. P stays
+    in registers (no SRAM)."""
+    t.check_mma()
+    g, d8 = _grid(w, t), t.mma_depth(w.d)
+    warps, pairs = t.Br // 16, g.active_pairs
+    plan = flash_forward_v2(w, t)
+
+    def per_head(counts):
+        return {name: n * w.BH for name, n in counts.items() if n}
+
+    main = dataclasses.replace(
+        plan.phases[0], name="forward (FA2 order, tensor cores)", kernel="flash_forward_tc",
+        sram_reads=per_head({"Q": pairs * t.Br * d8 * 2, "K": pairs * warps * t.Bc * d8 * 2,
+                             "V": pairs * warps * t.Bc * d8 * 2}),
+        sram_writes=per_head({"Q": g.tr * t.Br * d8 * 2, "K": pairs * t.Bc * d8 * 2,
+                              "V": pairs * t.Bc * d8 * 2}))
+    return Plan((main,), workspace=plan.workspace)
 
 
 def flash_forward_v1(w: Workload, t: Tiling) -> Plan:

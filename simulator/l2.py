@@ -83,7 +83,7 @@ def concurrent_blocks(kernel: str | None, tiling: Tiling, workload: Workload,
     if kernel is not None:
         smem = tiling.smem_bytes(kernel, workload.d, workload.dtype_bytes)
         per_sm = min(per_sm, hardware.smem_per_sm // smem,
-                     hardware.max_threads_per_sm // tiling.threads)
+                     hardware.max_threads_per_sm // tiling.threads_for(kernel))
     return hardware.sm_count * max(1, per_sm)
 
 

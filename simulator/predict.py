@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .flash import flash_backward, flash_backward_deterministic, flash_forward_v1, flash_forward_v2
+from .flash import (flash_backward, flash_backward_deterministic, flash_forward_tc, flash_forward_v1,
+                    flash_forward_v2)
 from .hardware import H200, Hardware
 from .l2 import L2Traffic, l2_traffic
 from .report import TensorTraffic, TrafficReport, ordered_tensors
@@ -35,6 +36,7 @@ ALGORITHMS = {
     "standard_backward": standard_backward,
     "flash_forward_v1": flash_forward_v1,
     "flash_forward_v2": flash_forward_v2,
+    "flash_forward_tc": flash_forward_tc,
     "flash_backward": flash_backward,
     "flash_backward_deterministic": flash_backward_deterministic,
 }
@@ -50,6 +52,9 @@ def paper_tiling(sram_elements: int, d: int) -> Tiling:
 def default_tiling(algorithm: str, workload: Workload, hardware: Hardware) -> Tiling:
     """Flash algorithms: the paper's choice for M = hardware.smem_per_block / dtype_bytes
     elements.  Standard algorithms: what the kernels' matmul uses, Tiling(64, 64)."""
+    if algorithm == "flash_forward_tc":   # the paper's block sizes do not suit the mma layout
+        return Tiling.kernel_default("flash_forward_tc", workload.d, workload.dtype_bytes,
+                                     hardware.smem_per_block)
     if algorithm.startswith("standard"):
         return Tiling.kernel_default("standard_matmul", workload.d, workload.dtype_bytes,
                                      hardware.smem_per_block)

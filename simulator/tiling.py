@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 #: Largest register tile a thread owns along each side of an S tile.
 MICRO_TILE = 4
+#: Tensor-core kernels: one warp per MMA_ROWS rows of the Br tile; S tiles in steps of MMA_K.
+MMA_ROWS, MMA_K, WARP = 16, 8, 32
 #: Depth of the k-chunks the standard-attention matmul streams through shared memory.
 MATMUL_BK = 16
 #: Kernels whose shared memory a Tiling describes.
@@ -30,12 +32,18 @@ KERNELS = (
     "standard_matmul",
     "flash_forward_v1",
     "flash_forward_v2",
+    "flash_forward_tc",
     "flash_backward",
     "flash_backward_dq",
 )
 #: Default (Br, Bc) per kernel where 64 x 64 is not the fastest. H200, fp32, B=4 H=16 N=4096
-#: d=64 (tools/tune_forward.py, 2026-11-29): FA2 forward 18.7 TFLOP/s at 128 x 64, 16.75 at 64 x 64.
-PREFERRED = {"flash_forward_v2": (128, 64)}
+#: d=64 (tools/tune_forward.py, 2026-11-29): FFMA forward 18.7 TFLOP/s at 128 x 64, 16.75 at
+#: 64 x 64; tensor-core forward (128 registers) 40.0 at 256 x 32, 36.7 at 128 x 32, 36.5 at
+#: 128 x 16, 35.9 at 256 x 64 (spills).
+PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32)}
+#: ... and for d > 64, where the tensor-core kernel's O fragments need more registers than a
+#: 512-thread block leaves (d = 128: 30.1 TFLOP/s at 128 x 32, 255 registers).
+PREFERRED_WIDE_HEADS = {"flash_forward_tc": (128, 32)}
 #: Dynamic shared memory a block may opt into on sm_80/sm_90 (A100: 163 KB, H100/H200: 227 KB).
 H200_SMEM_PER_BLOCK = 232448
 
@@ -90,6 +98,23 @@ class Tiling:
     def cols_per_thread(self) -> int:
         return math.ceil(self.Bc / self.threads_x)
 
+    def threads_for(self, kernel: str) -> int:
+        """Threads a block of ``kernel`` has: one warp per 16 rows of Br for the tensor-core
+        kernel (``flash_forward_tc``), the ``threads`` of the 4 x 4 layout for the others."""
+        if kernel == "flash_forward_tc":
+            self.check_mma()
+            return WARP * self.Br // MMA_ROWS
+        return self.threads
+
+    def check_mma(self) -> None:
+        """Raise ValueError unless the tensor-core kernel can use this tiling."""
+        if self.Br % MMA_ROWS or self.Bc % MMA_K or self.Br > 1024 // WARP * MMA_ROWS:
+            raise ValueError(
+                f"tiling=Tiling(Br={self.Br}, Bc={self.Bc}) does not suit the tensor-core kernel "
+                f"(flash_forward_tc): choose Br a multiple of {MMA_ROWS} up to 512 and Bc a "
+                f"multiple of {MMA_K}"
+            )
+
     def head_cols_per_thread(self, d: int) -> int:
         """Columns of a (rows x d) output tile (O, dQ) each thread accumulates."""
         return math.ceil(d / self.threads_x)
@@ -112,6 +137,24 @@ class Tiling:
         """Shared-memory row stride (elements) of a tile with d columns (Qi, Kj, Vj, dOi)."""
         return _padded(d)
 
+    def mma_depth(self, d: int) -> int:
+        """d rounded up to the mma's k = 8: the columns of the tensor-core kernel's tiles."""
+        return -(-d // MMA_K) * MMA_K
+
+    def mma_stride(self, d: int) -> int:
+        """Row stride (floats) of the tensor-core kernel's Qi and Kj tiles, which hold each
+        element's TF32 hi and lo parts side by side: 2 mma_depth(d), padded to 16 mod 32, so
+        that the 16-byte fragment reads of 8 lanes (2 rows x 4 column pairs) hit all 32 banks."""
+        row = 2 * self.mma_depth(d)
+        return row + (16 - row) % 32
+
+    @property
+    def mma_v_stride(self) -> int:
+        """Row stride (floats) of the tensor-core kernel's transposed Vj tile (d rows of Bc keys,
+        hi and lo side by side): 2 Bc rounded up to whole 128-byte lines, at least one, so that
+        its XOR swizzle of 16-byte chunks (see the kernel) stays inside the row."""
+        return -(-2 * self.Bc // 32) * 32
+
     @property
     def score_stride(self) -> int:
         """Shared-memory row stride (elements) of a Br x Bc tile (S, P, dS)."""
@@ -125,6 +168,9 @@ class Tiling:
         if kernel == "flash_forward_v2":
             return {"Qi": br * ld, "Kj": bc * ld, "Vj": bc * ld, "P": br * ls,
                     "row_partials": br * self.threads_x}
+        if kernel == "flash_forward_tc":
+            return {"Qi": br * self.mma_stride(d), "Kj": bc * self.mma_stride(d),
+                    "Vj": self.mma_depth(d) * self.mma_v_stride}
         if kernel == "flash_forward_v1":
             return {"Kj": bc * ld, "Vj": bc * ld, "Qi": br * ld, "S": br * ls,
                     "alpha": br, "beta": br}
@@ -163,9 +209,13 @@ class Tiling:
     def kernel_default(cls, kernel: str, d: int, dtype_bytes: int = 4,
                        limit_bytes: int = H200_SMEM_PER_BLOCK) -> "Tiling":
         """The tiling the kernels use when none is given: the fastest measured on the H200
-        (``PREFERRED``; 64 x 64 otherwise), then square tiles halved until the tiles fit."""
-        first = cls(*PREFERRED.get(kernel, (64, 64)))
+        (``PREFERRED``, ``PREFERRED_WIDE_HEADS`` for d > 64; 64 x 64 otherwise), then square
+        tiles halved until the tiles fit."""
+        first = cls(*(PREFERRED_WIDE_HEADS if d > 64 else PREFERRED).get(
+            kernel, PREFERRED.get(kernel, (64, 64))))
         candidates = [first] + [cls(size, size) for size in (64, 32, 16, 8, 4, 2, 1)]
+        if kernel == "flash_forward_tc":
+            candidates = [t for t in candidates if t.Br % MMA_ROWS == 0 and t.Bc % MMA_K == 0]
         for tiling in candidates:
             if tiling.smem_bytes(kernel, d, dtype_bytes) <= limit_bytes:
                 return tiling

@@ -1,6 +1,16 @@
 """Input factories and error measures shared by the tests."""
 import numpy as np
 
+import numba_flash as nf
+
+
+def for_algorithm(algorithm, tiling):
+    """``tiling`` for ``flash_attention(algorithm=...)``: the tensor-core kernel ("fa2") takes
+    Br in multiples of 16 and Bc in multiples of 8, so small test tilings are rounded up."""
+    if algorithm != "fa2" or tiling is None:
+        return tiling
+    return nf.Tiling(-(-tiling.Br // 16) * 16, -(-tiling.Bc // 8) * 8)
+
 
 def qkv(rng, B, H, n_q, n_k, d, scale=1.0):
     """Fresh float32 standard-normal q (B,H,n_q,d), k, v (B,H,n_k,d) and dO, times ``scale``."""

@@ -120,7 +120,7 @@ def test_outputs_untouched_when_rejected(tensors):
         with pytest.raises(ValueError):
             fwd(q, k, v, softmax_scale=-2.0)
         assert calls == []
-        fwd(q, k, v, tiling=nf.Tiling(4, 4))
+        fwd(q, k, v, tiling=nf.Tiling(16, 8))
         assert calls == ["O", "L"]
 
 
@@ -136,6 +136,8 @@ def test_limits_the_kernels_cannot_launch(rng, tensors):
         fwd(q, k, v, tiling=ModelTiling(132, 132))
     with pytest.raises(ValueError, match="algorithm must be one of"):
         fwd(q, k, v, algorithm=["fa2"])
+    with pytest.raises(ValueError, match=r"tiling=Tiling\(Br=8, Bc=8\) does not suit the tensor-core kernel"):
+        fwd(q, k, v, tiling=nf.Tiling(8, 8))
     wide = np.ones((1, 65536, 1, 4), np.float32)
     with pytest.raises(ValueError, match="batch \\* heads = 65536 exceeds"):
         fwd(wide, wide, wide)

@@ -88,3 +88,12 @@ def test_torch_tensors_in_device_arrays_out(rng):
     o_torch = torch.as_tensor(o, device="cuda")   # zero-copy view back into torch
     assert o_torch.data_ptr() == o.device_ctypes_pointer.value
     assert_close(o_torch.cpu().numpy(), ref.attention_forward(q, k, v, causal=True)[0], OUT_TOL)
+
+
+def test_mma_tile_product_on_tensor_cores():
+    """The real mma.sync and bit-operation split against the PTX fragment layout (the simulator
+    tests check the emulation against the same specification)."""
+    from .test_mma import check_mma_tile_product
+
+    for seed in range(3):
+        check_mma_tile_product(seed)

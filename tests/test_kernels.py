@@ -11,10 +11,11 @@ from hypothesis import strategies as st
 import numba_flash as nf
 from numba_flash import reference as ref
 
-from .helpers import assert_close, assert_lse_close, qkv, rel_err
+from .helpers import assert_close, assert_lse_close, for_algorithm, qkv, rel_err
 
 OUT_TOL, GRAD_TOL = 1e-5, 1e-4
 T8, T16 = nf.Tiling(8, 8), nf.Tiling(16, 16)
+FLASH_FORWARDS = ["fa1", "fa2", "fa2_fma"]
 
 # (B, H, N_q, N_k, d, causal, tiling): N = 1, 17, 97; d = 24, 40, 80; N_q != N_k; causal both ways
 CASES = [
@@ -32,7 +33,7 @@ def check_forward(q, k, v, causal, tiling, algorithm, **kw):
     o_ref, lse_ref = ref.attention_forward(q, k, v, causal=causal, **kw)
     with nf.poison_outputs():
         o, lse = nf.flash_attention(q, k, v, causal=causal, return_lse=True, algorithm=algorithm,
-                                    tiling=tiling, **kw)
+                                    tiling=for_algorithm(algorithm, tiling), **kw)
     assert o.dtype == np.float32 and o.shape == q.shape and lse.shape == q.shape[:3]
     assert_close(o, o_ref, OUT_TOL)
     assert_lse_close(lse, lse_ref, OUT_TOL)
@@ -50,6 +51,7 @@ def test_flash_forward_and_backward(rng, B, H, n_q, n_k, d, causal, tiling):
     q, k, v, do = qkv(rng, B, H, n_q, n_k, d)
     o, lse = check_forward(q, k, v, causal, tiling, "fa2")
     check_forward(q, k, v, causal, tiling, "fa1")
+    check_forward(q, k, v, causal, tiling, "fa2_fma")
     for deterministic in (False, True):
         with nf.poison_outputs():
             grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=causal, tiling=tiling,
@@ -79,13 +81,14 @@ def test_flash_matches_reference_on_drawn_shapes(n_q, n_k, d, br, bc, causal, sc
     tiling = nf.Tiling(br, bc)
     o, lse = check_forward(q, k, v, causal, tiling, "fa2", softmax_scale=scale)
     check_forward(q, k, v, causal, tiling, "fa1", softmax_scale=scale)
+    check_forward(q, k, v, causal, tiling, "fa2_fma", softmax_scale=scale)
     with nf.poison_outputs():
         grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=causal, tiling=tiling,
                                             softmax_scale=scale)
     check_grads(grads, q, k, v, do, causal, softmax_scale=scale)
 
 
-@pytest.mark.parametrize("algorithm", ["fa1", "fa2"])
+@pytest.mark.parametrize("algorithm", FLASH_FORWARDS)
 def test_large_logits_stay_finite_and_right(rng, algorithm):
     q, k, v, do = qkv(rng, 1, 1, 19, 23, 16, scale=10.0)   # logits ~ 100x larger
     o, lse = check_forward(q, k, v, True, T8, algorithm)
@@ -100,11 +103,12 @@ def test_large_logits_stay_finite_and_right(rng, algorithm):
         assert rel_err(g, g64) <= max(GRAD_TOL, 3 * rel_err(g32, g64))
 
 
-@pytest.mark.parametrize("algorithm", ["fa1", "fa2"])
+@pytest.mark.parametrize("algorithm", FLASH_FORWARDS)
 def test_rows_that_see_no_key_give_zero_and_minus_inf(rng, algorithm):
     q, k, v, do = qkv(rng, 1, 1, 21, 6, 8)   # bottom-right causal: rows 0..14 see nothing
     with nf.poison_outputs():
-        o, lse = nf.flash_attention(q, k, v, causal=True, return_lse=True, algorithm=algorithm, tiling=T8)
+        o, lse = nf.flash_attention(q, k, v, causal=True, return_lse=True, algorithm=algorithm,
+                                    tiling=for_algorithm(algorithm, T8))
     assert (o[..., :15, :] == 0).all() and np.isneginf(lse[..., :15]).all()
     assert np.isfinite(o).all() and np.isfinite(lse[..., 15:]).all()
     with nf.poison_outputs():
@@ -118,9 +122,10 @@ def test_rows_that_see_no_key_give_zero_and_minus_inf(rng, algorithm):
 
 def test_forward_is_bitwise_reproducible(rng):
     q, k, v, _ = qkv(rng, 1, 2, 19, 21, 12)
-    for algorithm in ("fa1", "fa2"):
-        first = nf.flash_attention(q, k, v, return_lse=True, algorithm=algorithm, tiling=T8)
-        second = nf.flash_attention(q, k, v, return_lse=True, algorithm=algorithm, tiling=T8)
+    for algorithm in FLASH_FORWARDS:
+        tiling = for_algorithm(algorithm, T8)
+        first = nf.flash_attention(q, k, v, return_lse=True, algorithm=algorithm, tiling=tiling)
+        second = nf.flash_attention(q, k, v, return_lse=True, algorithm=algorithm, tiling=tiling)
         for a, b in zip(first, second):
             assert a.tobytes() == b.tobytes()
 
@@ -128,13 +133,14 @@ def test_forward_is_bitwise_reproducible(rng):
 def test_nan_in_inputs_propagates(rng):
     q, k, v, do = qkv(rng, 1, 1, 9, 9, 8)
     q[0, 0, 3, 1] = np.nan
-    for algorithm in ("fa1", "fa2"):
-        o, lse = nf.flash_attention(q, k, v, tiling=T8, algorithm=algorithm, return_lse=True)
+    for algorithm in FLASH_FORWARDS:
+        o, lse = nf.flash_attention(q, k, v, tiling=for_algorithm(algorithm, T8), algorithm=algorithm,
+                                    return_lse=True)
         assert np.isnan(o[0, 0, 3]).all() and np.isnan(lse[0, 0, 3])
         assert np.isfinite(np.delete(o[0, 0], 3, axis=0)).all()
     v[0, 0, 2, 0] = np.nan
-    for algorithm in ("fa1", "fa2"):
-        o = nf.flash_attention(q, k, v, causal=True, tiling=T8, algorithm=algorithm)
+    for algorithm in FLASH_FORWARDS:
+        o = nf.flash_attention(q, k, v, causal=True, tiling=for_algorithm(algorithm, T8), algorithm=algorithm)
         assert np.isnan(o[0, 0, 2:, 0]).all()   # every row that sees key 2
 
 
@@ -143,7 +149,7 @@ def test_device_arrays_in_device_arrays_out(rng):
 
     q, k, v, _ = qkv(rng, 1, 1, 10, 12, 8)
     dq_, dk_, dv_ = (cuda.to_device(x) for x in (q, k, v))
-    o = nf.flash_attention(dq_, dk_, dv_, tiling=T8)
+    o = nf.flash_attention(dq_, dk_, dv_, tiling=for_algorithm("fa2", T8))
     assert not isinstance(o, np.ndarray) and hasattr(o, "copy_to_host")
     assert rel_err(o.copy_to_host(), ref.attention_forward(q, k, v)[0]) <= OUT_TOL
 
@@ -152,6 +158,7 @@ def test_largest_head_dim_with_default_tilings(rng):
     """d = 256: the default tilings shrink until the tiles fit 227 KB of shared memory."""
     q, k, v, do = qkv(rng, 1, 1, 5, 7, 256)
     assert nf.Tiling.kernel_default("flash_forward_v2", 256) == nf.Tiling(64, 64)
+    assert nf.Tiling.kernel_default("flash_forward_tc", 256) == nf.Tiling(32, 32)
     assert nf.Tiling.kernel_default("flash_backward", 256) == nf.Tiling(32, 32)
     o, lse = check_forward(q, k, v, True, None, "fa2")
     with nf.poison_outputs():
@@ -159,7 +166,7 @@ def test_largest_head_dim_with_default_tilings(rng):
     check_grads(grads, q, k, v, do, True)
 
 
-@pytest.mark.parametrize("kernel", ["standard", "fa2"])
+@pytest.mark.parametrize("kernel", ["standard", "fa2", "fa2_fma"])
 def test_minus_inf_scores_are_masked_not_zeroing_the_row(rng, kernel):
     """A key with a -inf component (scores -inf against a positive q) gets probability 0; the
     other keys keep theirs, whichever thread reads that score first."""
@@ -172,5 +179,5 @@ def test_minus_inf_scores_are_masked_not_zeroing_the_row(rng, kernel):
             o, p = nf.standard_attention(q, k, v, return_probs=True, tiling=T8)
             assert (p[..., 0] == 0).all()
         else:
-            o = nf.flash_attention(q, k, v, tiling=T8)
+            o = nf.flash_attention(q, k, v, tiling=for_algorithm(kernel, T8), algorithm=kernel)
     assert_close(o, o_ref, OUT_TOL)

@@ -14,7 +14,7 @@ from numba_flash.instrument import count_traffic
 
 from .helpers import qkv
 
-FORWARD = {"flash_forward_v1": "fa1", "flash_forward_v2": "fa2"}
+FORWARD = {"flash_forward_v1": "fa1", "flash_forward_v2": "fa2_fma", "flash_forward_tc": "fa2"}
 
 
 def measured_and_predicted(algorithm, B, H, n_q, n_k, d, causal, tiling, seed=0):
@@ -24,7 +24,8 @@ def measured_and_predicted(algorithm, B, H, n_q, n_k, d, causal, tiling, seed=0)
         report = count_traffic(nf.flash_attention, q, k, v, causal=causal, tiling=tiling,
                                algorithm=FORWARD[algorithm])
     elif algorithm.startswith("flash_backward"):
-        o, lse = nf.flash_attention(q, k, v, causal=causal, tiling=tiling, return_lse=True)
+        o, lse = nf.flash_attention(q, k, v, causal=causal, tiling=tiling, return_lse=True,
+                                    algorithm="fa2_fma")
         report = count_traffic(nf.flash_attention_backward, do, q, k, v, o, lse, causal=causal,
                                tiling=tiling, deterministic=algorithm.endswith("deterministic"))
     elif algorithm == "standard_forward":
@@ -60,6 +61,20 @@ def test_predict_equals_counted_traffic_on_drawn_shapes(algorithm, n_q, n_k, d, 
     report, predicted = measured_and_predicted(algorithm, 1, heads, n_q, n_k, d, causal,
                                                nf.Tiling(br, bc))
     assert report.hbm_counts() == predicted.hbm_counts()
+
+
+@pytest.mark.parametrize("n_q,n_k,d,causal,tiling", [
+    (21, 13, 5, True, nf.Tiling(16, 8)),    # N_q > N_k: rows that see nothing; d padded to 8
+    (13, 29, 12, True, nf.Tiling(16, 16)),
+    (17, 17, 8, False, nf.Tiling(32, 8)),   # two warps, one of them on rows past N_q
+])
+def test_predict_equals_counted_traffic_tensor_cores(n_q, n_k, d, causal, tiling):
+    """The tensor-core forward keeps the FA2-order contract: Q once per row block, K and V once
+    per active block pair (fetched a phase ahead), O and L once."""
+    report, predicted = measured_and_predicted("flash_forward_tc", 1, 2, n_q, n_k, d, causal, tiling)
+    assert report.hbm_counts() == predicted.hbm_counts()
+    assert predicted.hbm_counts() == simulator.predict(
+        "flash_forward_v2", simulator.Workload(1, 2, n_q, n_k, d, 4, causal), tiling).hbm_counts()
 
 
 def test_count_traffic_sees_every_tensor_and_counts_bytes():

@@ -17,6 +17,7 @@ import numba_flash as nf
 from numba_flash.kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
 from numba_flash.kernels.flash_forward_alg1 import make_flash_forward_alg1
 from numba_flash.kernels.flash_forward_fa2 import make_flash_forward_fa2
+from numba_flash.kernels.flash_forward_fa2_tc import make_flash_forward_fa2_tc
 from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
 
 # device functions are compiled for "the current device": pretend it is an sm_90 part
@@ -25,6 +26,7 @@ dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability
 A3, A2 = "float32[:,:,::1]", "float32[:,::1]"
 SIGS = {
     "fa2": f"({A3}, {A3}, {A3}, {A3}, {A2}, float32, int64, int64)",
+    "fa2_tc": "(float32[::1], float32[::1], float32[::1], float32[::1], float32[::1], float32, int64, int64)",
     "alg1": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A2}, float32, int64, int64)",
     "bwd_kv": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, {A3}, {A3}, float32, float32, int64, int64)",
     "bwd_dq": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, float32, float32, int64, int64)",
@@ -37,6 +39,8 @@ SIGS = {
 
 def kernels(d):
     t = nf.Tiling(64, 64)
+    yield "fa2_tc", make_flash_forward_fa2_tc(nf.Tiling(64, 64), d, False)
+    yield "fa2_tc", make_flash_forward_fa2_tc(nf.Tiling(128, 64), d, True)
     yield "fa2", make_flash_forward_fa2(t, d, True)
     yield "fa2", make_flash_forward_fa2(t, d, False)
     yield "alg1", make_flash_forward_alg1(t, d, True)
@@ -50,7 +54,10 @@ def kernels(d):
 
 def main(argv):
     d = int(argv[1]) if len(argv) > 1 else 64
+    only = argv[2] if len(argv) > 2 else None
     for kind, kernel in kernels(d):
+        if only and kind != only:
+            continue
         ptx, _ = compile_ptx(kernel.py_func, SIGS[kind], cc=(9, 0), fastmath=False)
         print(f"{kernel.py_func.__name__:22s} d={d:<4d} {ptxas_report(ptx)}")
 

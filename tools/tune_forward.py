@@ -1,6 +1,7 @@
 """Time the FA2 forward (and backward) under register caps, beside torch SDPA, on one GPU.
 
     python tools/tune_forward.py [--n 4096] [--d 64] [--caps none,128] [--tilings 64x64,128x64]
+        [--algorithms fa2,fa2_fma] [--causal] [--backward]
 Records the numbers behind each kernel version's changelog line. Inputs are fresh random
 tensors rotated among 4 sets; CUDA events, 5 warm-ups, median of 20.
 """
@@ -11,7 +12,7 @@ import torch
 
 import numba_flash as nf
 from numba_flash import launch
-from numba_flash.kernels import flash_backward, flash_forward_fa2
+from numba_flash.kernels import flash_backward, flash_forward_fa2, flash_forward_fa2_tc
 
 
 def median_ms(fn, sets, reps=20, warmup=5):
@@ -37,6 +38,8 @@ def main():
     ap.add_argument("--caps", default="none,128,96,80,64")
     ap.add_argument("--causal", action="store_true")
     ap.add_argument("--tilings", default="64x64", help="Br x Bc pairs, comma separated")
+    ap.add_argument("--algorithms", default="fa2", help="flash_attention algorithms, comma separated")
+    ap.add_argument("--backward", action="store_true", help="also time the backward")
     args = ap.parse_args()
     B, H, N, d = args.b, args.h, args.n, args.d
     flops = 4 * B * H * N * N * d * (0.5 if args.causal else 1.0)
@@ -48,20 +51,30 @@ def main():
             ms = median_ms(lambda q, k, v, do: torch.nn.functional.scaled_dot_product_attention(
                 q, k, v, is_causal=args.causal), sets)
         print(f"sdpa {backend.name:22s} fwd {ms:8.3f} ms  {flops / ms / 1e9:6.2f} TFLOP/s")
-    for cap, tiling in ((c, t) for c in args.caps.split(",") for t in args.tilings.split(",")):
+    ref = [torch.nn.functional.scaled_dot_product_attention(
+        *(x.double() for x in sets[0][:3]), is_causal=args.causal)]
+    for alg, cap, tiling in ((a, c, t) for a in args.algorithms.split(",")
+                             for c in args.caps.split(",") for t in args.tilings.split(",")):
         value = None if cap == "none" else int(cap)
         tiling = nf.Tiling(*(int(x) for x in tiling.split("x")))
-        launch.REGISTER_CAPS["flash_forward_v2"] = value
+        launch.REGISTER_CAPS[nf.api.ALGORITHMS[alg]] = value
         launch.REGISTER_CAPS["flash_backward"] = value
-        flash_forward_fa2.make_flash_forward_fa2.cache_clear()
-        flash_backward.make_flash_backward_kv.cache_clear()
-        ms = median_ms(lambda q, k, v, do: nf.flash_attention(q, k, v, causal=args.causal, tiling=tiling), sets)
-        saved = [(q, k, v, do, *nf.flash_attention(q, k, v, causal=args.causal, return_lse=True, tiling=tiling))
-                 for q, k, v, do in sets]
-        bwd = median_ms(lambda q, k, v, do, o, lse: nf.flash_attention_backward(
-            do, q, k, v, o, lse, causal=args.causal, tiling=tiling), saved)
-        print(f"fa2 {tiling.Br}x{tiling.Bc} max_registers={cap:5s} fwd {ms:8.3f} ms  {flops / ms / 1e9:6.2f} TFLOP/s   "
-              f"bwd {bwd:8.3f} ms  {2.5 * flops / bwd / 1e9:6.2f} TFLOP/s")
+        for factory in (flash_forward_fa2.make_flash_forward_fa2, flash_forward_fa2_tc.make_flash_forward_fa2_tc,
+                        flash_backward.make_flash_backward_kv):
+            factory.cache_clear()
+        fwd = lambda q, k, v, do: nf.flash_attention(q, k, v, causal=args.causal, tiling=tiling, algorithm=alg)
+        err = (torch.as_tensor(fwd(*sets[0]), device="cuda").double() - ref[0]).abs().max().item()
+        ms = median_ms(fwd, sets)
+        line = (f"{alg:7s} {tiling.Br}x{tiling.Bc} max_registers={cap:5s} fwd {ms:8.3f} ms  "
+                f"{flops / ms / 1e9:6.2f} TFLOP/s  max|o - o_fp64| {err:.1e}")
+        if args.backward:
+            saved = [(q, k, v, do, *nf.flash_attention(q, k, v, causal=args.causal, return_lse=True,
+                                                       tiling=tiling, algorithm=alg))
+                     for q, k, v, do in sets]
+            bwd = median_ms(lambda q, k, v, do, o, lse: nf.flash_attention_backward(
+                do, q, k, v, o, lse, causal=args.causal, tiling=tiling), saved)
+            line += f"   bwd {bwd:8.3f} ms  {2.5 * flops / bwd / 1e9:6.2f} TFLOP/s"
+        print(line, flush=True)
 
 
 if __name__ == "__main__":

@@ -11,8 +11,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-#: Our kernels: standard attention and FlashAttention in the paper's (fa1) or FA2 loop order.
-METHODS = ("standard", "fa1", "fa2")
+#: Our kernels: standard attention and FlashAttention in the paper's (fa1) or FA2 loop order,
+#: on tensor cores (fa2, 3xTF32) or FFMA (fa2_fma); the names are flash_attention's algorithms.
+METHODS = ("standard", "fa1", "fa2", "fa2_fma")
+#: simulator.predict's forward algorithm for each flash method.
+FORWARD_ALGORITHM = {"fa1": "flash_forward_v1", "fa2": "flash_forward_tc", "fa2_fma": "flash_forward_v2"}
 #: "fwd": the forward call; "fwd_bwd": forward then backward, as in training.
 PASSES = ("fwd", "fwd_bwd")
 BACKWARD_FLOPS_FACTOR = 2.5
@@ -71,7 +74,7 @@ class Case:
         if self.method == "standard":
             forward, backward = "standard_forward", "standard_backward"
         else:
-            forward = "flash_forward_v1" if self.method == "fa1" else "flash_forward_v2"
+            forward = FORWARD_ALGORITHM[self.method]
             backward = "flash_backward_deterministic" if self.deterministic else "flash_backward"
         return [forward, backward] if self.passes == "fwd_bwd" else [forward]
 

@@ -24,10 +24,12 @@ KERNELS_OF = {
     "standard_backward": ("standard_matmul",),
     "flash_forward_v1": ("flash_forward_v1",),
     "flash_forward_v2": ("flash_forward_v2",),
+    "flash_forward_tc": ("flash_forward_tc",),
     "flash_backward": ("flash_backward",),
     "flash_backward_deterministic": ("flash_backward", "flash_backward_dq"),
 }
-FORWARD_KERNEL = {"standard": "standard_matmul", "fa1": "flash_forward_v1", "fa2": "flash_forward_v2"}
+FORWARD_KERNEL = {"standard": "standard_matmul", "fa1": "flash_forward_v1", "fa2": "flash_forward_tc",
+                  "fa2_fma": "flash_forward_v2"}
 
 
 @dataclass(frozen=True)

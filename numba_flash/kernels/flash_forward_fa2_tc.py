@@ -1,0 +1,271 @@
+"""FlashAttention forward in the FA2 loop order on tensor cores: TF32 mma.sync, 3xTF32 split.
+
+Algorithm (per batch-head, row block i; Tr x B*H blocks, Br/16 warps each)::
+
+    load Qi (Br x d) HBM -> SRAM, times scale*log2(e), split into TF32 hi + lo parts
+    m = -inf, l = 0, O_acc = 0       (registers: warp w owns rows 16w..16w+15 of S, P and O)
+    for j < nb(i):                   (causal: fully masked blocks skipped)
+        Kj (fetched into registers during the last P V) -> SRAM as hi + lo; fetch Vj
+        S = Qi Kj^T, masked          (registers: mma C fragments, 3 TF32 products per tile)
+        m_new = max(m, rowmax S)     (within the 4 lanes that share a row: two shuffles)
+        P = exp2(S - m_new)          (in place; the C fragments of S are the A fragments of P)
+        alpha = exp2(m - m_new); l = alpha l + rowsum P; m = m_new
+        Vj (fetched during S) -> SRAM as hi + lo; fetch Kj+1
+        O_acc = diag(alpha) O_acc + P Vj
+    O = diag(1/l) O_acc; L = (m + log2 l) ln 2 -> HBM   (rows that saw no key: O = 0, L = -inf)
+
+Global loads overlap the tensor-core work: each K/V tile is fetched into registers one phase
+ahead and written to SRAM (split) after the next barrier, so two barriers per step suffice.
+An m16n8k8 product may sum over its 8 k indices in any order, as long as A and B agree. Two uses:
+- P never leaves registers: lane (g, t) holds keys 2t, 2t + 1 of each group of 8 in its C
+  fragment of S, and feeds them as its A fragment of P (slots t, t + 4), reading the B fragment
+  from the same keys of Vj;
+- every fragment is one 16-byte shared load (LDS.128): with slots t, t + 4 mapped to columns
+  2t, 2t + 1 and each element's hi and lo side by side in SRAM, a lane's four operands are
+  adjacent -- in Qi and Kj along a row; in Vj, stored transposed (d rows of keys), likewise.
+SRAM layouts (floats; Tiling.mma_stride, mma_v_stride):
+    Qi, Kj  [r, c] hi at r LQ + 2c, lo next to it; LQ = 16 mod 32: the 8 lanes of a 16-byte
+            access phase (rows g, g + 1; column pairs t) hit 32 different banks
+    Vj^T    [c, key] hi at c LV + 4 (u ^ sw(c)) + 2 (key % 2), u = key // 2, lo next to it;
+            LV = 0 mod 32 and the XOR swizzle sw(c) = 4 (c % 2) + (c // 2) % 4 of 16-byte chunks
+            keeps both the fragment reads (rows g, g + 1) and the tile writes (32 columns c of
+            one key) free of bank conflicts
+
+Versions continue flash_forward_fa2.py's (v1-v4: FFMA on a 4 x 4 register tile per thread, 18.7
+TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py):
+    v5  mma.sync m16n8k8 TF32, 3xTF32, one warp per 16 rows, P kept in registers, quad
+        shuffles for row statistics. First cut (cvt.rna split, hi/lo tiles read by LDS.32, K/V
+        loaded between barriers): 25.4 at 128 x 64 (ncu: 8 warps/SM, tensor pipe 37 % busy,
+        issue stalled on dependencies). Bit-operation split, ex2.approx.ftz, K/V fetched into
+        registers one phase ahead (2 barriers a step), flat indexing: 32.6. hi/lo side by side
+        so each fragment is one LDS.128 (V^T swizzled): 31.7 at 128 x 32, 36.7 with 128
+        registers (two blocks a multiprocessor), 40.0 at 256 x 32 (the default; 1.15x SDPA
+        EFFICIENT_ATTENTION), 43.3 at B=1 N=16384 (1.26x). Causal 27.3 (0.86x); d = 128 30.1 at
+        128 x 32 (0.66x). The mma accumulated O across all K/V tiles: its truncating adds put
+        the N=16384 output 2.0e-4 (relative to max |o|) off float64 -- the bench's 1e-4 check
+        failed there (results/h200/bench/bench.csv; fa2_fma: within it).
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numpy as np
+from numba import cuda, float32, uint64
+
+from simulator.tiling import Tiling
+
+from ..launch import jit_options, smem_alignment
+from .mma import warp_ops
+from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max
+from .unroll import static_range, unrolled
+
+VERSION = 5
+
+
+@lru_cache(maxsize=None)
+def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
+    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k)`` on flat (1-D) views of q, o: (B*H, N_q, d);
+    k, v: (B*H, N_k, d); lse: (B*H, N_q) -- flat, so that element offsets are affine in the
+    compile-time d and the loads take immediate offsets; ``qscale`` = softmax scale * log2(e),
+    float32. Launch with grid (Tr, B*H), ``tiling.threads_for("flash_forward_tc")`` threads and
+    ``tiling.smem_bytes("flash_forward_tc", d)`` bytes of dynamic shared memory."""
+    BR, BC = tiling.Br, tiling.Bc
+    T = tiling.threads_for("flash_forward_tc")
+    D8 = tiling.mma_depth(d)           # d rounded up to the mma's k = 8 (zero columns)
+    LQ, LV = tiling.mma_stride(d), tiling.mma_v_stride
+    KS, NT, OT = D8 // 8, BC // 8, D8 // 8  # k steps of Qi Kj^T; n tiles of S; n tiles of O
+    FETCH = -(-BC * D8 // T)           # elements of a Kj or Vj tile each thread moves
+    # shared-memory carve-up: Qi, Kj, Vj^T (Tiling.smem_terms order)
+    QO, KO, VO = (np.uint64(x) for x in np.cumsum([0, *tiling.smem_terms("flash_forward_tc", d).values()])[:-1])
+    # uint64 offsets throughout: Numba would add a negative-index fix-up to every signed one
+    U1, U2, U3, U8LQ = np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(8 * LQ)
+    LN2_F = np.float32(LN2)
+
+    w = warp_ops()
+    split, split_finite, exp2 = w.split, w.split_finite, w.exp2_ftz
+    mma_3xtf32, quad_max, quad_sum = w.mma_3xtf32, w.quad_max, w.quad_sum
+    ALIGN = smem_alignment()
+
+    @cuda.jit(device=True)
+    def swizzle(c):
+        """The 16-byte chunk permutation of row c of Vj^T (a 3-bit XOR mask)."""
+        return 4 * (c % 2) + (c // 2) % 4
+
+    @cuda.jit(device=True)
+    def vt_at(key, c):
+        """SRAM offset (within Vj^T) of element [key, c] of Vj: its hi part; lo follows."""
+        return uint64(c * LV + 4 * ((key // 2) ^ swizzle(c)) + 2 * (key % 2))
+
+    @cuda.jit(device=True)
+    def load_q_tile(smem, src, row0, nrows, tid, factor):
+        """HBM -> SRAM, once: Qi[r, c] = factor * src[(row0 + r) d + c] as TF32 hi, lo parts;
+        rows past nrows and columns d..D8-1 are zero (no HBM access)."""
+        for idx in range(tid, BR * D8, T):
+            r = idx // D8
+            c = idx - r * D8
+            x = ZERO
+            if r < nrows and c < d:
+                x = factor * src[uint64((row0 + r) * d + c)]
+            smem[QO + uint64(r * LQ + 2 * c)], smem[QO + uint64(r * LQ + 2 * c + 1)] = split(x)
+
+    @cuda.jit(device=True)
+    def element(tid, f):
+        """(row, column) of the f-th element a thread moves in a Bc x D8 tile: divmod(tid + T f, D8)."""
+        if T % D8 == 0:               # the common case: a fixed column per thread
+            return tid // D8 + (T // D8) * f, tid % D8
+        return (tid + T * f) // D8, (tid + T * f) % D8
+
+    def fetch(buf, src, row0, nrows, tid):
+        """HBM -> registers: buf[f] = src[(row0 + r) d + c] for this thread's elements (r, c)
+        of a Bc x D8 tile; 0 past nrows or d."""
+        r0, c0 = element(tid, 0)
+        base = uint64((row0 + r0) * d + c0)
+        for f in static_range(FETCH):
+            r, c = element(tid, f)
+            buf[f] = ZERO
+            if r < nrows and c < d:
+                buf[f] = src[base + uint64((r - r0) * d + c - c0)]   # constant if T % D8 == 0
+
+    def store_k(buf, smem, tid):
+        """registers -> SRAM: the fetched Kj as TF32 hi, lo parts, row-major."""
+        for f in static_range(FETCH):
+            r, c = element(tid, f)
+            if r < BC:
+                smem[KO + uint64(r * LQ + 2 * c)], smem[KO + uint64(r * LQ + 2 * c + 1)] = split(buf[f])
+
+    def store_vt(buf, smem, tid):
+        """registers -> SRAM: the fetched Vj as TF32 hi, lo parts, transposed and swizzled."""
+        for f in static_range(FETCH):
+            r, c = element(tid, f)
+            if r < BC:
+                at = VO + vt_at(r, c)
+                smem[at], smem[at + U1] = split(buf[f])
+
+    fetch, store_k, store_vt = (cuda.jit(device=True)(unrolled(f)) for f in (fetch, store_k, store_vt))
+
+    def flash_forward_fa2_tc(q, k, v, o, lse, qscale, n_q, n_k):
+        smem = cuda.shared.array(0, float32, alignment=ALIGN)
+        # SRAM tiles: Qi at QO for the whole kernel; Kj at KO and Vj^T at VO for one j step
+        # causal: the last row blocks have the most K/V blocks to visit; launch them first, so
+        # that the final wave is not the longest blocks alone
+        i = cuda.gridDim.x - 1 - cuda.blockIdx.x if causal else cuda.blockIdx.x
+        bh = cuda.blockIdx.y
+        tid = cuda.threadIdx.x
+        lane = tid % 32
+        g = lane // 4                 # fragment row group: this lane's rows are g and g + 8
+        t = lane % 4                  # thread in group: its columns are 2t, 2t + 1 of each 8
+        wrow = (tid // 32) * 16       # this warp's first row of the Br tile
+        row0 = i * BR
+        rows = min(BR, n_q - row0)
+        off = n_k - n_q
+        nb = active_blocks(row0 + rows - 1, off, BC, (n_k + BC - 1) // BC, causal)
+
+        load_q_tile(smem, q, bh * n_q + row0, rows, tid, qscale)
+        buf = cuda.local.array(FETCH, float32)   # registers: the next Kj or Vj, in flight
+        s = cuda.local.array((NT, 4), float32)    # registers: C fragments of S_ij, then P_ij
+        acc = cuda.local.array((OT, 4), float32)  # registers: C fragments of O_i
+        m = cuda.local.array(2, float32)          # registers: running max of rows g, g + 8
+        l = cuda.local.array(2, float32)          # registers: this lane's share of their sums
+        for h in static_range(2):
+            m[h] = NEG_INF
+            l[h] = ZERO
+        for n in static_range(OT):
+            for e in static_range(4):
+                acc[n, e] = ZERO
+        # this lane's fragment offsets (16-byte aligned): Qi rows wrow + g (+ 8) and Kj rows g
+        # (+ 8n) at column pair t of each k step; Vj^T rows g (+ 8n) at the chunk of keys
+        # 2t, 2t + 1 of each group of 8 -- for even groups, and (swizzle bit 2 flipped) odd ones
+        qa = QO + uint64((wrow + g) * LQ + 4 * t)
+        kb = KO + uint64(g * LQ + 4 * t)
+        sw = swizzle(g)
+        vb_even = VO + uint64(g * LV + 4 * (t ^ (sw % 4)) + 16 * (sw // 4))
+        vb_odd = VO + uint64(g * LV + 4 * (t ^ (sw % 4)) + 16 * (1 - sw // 4))
+        if nb > 0:
+            fetch(buf, k, bh * n_k, min(BC, n_k), tid)
+
+        for j in range(nb):
+            col0 = j * BC
+            cols = min(BC, n_k - col0)
+            # every warp finished reading the previous Kj before the last barrier (it came
+            # after S), so Kj's SRAM is free: write the fetched Kj, start fetching Vj
+            store_k(buf, smem, tid)
+            fetch(buf, v, bh * n_k + col0, cols, tid)
+            # barrier: Kj (and, at j = 0, Qi) complete before any warp reads fragments of it
+            cuda.syncthreads()
+            for n in static_range(NT):
+                for e in static_range(4):
+                    s[n, e] = ZERO
+            for kk in static_range(KS):
+                pa = qa + uint64(16 * kk)
+                ah0, al0, ah2, al2 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
+                pa += U8LQ
+                ah1, al1, ah3, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
+                for n in static_range(NT):
+                    pb = kb + uint64(8 * n * LQ + 16 * kk)
+                    s[n, 0], s[n, 1], s[n, 2], s[n, 3] = mma_3xtf32(
+                        ah0, ah1, ah2, ah3, al0, al1, al2, al3,
+                        smem[pb], smem[pb + U2], smem[pb + U1], smem[pb + U3],
+                        s[n, 0], s[n, 1], s[n, 2], s[n, 3])
+            # interior tiles (full, and left of the causal diagonal) need no mask
+            edge = cols < BC or (causal and col0 + BC - 1 > row0 + off)
+            for h in static_range(2):        # fragment slots 2h, 2h + 1 hold row wrow + g + 8h
+                r = wrow + g + 8 * h
+                mx = NEG_INF
+                for n in static_range(NT):
+                    for e in static_range(2):
+                        if edge and masked(r, 8 * n + 2 * t + e, row0, col0, cols, off, causal):
+                            s[n, 2 * h + e] = NEG_INF
+                        mx = sticky_max(mx, s[n, 2 * h + e])
+                m_new = sticky_max(m[h], quad_max(mx))
+                if m_new == NEG_INF:  # nothing visible in this row yet
+                    alpha = ONE
+                    for n in static_range(NT):
+                        for e in static_range(2):
+                            s[n, 2 * h + e] = ZERO
+                else:
+                    alpha = exp2(m[h] - m_new)
+                    row_sum = ZERO
+                    for n in static_range(NT):
+                        for e in static_range(2):
+                            p = exp2(s[n, 2 * h + e] - m_new)
+                            s[n, 2 * h + e] = p
+                            row_sum += p
+                    l[h] = alpha * l[h] + row_sum
+                m[h] = m_new
+                for n in static_range(OT):
+                    acc[n, 2 * h] *= alpha
+                    acc[n, 2 * h + 1] *= alpha
+            # the barrier above came after every warp's previous P V: Vj's SRAM is free
+            store_vt(buf, smem, tid)
+            if j + 1 < nb:
+                fetch(buf, k, bh * n_k + col0 + BC, min(BC, n_k - col0 - BC), tid)
+            # barrier: Vj complete before any warp reads fragments of it
+            cuda.syncthreads()
+            for kk in static_range(NT):      # keys 8kk .. 8kk + 7; A fragment slots (0, 1, 2, 3) = C (0, 2, 1, 3)
+                ah0, al0 = split_finite(s[kk, 0])
+                ah1, al1 = split_finite(s[kk, 2])
+                ah2, al2 = split_finite(s[kk, 1])
+                ah3, al3 = split_finite(s[kk, 3])
+                for n in static_range(OT):
+                    pb = (vb_odd if kk % 2 else vb_even) + uint64(8 * n * LV + 16 * (kk - kk % 2))
+                    acc[n, 0], acc[n, 1], acc[n, 2], acc[n, 3] = mma_3xtf32(
+                        ah0, ah1, ah2, ah3, al0, al1, al2, al3,
+                        smem[pb], smem[pb + U2], smem[pb + U1], smem[pb + U3],
+                        acc[n, 0], acc[n, 1], acc[n, 2], acc[n, 3])
+
+        for h in static_range(2):
+            r = wrow + g + 8 * h
+            row_l = quad_sum(l[h])
+            if r < rows:
+                inv = ZERO if row_l == ZERO else ONE / row_l   # l = 0: the row saw no key
+                at = uint64((bh * n_q + row0 + r) * d + 2 * t)
+                for n in static_range(OT):
+                    for e in static_range(2):
+                        if 8 * n + 2 * t + e < d:
+                            o[at + uint64(8 * n + e)] = acc[n, 2 * h + e] * inv
+                if t == 0:
+                    lse[uint64(bh * n_q + row0 + r)] = (
+                        NEG_INF if row_l == ZERO else (m[h] + math.log2(row_l)) * LN2_F)
+
+    return cuda.jit(**jit_options("flash_forward_tc", tiling, d))(unrolled(flash_forward_fa2_tc))

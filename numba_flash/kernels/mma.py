@@ -1,0 +1,214 @@
+"""Warp-level primitives for the tensor-core kernels: TF32 ``mma.sync``, the 3xTF32 split, and
+lane shuffles -- each on the GPU as one PTX instruction, and under Numba's CUDA simulator as an
+exact emulation of what the warp computes (the simulator runs one Python thread per CUDA
+thread and has neither tensor cores nor shuffles).
+
+``mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32`` (PTX ISA, "Matrix fragments for mma.m16n8k8"
+.tf32): a warp computes C (16 x 8) += A (16 x 8) B (8 x 8). Lane = 4 g + t (g = lane // 4,
+t = lane % 4) holds
+
+    A: a0 = A[g, t]   a1 = A[g + 8, t]   a2 = A[g, t + 4]   a3 = A[g + 8, t + 4]
+    B: b0 = B[t, g]   b1 = B[t + 4, g]
+    C: c0 = C[g, 2t]  c1 = C[g, 2t + 1]  c2 = C[g + 8, 2t]  c3 = C[g + 8, 2t + 1]
+
+TF32 keeps 10 of fp32's 23 mantissa bits. 3xTF32 (a = a_hi + a_lo, each part TF32) recovers
+fp32-level products: a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi. The split is two bit operations
+each way: a_hi = a rounded to nearest TF32 (add half a TF32 ulp to the bits, clear the low 13;
+``cvt.rna.tf32.f32`` is emulated by ptxas in ~5 instructions on sm_90), a_lo = a - a_hi (exact)
+with its low 13 bits cleared, so |a - a_hi - a_lo| <= 2^-21 |a|; the dropped a_lo b_lo is smaller
+still. The bit operations are the same on the GPU and in the simulator, so both feed the mma
+the same operands; the tensor core's internal summation order differs from the emulation's
+sequential fp32 sum, so the two agree to fp32 rounding, not bits.
+
+All functions here must be reached by every thread of the block together (uniform control
+flow): on the GPU the shuffles and mma are warp-collective; in the simulator they synchronise
+the whole block.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from types import SimpleNamespace
+
+import numpy as np
+from numba import cuda, float32
+
+from ..memory import simulator_enabled
+
+FULL_MASK = 0xFFFFFFFF
+ZERO = np.float32(0.0)
+POS_INF = np.float32(np.inf)
+#: The largest finite TF32 value (fp32 with the low 13 mantissa bits clear).
+TF32_MAX = np.array(0x7F7FE000, np.uint32).view(np.float32)[()]
+#: Largest block the simulator's exchange buffers serve (CUDA's limit).
+MAX_THREADS = 1024
+
+
+def _gpu_primitives() -> SimpleNamespace:
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    f32, i32 = ir.FloatType(), ir.IntType(32)
+
+    def bit_op(asm_text, doc):
+        @intrinsic
+        def op(typingctx, x):
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(i32, [i32]), asm_text, "=r,r")
+                return builder.bitcast(builder.call(asm, [builder.bitcast(args[0], i32)]), f32)
+            return types.float32(types.float32), codegen
+        op.__doc__ = doc
+        return op
+
+    tf32_nearest = bit_op("{ .reg .b32 t; add.u32 t, $1, 4096; and.b32 $0, t, -8192; }",
+                          "x rounded to the nearest TF32 (ties away from zero).")
+    tf32_truncate = bit_op("and.b32 $0, $1, -8192;", "x with its low 13 mantissa bits cleared.")
+
+    @intrinsic
+    def exp2_ftz(typingctx, x):
+        """2^x by the SFU (``ex2.approx.ftz.f32``; 2 ulp, subnormal results flushed to 0)."""
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(f32, [f32]), "ex2.approx.ftz.f32 $0, $1;", "=f,f")
+            return builder.call(asm, args)
+        return types.float32(types.float32), codegen
+
+    @intrinsic
+    def mma_tf32(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
+        """(c0, c1, c2, c3) + A B for one m16n8k8 TF32 tile product (fragments as above)."""
+        def codegen(context, builder, sig, args):
+            fty = ir.FunctionType(ir.LiteralStructType([f32] * 4), [i32] * 6 + [f32] * 4)
+            asm = ir.InlineAsm(
+                fty,
+                "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+                "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
+                "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f",
+            )
+            ins = [builder.bitcast(x, i32) for x in args[:6]] + list(args[6:])
+            out = builder.call(asm, ins)
+            return context.make_tuple(builder, sig.return_type,
+                                      [builder.extract_value(out, n) for n in range(4)])
+        return types.UniTuple(types.float32, 4)(*([types.float32] * 10)), codegen
+
+    @cuda.jit(device=True)
+    def mma_3xtf32(ah0, ah1, ah2, ah3, al0, al1, al2, al3, bh0, bh1, bl0, bl1, c0, c1, c2, c3):
+        c0, c1, c2, c3 = mma_tf32(al0, al1, al2, al3, bh0, bh1, c0, c1, c2, c3)
+        c0, c1, c2, c3 = mma_tf32(ah0, ah1, ah2, ah3, bl0, bl1, c0, c1, c2, c3)
+        return mma_tf32(ah0, ah1, ah2, ah3, bh0, bh1, c0, c1, c2, c3)
+
+    @cuda.jit(device=True)
+    def shfl_xor(x, lane_mask):
+        return cuda.shfl_xor_sync(FULL_MASK, x, lane_mask)
+
+    return SimpleNamespace(tf32_nearest=tf32_nearest, tf32_truncate=tf32_truncate,
+                           exp2_ftz=exp2_ftz, mma_3xtf32=mma_3xtf32, shfl_xor=shfl_xor)
+
+
+def _bits_op(x, add, mask):
+    bits = np.array(np.float32(x)).view(np.uint32)
+    return np.array((bits + np.uint32(add)) & np.uint32(mask), np.uint32).view(np.float32)[()]
+
+
+def _simulator_primitives() -> SimpleNamespace:
+    @cuda.jit(device=True)
+    def tf32_nearest(x):
+        return _bits_op(x, 0x1000, 0xFFFFE000)
+
+    @cuda.jit(device=True)
+    def tf32_truncate(x):
+        return _bits_op(x, 0, 0xFFFFE000)
+
+    @cuda.jit(device=True)
+    def exp2_ftz(x):
+        y = np.exp2(np.float32(x))
+        return np.float32(0.0) if abs(y) < np.finfo(np.float32).tiny else y   # NaN stays NaN
+
+    @cuda.jit(device=True)
+    def mma_3xtf32(ah0, ah1, ah2, ah3, al0, al1, al2, al3, bh0, bh1, bl0, bl1, c0, c1, c2, c3):
+        frag = cuda.shared.array((MAX_THREADS, 12), float32)  # every lane's A and B fragments
+        tid = cuda.threadIdx.x
+        for slot, x in enumerate((ah0, ah1, ah2, ah3, al0, al1, al2, al3, bh0, bh1, bl0, bl1)):
+            frag[tid, slot] = x
+        cuda.syncthreads()       # the whole warp's fragments are visible
+        warp0 = tid - tid % 32
+        g, t = (tid % 32) // 4, tid % 4
+
+        def a_at(part, r, kk):   # A[r, kk] is in lane 4 (r % 8) + kk % 4, slot (r >= 8) + 2 (kk >= 4)
+            return frag[warp0 + 4 * (r % 8) + kk % 4, 4 * part + (r >= 8) + 2 * (kk >= 4)]
+
+        def b_at(part, kk, n):   # B[kk, n] is in lane 4 n + kk % 4, slot (kk >= 4)
+            return frag[warp0 + 4 * n + kk % 4, 8 + 2 * part + (kk >= 4)]
+
+        out = [c0, c1, c2, c3]
+        for pa, pb in ((1, 0), (0, 1), (0, 0)):   # lo hi, hi lo, hi hi: the GPU's three mma
+            for slot, (r, n) in enumerate(((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))):
+                acc = np.float32(out[slot])
+                for kk in range(8):
+                    acc = np.float32(acc + np.float32(a_at(pa, r, kk) * b_at(pb, kk, n)))
+                out[slot] = acc
+        cuda.syncthreads()       # nobody overwrites frag while a lane of the warp still reads it
+        return out[0], out[1], out[2], out[3]
+
+    @cuda.jit(device=True)
+    def shfl_xor(x, lane_mask):
+        lanes = cuda.shared.array(MAX_THREADS, float32)
+        tid = cuda.threadIdx.x
+        lanes[tid] = x
+        cuda.syncthreads()       # every lane's value is visible
+        y = lanes[tid ^ lane_mask]
+        cuda.syncthreads()       # read before anyone's next exchange overwrites it
+        return y
+
+    return SimpleNamespace(tf32_nearest=tf32_nearest, tf32_truncate=tf32_truncate,
+                           exp2_ftz=exp2_ftz, mma_3xtf32=mma_3xtf32, shfl_xor=shfl_xor)
+
+
+@lru_cache(maxsize=None)
+def warp_ops() -> SimpleNamespace:
+    """Device functions, for the GPU or the simulator:
+
+    - ``split(x)`` -> (hi, lo), TF32 parts with x = hi + lo to 2^-21 relative; x = +-inf
+      becomes (+-TF32_MAX, 0), so a -inf key component still gives its score ~-1e38 * q (or
+      -inf), probability 0, where an inf operand would give NaN in a cross term (infinite
+      inputs are otherwise outside 3xTF32's exactness: +inf in v gives ~1e38, not inf);
+      ``split_finite(x)``, two instructions fewer, for x known finite or NaN;
+    - ``exp2_ftz(x)``: 2^x in one SFU instruction (results below 2^-126 are 0);
+    - ``mma_3xtf32(ah0..ah3, al0..al3, bh0, bh1, bl0, bl1, c0..c3)`` -> C + A B at fp32-level
+      accuracy from split fragments: three TF32 mma, the two small cross terms first, so that
+      they are not lost below the large term's rounding;
+    - ``quad_max(x)`` (NaN sticky), ``quad_sum(x)`` over the 4 lanes that share fragment rows.
+    """
+    base = _simulator_primitives() if simulator_enabled() else _gpu_primitives()
+    tf32_nearest, tf32_truncate, shfl_xor = base.tf32_nearest, base.tf32_truncate, base.shfl_xor
+
+    @cuda.jit(device=True)
+    def split_finite(x):
+        """x = hi + lo to 2^-21 relative, both TF32, for x not infinite."""
+        hi = tf32_nearest(x)
+        return hi, tf32_truncate(x - hi)
+
+    @cuda.jit(device=True)
+    def split(x):
+        """split_finite(x), except that x = +-inf (or a finite x that rounds past the largest
+        TF32) becomes (+-TF32_MAX, 0): an inf operand would meet the partner's lo part in a cross
+        term, where inf * (a lo of either sign) can give inf - inf = NaN."""
+        hi = tf32_nearest(x)
+        if abs(hi) == POS_INF:
+            return (TF32_MAX if x > ZERO else -TF32_MAX), ZERO
+        return hi, tf32_truncate(x - hi)
+
+    @cuda.jit(device=True)
+    def quad_max(x):
+        """Max over the 4 lanes of a quad (the lanes that share rows of an mma fragment); a NaN
+        in any of them wins."""
+        y = shfl_xor(x, 1)
+        x = y if (y > x or y != y) else x
+        y = shfl_xor(x, 2)
+        return y if (y > x or y != y) else x
+
+    @cuda.jit(device=True)
+    def quad_sum(x):
+        x += shfl_xor(x, 1)
+        return x + shfl_xor(x, 2)
+
+    return SimpleNamespace(split=split, split_finite=split_finite, exp2_ftz=base.exp2_ftz, mma_3xtf32=base.mma_3xtf32,
+                           quad_max=quad_max, quad_sum=quad_sum)
