@@ -53,10 +53,13 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
 
     Returns o (B, H, N_q, d), or (o, lse) with ``return_lse``; lse (B, H, N_q) is the natural-log
     log-sum-exp of each row of scale * q k^T (-inf for rows that see no key).
-    ``algorithm="fa2"``: FA2 loop order (a block per Q tile; fast). ``"fa1"``: the paper's
+    ``algorithm="fa2"``: FA2 loop order (a block per Q tile) on tensor cores, TF32 mma with the
+    3xTF32 split (errors at fp32 level, not bitwise fp32; infinite inputs become +-3.4e38);
+    ``"fa2_fma"``: the same loop order in plain fp32 FFMA arithmetic; ``"fa1"``: the paper's
     Algorithm 1 order (outer loop over K/V blocks, O, l, m through HBM; for IO studies).
-    ``tiling``: a ``Tiling(Br, Bc)``; default the fastest measured on the H200 (128 x 64 for
-    "fa2", 64 x 64 for "fa1"), smaller where the head dim needs more shared memory.
+    ``tiling``: a ``Tiling(Br, Bc)`` ("fa2": Br a multiple of 16, Bc of 8); default the fastest
+    measured on the H200 ("fa2": 256 x 32 for d <= 64, else 128 x 32; "fa2_fma": 128 x 64;
+    "fa1": 64 x 64), smaller where the head dim needs more shared memory.
     """
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")

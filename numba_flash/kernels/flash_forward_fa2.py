@@ -29,6 +29,8 @@ tools/tune_forward.py; SDPA in the same run: MATH 17.8, EFFICIENT_ATTENTION 34.7
         strides, so the S and P operands load as LDS.128: 16.75 TFLOP/s at 64 x 64 (17.2 with
         128 registers) and 18.7 at Br = 128, Bc = 64 (the default; 512 threads). At 64 x 64:
         causal 15.8, d = 128 15.4; at the default 128 x 64, causal 17.0 (bench).
+Continued on tensor cores in flash_forward_fa2_tc.py (v5, v6: ``algorithm="fa2"``); this kernel
+stays as ``algorithm="fa2_fma"``, plain fp32 arithmetic with free block sizes.
 """
 from __future__ import annotations
 
