@@ -41,9 +41,10 @@ TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward
         so each fragment is one LDS.128 (V^T swizzled): 31.7 at 128 x 32, 36.7 with 128
         registers (two blocks a multiprocessor), 40.0 at 256 x 32 (the default; 1.15x SDPA
         EFFICIENT_ATTENTION), 43.3 at B=1 N=16384 (1.26x). Causal 27.3 (0.86x); d = 128 30.1 at
-        128 x 32 (0.66x). The mma accumulated O across all K/V tiles: its truncating adds put
-        the N=16384 output 2.0e-4 (relative to max |o|) off float64 -- the bench's 1e-4 check
-        failed there (results/h200/bench/bench.csv; fa2_fma: within it).
+        128 x 32 (0.66x). At N=16384 the output was 2.0e-4 (relative to max |o|) off float64
+        and failed the bench's 1e-4 check (results/h200/bench/bench.csv; fa2_fma, same loop
+        order on FFMA, passed). Likely cause, not yet confirmed: the mma accumulated O across
+        all 512 K/V tiles, and tensor cores do not round their fp32 adds to nearest.
     v6  P V summed on the tensor cores from zero for each K/V tile, then added to O in fp32
         (round to nearest), so no truncating mma accumulation spans more than Bc keys; P split
         once per tile. 140 registers uncapped (v5: 178). Not yet measured on the GPU (the
