@@ -144,6 +144,25 @@ def test_nan_in_inputs_propagates(rng):
         assert np.isnan(o[0, 0, 2:, 0]).all()   # every row that sees key 2
 
 
+@pytest.mark.parametrize("n_q,n_k,d,causal,tiling", [
+    (40, 37, 12, True, nf.Tiling(48, 8)),    # three warps, the last on rows past N_q
+    (33, 70, 20, False, nf.Tiling(32, 32)),  # two warps; four key groups per tile (even and odd)
+])
+def test_tensor_cores_with_several_warps_and_wide_tiles(rng, n_q, n_k, d, causal, tiling):
+    q, k, v, _ = qkv(rng, 1, 1, n_q, n_k, d)
+    check_forward(q, k, v, causal, tiling, "fa2")
+
+
+def test_nan_payloads_survive_the_tf32_split(rng):
+    """A NaN whose payload is in the low mantissa bits rounds to inf on the way to TF32; it must
+    still come out NaN, not as a clamped number."""
+    q, k, v, _ = qkv(rng, 1, 1, 9, 9, 8)
+    v[0, 0, 2, 0] = np.array(0x7F800001, np.uint32).view(np.float32)
+    for algorithm in FLASH_FORWARDS:
+        o = nf.flash_attention(q, k, v, causal=True, tiling=for_algorithm(algorithm, T8), algorithm=algorithm)
+        assert np.isnan(o[0, 0, 2:, 0]).all(), algorithm
+
+
 def test_device_arrays_in_device_arrays_out(rng):
     from numba import cuda
 

@@ -95,6 +95,19 @@ def test_static_range_unrolls_to_the_same_program():
     assert "static_range" not in str(unrolled(nested).__code__.co_names)
 
 
+def test_static_range_keeps_python_semantics_around_the_loop():
+    def last_and_inner_break():
+        found = -1
+        for i in static_range(3):
+            for j in range(5):         # an ordinary inner loop may break
+                if j == i:
+                    found = 10 * found + j
+                    break
+        return i, found                # the variable keeps its last value
+
+    assert unrolled(last_and_inner_break)() == last_and_inner_break() == (2, -988)
+
+
 def test_static_range_rejects_what_it_cannot_unroll():
     def breaks():
         for i in static_range(2):
@@ -104,7 +117,20 @@ def test_static_range_rejects_what_it_cannot_unroll():
         for i in static_range(2):
             i = 3
 
+    def two_bounds():
+        for i in static_range(2, 5):
+            pass
+
+    def shadows():
+        for n in static_range(2):
+            f = lambda n: n * 10   # noqa: E731
+        return f
+
     with pytest.raises(SyntaxError, match="cannot break"):
         unrolled(breaks)
     with pytest.raises(SyntaxError, match="is assigned in its loop"):
         unrolled(assigns)
+    with pytest.raises(SyntaxError, match="one bound"):
+        unrolled(two_bounds)
+    with pytest.raises(SyntaxError, match="cannot hold functions, lambdas"):
+        unrolled(shadows)

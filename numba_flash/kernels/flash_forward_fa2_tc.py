@@ -28,8 +28,9 @@ SRAM layouts (floats; Tiling.mma_stride, mma_v_stride):
             access phase (rows g, g + 1; column pairs t) hit 32 different banks
     Vj^T    [c, key] hi at c LV + 4 (u ^ sw(c)) + 2 (key % 2), u = key // 2, lo next to it;
             LV = 0 mod 32 and the XOR swizzle sw(c) = 4 (c % 2) + (c // 2) % 4 of 16-byte chunks
-            keeps both the fragment reads (rows g, g + 1) and the tile writes (32 columns c of
-            one key) free of bank conflicts
+            keeps the fragment reads (rows g, g + 1) free of bank conflicts; the tile writes
+            (32 columns c of one key, 8-byte hi/lo pairs) meet 2-way conflicts, as sw takes 8
+            values -- once per tile, against every warp's reads
 
 Versions continue flash_forward_fa2.py's (v1-v4: FFMA on a 4 x 4 register tile per thread, 18.7
 TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py):
@@ -47,8 +48,9 @@ TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward
         all 512 K/V tiles, and tensor cores do not round their fp32 adds to nearest.
     v6  P V summed on the tensor cores from zero for each K/V tile, then added to O in fp32
         (round to nearest), so no truncating mma accumulation spans more than Bc keys; P split
-        once per tile. 140 registers uncapped (v5: 178). Not yet measured on the GPU (the
-        session's device time ran out): speed and the N=16384 error are open.
+        once per tile. ptxas at 256 x 32, d = 64: ~50 B of spills at the 128-register cap (v5:
+        24 B). Not yet measured on the GPU (the session's device time ran out): speed and the
+        N=16384 error are open.
 """
 from __future__ import annotations
 

@@ -192,7 +192,7 @@ def warp_ops() -> SimpleNamespace:
         TF32) becomes (+-TF32_MAX, 0): an inf operand would meet the partner's lo part in a cross
         term, where inf * (a lo of either sign) can give inf - inf = NaN."""
         hi = tf32_nearest(x)
-        if abs(hi) == POS_INF:
+        if abs(hi) == POS_INF and x == x:   # (a NaN with a small payload rounds to inf too)
             return (TF32_MAX if x > ZERO else -TF32_MAX), ZERO
         return hi, tf32_truncate(x - hi)
 

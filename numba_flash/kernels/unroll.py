@@ -22,6 +22,26 @@ def static_range(n: int) -> range:
     return range(n)
 
 
+#: Nodes that open a scope of their own, where the loop variable could be rebound.
+_NESTED_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
+                  ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _outside_inner_loops(stmts):
+    """The nodes of ``stmts`` that are not inside a nested for/while body."""
+    for stmt in stmts:
+        yield stmt
+        if isinstance(stmt, (ast.For, ast.AsyncFor, ast.While)):
+            yield from ast.walk(stmt.iter if isinstance(stmt, (ast.For, ast.AsyncFor)) else stmt.test)
+            yield from _outside_inner_loops(stmt.orelse)
+        else:
+            for child in ast.iter_child_nodes(stmt):
+                if isinstance(child, ast.stmt):
+                    yield from _outside_inner_loops([child])
+                else:
+                    yield from ast.walk(child)
+
+
 class _Substitute(ast.NodeTransformer):
     def __init__(self, name: str, value: int):
         self.name, self.value = name, value
@@ -44,17 +64,22 @@ class _Unroll(ast.NodeTransformer):
                 and it.func.id == "static_range"):
             self.generic_visit(node)
             return node
-        if node.orelse or not isinstance(node.target, ast.Name):
-            raise SyntaxError("static_range loops take one plain variable and no else")
-        if any(isinstance(n, (ast.Break, ast.Continue)) for n in ast.walk(node)):
+        if node.orelse or not isinstance(node.target, ast.Name) or len(it.args) != 1 or it.keywords:
+            raise SyntaxError("static_range loops take one plain variable, one bound and no else")
+        if any(isinstance(n, _NESTED_SCOPES) for stmt in node.body for n in ast.walk(stmt)):
+            raise SyntaxError("static_range loops cannot hold functions, lambdas or comprehensions")
+        if any(isinstance(n, (ast.Break, ast.Continue)) for n in _outside_inner_loops(node.body)):
             raise SyntaxError("static_range loops cannot break or continue")
+        name = node.target.id
         count = eval(compile(ast.Expression(it.args[0]), "<static_range>", "eval"), self.namespace)
         body = []
         for value in range(count):
             for stmt in node.body:
-                stmt = _Substitute(node.target.id, value).visit(copy.deepcopy(stmt))
+                stmt = _Substitute(name, value).visit(copy.deepcopy(stmt))
                 new = self.visit(stmt)
                 body.extend(new if isinstance(new, list) else [new])
+        if count:   # as after a Python loop, the variable keeps its last value
+            body.append(ast.Assign([ast.Name(name, ast.Store())], ast.Constant(count - 1)))
         return body or [ast.Pass()]
 
 
