@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# All GPU results in one go, within ~9 minutes on one H200:
+# All GPU results in one go, within ~11 minutes on one H200 -- more than one 10-minute device call,
+# so split it: `python -m experiments bench --device gpu --quick --out OUT` in one call, and
+# `SKIP_BENCH=1 bash experiments/run_gpu.sh OUT` in the next:
 #   source .whl/prefix.sh; bash experiments/run_gpu.sh "$OUT"          (--quick point sets)
 #   source .whl/prefix.sh; bash experiments/run_gpu.sh "$OUT" --full   (every point; > 9 min)
 # Each experiment runs in its own process under its own time limit, so one that overruns or
@@ -21,7 +23,7 @@ run() {  # run LIMIT_S ARGS...: one CLI call, limited to LIMIT_S seconds, logged
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >>"$log" 2>&1
 which ncu >>"$log" 2>&1; ncu --version >>"$log" 2>&1
-run 100 bench
+[ -n "${SKIP_BENCH:-}" ] || run 260 bench   # four quick shapes: 182 s on 2026-11-29 (tensor-core kernels compile ~30 s each)
 run 75 run fig2_left
 run 75 run io_scaling
 run 60 run l2_effect
