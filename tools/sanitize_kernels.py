@@ -14,11 +14,12 @@ def main():
     rng = np.random.default_rng(7)
     worst = 0.0
     for n_q, n_k, d, causal, tiling in [(97, 61, 40, True, nf.Tiling(32, 32)),
-                                        (61, 97, 80, True, None), (33, 47, 24, False, nf.Tiling(16, 64))]:
+                                        (61, 97, 80, True, None), (33, 47, 24, False, nf.Tiling(16, 64)),
+                                        (300, 301, 64, True, None)]:   # fa2's 256 x 32: 16 warps
         q, k, v, do = (rng.standard_normal((1, 2, n, d)).astype(np.float32) for n in (n_q, n_k, n_k, n_q))
         o_ref, _ = ref.attention_forward(q, k, v, causal=causal)
         g_ref = ref.attention_backward(do, q, k, v, causal=causal)
-        for algorithm in ("fa1", "fa2"):
+        for algorithm in ("fa1", "fa2", "fa2_fma"):
             o, lse = nf.flash_attention(q, k, v, causal=causal, return_lse=True, algorithm=algorithm, tiling=tiling)
             worst = max(worst, np.abs(o - o_ref).max())
         for det in (False, True):
