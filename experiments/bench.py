@@ -3,8 +3,9 @@
 Shapes (B, H, N, d): (4, 16, 4096, 64), (1, 16, 16384, 64), the same with d = 128, and causal
 with d = 64; forward, and forward + backward.  Ours: standard attention, fa1 (the paper's loop
 order, one block per head: small shapes only), fa2 (tensor cores, 3xTF32), fa2_fma (the same
-loop order on FFMA), and the fa2 backward with atomics and the deterministic one.  Before any timing each kernel's outputs are checked against float64 on the
-same inputs (relative error > 1e-4 fails the run loudly).  Timing: CUDA events, warm-up, median.
+loop order on FFMA), and the fa2 backward with atomics and the deterministic one.  Before any
+timing each kernel's outputs are checked against float64 on the same inputs (relative error
+> 1e-4 fails the run loudly).  Timing: CUDA events, warm-up, median.
 Printed as a table -- kernel, shape, ms, TFLOP/s, speed-up over each SDPA backend
 (backend ms / our ms) -- and written as a CSV.
 """

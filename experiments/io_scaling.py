@@ -6,8 +6,8 @@ three sweeps: N at fixed d and M; d at fixed N and M; M at fixed N and d.  The f
 Algorithm 1's choice for M (Bc = ceil(M/4d), Br = min(Bc, d)), run in the paper's loop order
 (fa1); fa2_fma (FA2 loop order, which re-reads K and V once per Q block; the FFMA kernel, whose
 block sizes are free, where the tensor-core fa2's are not -- both move the same bytes, see
-tests/test_traffic_exact.py) is shown beside it for N and M.  Theorem 2's curves are the simulator's leading-order forms with our loops' constants
-(``simulator.closed_forms``); Proposition 3's bound is the simulator's, valid for every M >= d.
+tests/test_traffic_exact.py) is shown beside it for N and M.  Theorem 2's curves are the
+simulator's leading-order forms with our loops' constants (``simulator.closed_forms``); Proposition 3's bound is the simulator's, valid for every M >= d.
 
 GPU: measured = ncu's SM<->L2 bytes (the global-memory traffic the kernels issue; DRAM bytes
 are in their own column -- the L2 absorbs re-reads).  CPU: measured = count_traffic under the

@@ -76,14 +76,14 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     Q, K, V = mem.input(q, "Q"), mem.input(k, "K"), mem.input(v, "V")
     O = mem.output((B, H, n_q, d), F32, "O")
     L = mem.output((B, H, n_q), F32, "L")
-    args = (_flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d), _flat(O, n_q, d), _flat(L, n_q))
+    if algorithm == "fa2":   # the tensor-core kernel takes flat views (see its factory)
+        args = tuple(x.reshape(x.size) for x in (Q, K, V, O, L))
+    else:
+        args = (_flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d), _flat(O, n_q, d), _flat(L, n_q))
     smem = tiling.smem_bytes(kernel_name, d)
-    if algorithm == "fa2":
-        flat = tuple(x.reshape(x.size) for x in (Q, K, V, O, L))
-        launch(make_flash_forward_fa2_tc(tiling, d, causal), (tiling.Tr(n_q), bh),
-               tiling.threads_for(kernel_name), smem, *flat, F32(scale * LOG2E), n_q, n_k)
-    elif algorithm == "fa2_fma":
-        launch(make_flash_forward_fa2(tiling, d, causal), (tiling.Tr(n_q), bh), tiling.threads, smem,
+    if algorithm in ("fa2", "fa2_fma"):
+        make = make_flash_forward_fa2_tc if algorithm == "fa2" else make_flash_forward_fa2
+        launch(make(tiling, d, causal), (tiling.Tr(n_q), bh), tiling.threads_for(kernel_name), smem,
                *args, F32(scale * LOG2E), n_q, n_k)
     else:
         l_ws = mem.output((bh, n_q), F32, "l")

@@ -167,7 +167,5 @@ def tiling_for(value, kernels, d: int) -> Tiling:
         raise ValueError(f"tiling={value!r} needs {value.threads} threads a block (a model-only "
                          f"tiling); the kernels launch at most {MAX_THREADS}: choose Br * Bc <= 16384")
     for kernel in kernels:
-        if kernel == "flash_forward_tc":
-            value.check_mma()
         value.check_fits(kernel, d, 4, limit)
     return value

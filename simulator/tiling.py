@@ -169,6 +169,7 @@ class Tiling:
             return {"Qi": br * ld, "Kj": bc * ld, "Vj": bc * ld, "P": br * ls,
                     "row_partials": br * self.threads_x}
         if kernel == "flash_forward_tc":
+            self.check_mma()    # its layout exists only for tilings the mma can cover
             return {"Qi": br * self.mma_stride(d), "Kj": bc * self.mma_stride(d),
                     "Vj": self.mma_depth(d) * self.mma_v_stride}
         if kernel == "flash_forward_v1":

@@ -1,15 +1,18 @@
 """Input factories and error measures shared by the tests."""
 import numpy as np
 
-import numba_flash as nf
+from simulator.tiling import MMA_K, MMA_ROWS, Tiling
+
+
+def mma_tiling(tiling):
+    """``tiling`` rounded up to what the tensor-core kernel takes: Br a multiple of 16, Bc of 8."""
+    return Tiling(-(-tiling.Br // MMA_ROWS) * MMA_ROWS, -(-tiling.Bc // MMA_K) * MMA_K)
 
 
 def for_algorithm(algorithm, tiling):
-    """``tiling`` for ``flash_attention(algorithm=...)``: the tensor-core kernel ("fa2") takes
-    Br in multiples of 16 and Bc in multiples of 8, so small test tilings are rounded up."""
-    if algorithm != "fa2" or tiling is None:
-        return tiling
-    return nf.Tiling(-(-tiling.Br // 16) * 16, -(-tiling.Bc // 8) * 8)
+    """``tiling`` for ``flash_attention(algorithm=...)``: small test tilings rounded up for the
+    tensor-core kernel ("fa2")."""
+    return mma_tiling(tiling) if algorithm == "fa2" and tiling is not None else tiling
 
 
 def qkv(rng, B, H, n_q, n_k, d, scale=1.0):

@@ -8,6 +8,8 @@ from hypothesis import strategies as st
 from simulator import ALGORITHMS, ModelTiling, Tiling, Workload, predict
 from simulator.tiling import MATMUL_BK
 
+from .helpers import mma_tiling
+
 
 def _ceil(a, b):
     return -(-a // b)
@@ -216,10 +218,7 @@ class Walk:
 
 
 def for_algorithm(algorithm, t):
-    """The tensor-core forward takes Br in multiples of 16 and Bc in multiples of 8."""
-    if algorithm != "flash_forward_tc":
-        return t
-    return Tiling(_ceil(t.Br, 16) * 16, _ceil(t.Bc, 8) * 8)
+    return mma_tiling(t) if algorithm == "flash_forward_tc" else t
 
 
 def walked(algorithm, w, t):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cases import Case
+from .cases import FORWARD_ALGORITHM, Case
 
 #: The GPU we measure on (datasheet values with our measured bandwidth and fp32 peak), and the
 #: paper's.
@@ -28,8 +28,9 @@ KERNELS_OF = {
     "flash_backward": ("flash_backward",),
     "flash_backward_deterministic": ("flash_backward", "flash_backward_dq"),
 }
-FORWARD_KERNEL = {"standard": "standard_matmul", "fa1": "flash_forward_v1", "fa2": "flash_forward_tc",
-                  "fa2_fma": "flash_forward_v2"}
+#: The Tiling kernel each method's forward launches (a flash method's forward algorithm has its
+#: kernel's name).
+FORWARD_KERNEL = {"standard": "standard_matmul", **FORWARD_ALGORITHM}
 
 
 @dataclass(frozen=True)

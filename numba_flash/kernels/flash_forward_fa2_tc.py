@@ -100,6 +100,11 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
         return 4 * (c % 2) + (c // 2) % 4
 
     @cuda.jit(device=True)
+    def row_at(r, c):
+        """SRAM offset (within Qi or Kj) of element [r, c]: its hi part; lo follows."""
+        return uint64(r * LQ + 2 * c)
+
+    @cuda.jit(device=True)
     def vt_at(key, c):
         """SRAM offset (within Vj^T) of element [key, c] of Vj: its hi part; lo follows."""
         return uint64(c * LV + 4 * ((key // 2) ^ swizzle(c)) + 2 * (key % 2))
@@ -114,7 +119,8 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
             x = ZERO
             if r < nrows and c < d:
                 x = factor * src[uint64((row0 + r) * d + c)]
-            smem[QO + uint64(r * LQ + 2 * c)], smem[QO + uint64(r * LQ + 2 * c + 1)] = split(x)
+            at = QO + row_at(r, c)
+            smem[at], smem[at + U1] = split(x)
 
     @cuda.jit(device=True)
     def element(tid, f):
@@ -139,7 +145,8 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
         for f in static_range(FETCH):
             r, c = element(tid, f)
             if r < BC:
-                smem[KO + uint64(r * LQ + 2 * c)], smem[KO + uint64(r * LQ + 2 * c + 1)] = split(buf[f])
+                at = KO + row_at(r, c)
+                smem[at], smem[at + U1] = split(buf[f])
 
     def store_vt(buf, smem, tid):
         """registers -> SRAM: the fetched Vj as TF32 hi, lo parts, transposed and swizzled."""

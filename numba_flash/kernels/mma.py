@@ -33,10 +33,11 @@ import numpy as np
 from numba import cuda, float32
 
 from ..memory import simulator_enabled
+from .tiles import POS_INF, ZERO, sticky_max
 
 FULL_MASK = 0xFFFFFFFF
-ZERO = np.float32(0.0)
-POS_INF = np.float32(np.inf)
+#: Smallest normal fp32: what ex2.approx.ftz flushes below.
+FP32_TINY = np.finfo(np.float32).tiny
 #: The largest finite TF32 value (fp32 with the low 13 mantissa bits clear).
 TF32_MAX = np.array(0x7F7FE000, np.uint32).view(np.float32)[()]
 #: Largest block the simulator's exchange buffers serve (CUDA's limit).
@@ -120,7 +121,7 @@ def _simulator_primitives() -> SimpleNamespace:
     @cuda.jit(device=True)
     def exp2_ftz(x):
         y = np.exp2(np.float32(x))
-        return np.float32(0.0) if abs(y) < np.finfo(np.float32).tiny else y   # NaN stays NaN
+        return ZERO if abs(y) < FP32_TINY else y   # NaN stays NaN
 
     @cuda.jit(device=True)
     def mma_3xtf32(ah0, ah1, ah2, ah3, al0, al1, al2, al3, bh0, bh1, bl0, bl1, c0, c1, c2, c3):
@@ -191,24 +192,21 @@ def warp_ops() -> SimpleNamespace:
         """split_finite(x), except that x = +-inf (or a finite x that rounds past the largest
         TF32) becomes (+-TF32_MAX, 0): an inf operand would meet the partner's lo part in a cross
         term, where inf * (a lo of either sign) can give inf - inf = NaN."""
-        hi = tf32_nearest(x)
-        if abs(hi) == POS_INF and x == x:   # (a NaN with a small payload rounds to inf too)
+        if abs(tf32_nearest(x)) == POS_INF and x == x:   # (a NaN with a small payload rounds to inf too)
             return (TF32_MAX if x > ZERO else -TF32_MAX), ZERO
-        return hi, tf32_truncate(x - hi)
+        return split_finite(x)
 
     @cuda.jit(device=True)
     def quad_max(x):
         """Max over the 4 lanes of a quad (the lanes that share rows of an mma fragment); a NaN
         in any of them wins."""
-        y = shfl_xor(x, 1)
-        x = y if (y > x or y != y) else x
-        y = shfl_xor(x, 2)
-        return y if (y > x or y != y) else x
+        x = sticky_max(x, shfl_xor(x, 1))
+        return sticky_max(x, shfl_xor(x, 2))
 
     @cuda.jit(device=True)
     def quad_sum(x):
         x += shfl_xor(x, 1)
         return x + shfl_xor(x, 2)
 
-    return SimpleNamespace(split=split, split_finite=split_finite, exp2_ftz=base.exp2_ftz, mma_3xtf32=base.mma_3xtf32,
-                           quad_max=quad_max, quad_sum=quad_sum)
+    return SimpleNamespace(split=split, split_finite=split_finite, exp2_ftz=base.exp2_ftz,
+                           mma_3xtf32=base.mma_3xtf32, quad_max=quad_max, quad_sum=quad_sum)
