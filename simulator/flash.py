@@ -69,7 +69,8 @@ def flash_forward_tc(w: Workload, t: Tiling) -> Plan:
     element's TF32 hi and lo parts (two elements) over the zero-padded D8 = mma_depth(d)
     columns: tile stores Q (once per row block), K, V (per active pair); fragment reads per
     active pair: each of the Br/16 warps reads its 16 rows of Q and all of K and V once. P stays
-    in registers (no SRAM)."""
+    in registers (no SRAM). Causal launches start the row blocks heaviest first over all heads,
+    so the blocks in flight belong to as many heads as there are blocks (L2 model)."""
     t.check_mma()
     g, d8 = _grid(w, t), t.mma_depth(w.d)
     warps, pairs = t.Br // 16, g.active_pairs
@@ -83,7 +84,8 @@ def flash_forward_tc(w: Workload, t: Tiling) -> Plan:
         sram_reads=per_head({"Q": pairs * t.Br * d8 * 2, "K": pairs * warps * t.Bc * d8 * 2,
                              "V": pairs * warps * t.Bc * d8 * 2}),
         sram_writes=per_head({"Q": g.tr * t.Br * d8 * 2, "K": pairs * t.Bc * d8 * 2,
-                              "V": pairs * t.Bc * d8 * 2}))
+                              "V": pairs * t.Bc * d8 * 2}),
+        blocks_per_unit=1 if w.causal else g.tr)
     return Plan((main,), workspace=plan.workspace)
 
 

@@ -38,8 +38,8 @@ KERNELS = (
 )
 #: Default (Br, Bc) per kernel where 64 x 64 is not the fastest. H200, fp32, B=4 H=16 N=4096
 #: d=64 (tools/tune_forward.py, 2026-11-29): FFMA forward 18.7 TFLOP/s at 128 x 64, 16.75 at
-#: 64 x 64; tensor-core forward (128 registers) 40.0 at 256 x 32, 36.7 at 128 x 32, 36.5 at
-#: 128 x 16, 35.9 at 256 x 64 (spills).
+#: 64 x 64; tensor-core forward (128 registers) v5: 40.0 at 256 x 32, 36.7 at 128 x 32, 36.5 at
+#: 128 x 16, 35.9 at 256 x 64 (spills); v7: 45.7 at 256 x 32, 41.2 at 128 x 32.
 PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32)}
 #: ... and for d > 64, where the tensor-core kernel's O fragments need more registers than a
 #: 512-thread block leaves (d = 128: 30.1 TFLOP/s at 128 x 32, 255 registers).
@@ -142,16 +142,23 @@ class Tiling:
         return -(-d // MMA_K) * MMA_K
 
     def mma_stride(self, d: int) -> int:
-        """Row stride (floats) of the tensor-core kernel's Qi and Kj tiles, which hold each
-        element's TF32 hi and lo parts side by side: 2 mma_depth(d), padded to 16 mod 32, so
-        that the 16-byte fragment reads of 8 lanes (2 rows x 4 column pairs) hit all 32 banks."""
+        """Row stride (floats) of the tensor-core kernel's Kj tile, which holds each element's
+        TF32 hi and lo parts: 2 mma_depth(d), padded to 16 mod 32, so that the 16-byte fragment
+        reads of 8 lanes (2 rows x 4 column pairs) hit all 32 banks."""
         row = 2 * self.mma_depth(d)
         return row + (16 - row) % 32
+
+    def mma_pair_stride(self, d: int) -> int:
+        """Stride (floats) between the row pairs (g, g + 8) of the tensor-core forward's Qi
+        tile, which keeps both rows' hi and lo parts together: 4 mma_depth(d) + 4, i.e. 4 mod 32,
+        so that the 16-byte fragment reads of 8 lanes (2 row pairs x 4 column pairs, 32 bytes
+        apart) hit all 32 banks."""
+        return 4 * self.mma_depth(d) + 4
 
     @property
     def mma_v_stride(self) -> int:
         """Row stride (floats) of the tensor-core kernel's transposed Vj tile (d rows of Bc keys,
-        hi and lo side by side): 2 Bc rounded up to whole 128-byte lines, at least one, so that
+        hi and lo parts of each key pair together): 2 Bc rounded up to whole 128-byte lines, at least one, so that
         its XOR swizzle of 16-byte chunks (see the kernel) stays inside the row."""
         return -(-2 * self.Bc // 32) * 32
 
@@ -170,7 +177,7 @@ class Tiling:
                     "row_partials": br * self.threads_x}
         if kernel == "flash_forward_tc":
             self.check_mma()    # its layout exists only for tilings the mma can cover
-            return {"Qi": br * self.mma_stride(d), "Kj": bc * self.mma_stride(d),
+            return {"Qi": br // 2 * self.mma_pair_stride(d), "Kj": bc * self.mma_stride(d),
                     "Vj": self.mma_depth(d) * self.mma_v_stride}
         if kernel == "flash_forward_v1":
             return {"Kj": bc * ld, "Vj": bc * ld, "Qi": br * ld, "S": br * ls,

@@ -20,17 +20,23 @@ An m16n8k8 product may sum over its 8 k indices in any order, as long as A and B
 - P never leaves registers: lane (g, t) holds keys 2t, 2t + 1 of each group of 8 in its C
   fragment of S, and feeds them as its A fragment of P (slots t, t + 4), reading the B fragment
   from the same keys of Vj;
-- every fragment is one 16-byte shared load (LDS.128): with slots t, t + 4 mapped to columns
-  2t, 2t + 1 and each element's hi and lo side by side in SRAM, a lane's four operands are
-  adjacent -- in Qi and Kj along a row; in Vj, stored transposed (d rows of keys), likewise.
-SRAM layouts (floats; Tiling.mma_stride, mma_v_stride):
-    Qi, Kj  [r, c] hi at r LQ + 2c, lo next to it; LQ = 16 mod 32: the 8 lanes of a 16-byte
-            access phase (rows g, g + 1; column pairs t) hit 32 different banks
-    Vj^T    [c, key] hi at c LV + 4 (u ^ sw(c)) + 2 (key % 2), u = key // 2, lo next to it;
-            LV = 0 mod 32 and the XOR swizzle sw(c) = 4 (c % 2) + (c // 2) % 4 of 16-byte chunks
-            keeps the fragment reads (rows g, g + 1) free of bank conflicts; the tile writes
-            (32 columns c of one key, 8-byte hi/lo pairs) meet 2-way conflicts, as sw takes 8
-            values -- once per tile, against every warp's reads
+- every fragment part is one 16-byte shared load (LDS.128) that lands in the registers in the
+  order the mma takes them (a quad for A, a pair for B; anything else costs a register move per
+  operand): with slots t, t + 4 mapped to columns 2t, 2t + 1, a lane's A operands of Qi (rows
+  g, g + 8) are four adjacent hi parts, then four lo parts; its B operands of Kj (a row) and of
+  Vj (stored transposed: d rows of keys) are two hi parts, then two lo parts.
+SRAM layouts (floats; Tiling.mma_pair_stride, mma_stride, mma_v_stride):
+    Qi      [r, c] for r = 16 w + 8 h + g (h = 0, 1), c = 2 u + e (e = 0, 1): hi at
+            (8 w + g) LP + 8 u + 2 e + h, lo 4 on; LP = 4 mod 32: the 8 lanes of a 16-byte
+            access phase (row pairs g, g + 1; column pairs t, 32 bytes apart) hit 32 banks
+    Kj      [r, c] for c = 2 u + e: hi at r LK + 4 u + e, lo 2 on; LK = 16 mod 32 (rows g, g + 1,
+            column pairs t, 16 bytes apart: 32 banks)
+    Vj^T    [c, key] for key = 2 u + e: hi at c LV + 4 (u ^ sw(c)) + e, lo 2 on; LV = 0 mod 32
+            and the XOR swizzle sw(c) = 4 (c % 2) + (c // 2) % 4 of 16-byte chunks keeps the
+            fragment reads (rows g, g + 1) and the tile writes (8 columns c of one key pair)
+            free of bank conflicts
+Each thread moves its share of Kj (Vj) as pairs of adjacent columns (keys), split into hi and
+lo parts and written as one 16-byte store.
 
 Versions continue flash_forward_fa2.py's (v1-v4: FFMA on a 4 x 4 register tile per thread, 18.7
 TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py):
@@ -48,9 +54,16 @@ TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward
         all 512 K/V tiles, and tensor cores do not round their fp32 adds to nearest.
     v6  P V summed on the tensor cores from zero for each K/V tile, then added to O in fp32
         (round to nearest), so no truncating mma accumulation spans more than Bc keys; P split
-        once per tile. ptxas at 256 x 32, d = 64: ~50 B of spills at the 128-register cap (v5:
-        24 B). Not yet measured on the GPU (the session's device time ran out): speed and the
-        N=16384 error are open.
+        once per tile: 38.6 (1.11x), 41.1 at B=1 N=16384 (1.18x) with max |o - o_fp64| 2.6e-7
+        (v5's 2.0e-4 gone). ptxas: ~50 B of spills at the 128-register cap (v5: 24 B).
+    v7  operands land in the registers the mma reads them from: Qi stored by row pairs (g,
+        g + 8), so that a lane's A fragment is one LDS.128 of hi parts and one of lo parts; Kj
+        and Vj^T chunks ordered [hi, hi, lo, lo]; K/V moved as element pairs, one 16-byte store
+        each (V^T stores now free of bank conflicts). SASS of the j loop at 256 x 32: 1475 ->
+        852 instructions (register moves 688 -> 32, beside 192 HMMA). 45.7 (1.32x), 49.4 at
+        B=1 N=16384 (1.44x). Causal: row blocks launched heaviest first over all heads (v5, v6
+        reversed them within each head only): 30.4 (0.94x) on v6, 35.4 (1.10x) on v7. d = 128
+        (128 x 32, uncapped): 40.8 (0.89x).
 """
 from __future__ import annotations
 
@@ -67,7 +80,7 @@ from .mma import warp_ops
 from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max
 from .unroll import static_range, unrolled
 
-VERSION = 6
+VERSION = 7
 
 
 @lru_cache(maxsize=None)
@@ -80,13 +93,15 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
     BR, BC = tiling.Br, tiling.Bc
     T = tiling.threads_for("flash_forward_tc")
     D8 = tiling.mma_depth(d)           # d rounded up to the mma's k = 8 (zero columns)
-    LQ, LV = tiling.mma_stride(d), tiling.mma_v_stride
+    LP, LK, LV = tiling.mma_pair_stride(d), tiling.mma_stride(d), tiling.mma_v_stride
     KS, NT, OT = D8 // 8, BC // 8, D8 // 8  # k steps of Qi Kj^T; n tiles of S; n tiles of O
-    FETCH = -(-BC * D8 // T)           # elements of a Kj or Vj tile each thread moves
+    KW = D8 // 2                       # column pairs of a Kj row
+    PAIRS = -(-BC * KW // T)           # element pairs of a Kj or Vj tile each thread moves
+    BUF = 2 * PAIRS
     # shared-memory carve-up: Qi, Kj, Vj^T (Tiling.smem_terms order)
     QO, KO, VO = (np.uint64(x) for x in np.cumsum([0, *tiling.smem_terms("flash_forward_tc", d).values()])[:-1])
     # uint64 offsets throughout: Numba would add a negative-index fix-up to every signed one
-    U1, U2, U3, U8LQ = np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(8 * LQ)
+    U1, U2, U3, U4 = np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(4)
     LN2_F = np.float32(LN2)
 
     w = warp_ops()
@@ -100,14 +115,19 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
         return 4 * (c % 2) + (c // 2) % 4
 
     @cuda.jit(device=True)
-    def row_at(r, c):
-        """SRAM offset (within Qi or Kj) of element [r, c]: its hi part; lo follows."""
-        return uint64(r * LQ + 2 * c)
+    def q_at(r, c):
+        """SRAM offset (within Qi) of element [r, c]: its hi part; lo 4 floats on."""
+        return uint64((r // 16 * 8 + r % 8) * LP + 8 * (c // 2) + 2 * (c % 2) + (r % 16) // 8)
+
+    @cuda.jit(device=True)
+    def k_at(r, c):
+        """SRAM offset (within Kj) of element [r, c]: its hi part; lo 2 floats on."""
+        return uint64(r * LK + 4 * (c // 2) + c % 2)
 
     @cuda.jit(device=True)
     def vt_at(key, c):
-        """SRAM offset (within Vj^T) of element [key, c] of Vj: its hi part; lo follows."""
-        return uint64(c * LV + 4 * ((key // 2) ^ swizzle(c)) + 2 * (key % 2))
+        """SRAM offset (within Vj^T) of element [key, c] of Vj: its hi part; lo 2 floats on."""
+        return uint64(c * LV + 4 * ((key // 2) ^ swizzle(c)) + key % 2)
 
     @cuda.jit(device=True)
     def load_q_tile(smem, src, row0, nrows, tid, factor):
@@ -119,52 +139,71 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
             x = ZERO
             if r < nrows and c < d:
                 x = factor * src[uint64((row0 + r) * d + c)]
-            at = QO + row_at(r, c)
-            smem[at], smem[at + U1] = split(x)
+            at = QO + q_at(r, c)
+            smem[at], smem[at + U4] = split(x)
 
     @cuda.jit(device=True)
-    def element(tid, f):
-        """(row, column) of the f-th element a thread moves in a Bc x D8 tile: divmod(tid + T f, D8)."""
-        if T % D8 == 0:               # the common case: a fixed column per thread
-            return tid // D8 + (T // D8) * f, tid % D8
-        return (tid + T * f) // D8, (tid + T * f) % D8
+    def k_pair(tid, f):
+        """(row, column) of the f-th element pair a thread moves of Kj: [r, c], [r, c + 1]."""
+        if T % KW == 0:               # the common case: fixed columns per thread
+            return tid // KW + (T // KW) * f, 2 * (tid % KW)
+        return (tid + T * f) // KW, 2 * ((tid + T * f) % KW)
 
-    def fetch(buf, src, row0, nrows, tid):
-        """HBM -> registers: buf[f] = src[(row0 + r) d + c] for this thread's elements (r, c)
-        of a Bc x D8 tile; 0 past nrows or d."""
-        r0, c0 = element(tid, 0)
-        base = uint64((row0 + r0) * d + c0)
-        for f in static_range(FETCH):
-            r, c = element(tid, f)
-            buf[f] = ZERO
-            if r < nrows and c < d:
-                buf[f] = src[base + uint64((r - r0) * d + c - c0)]   # constant if T % D8 == 0
+    @cuda.jit(device=True)
+    def v_pair(tid, f):
+        """(row, column) of the f-th element pair a thread moves of Vj: [r, c], [r + 1, c]."""
+        if T % D8 == 0:
+            return 2 * (tid // D8 + (T // D8) * f), tid % D8
+        return 2 * ((tid + T * f) // D8), (tid + T * f) % D8
 
-    def store_k(buf, smem, tid):
-        """registers -> SRAM: the fetched Kj as TF32 hi, lo parts, row-major."""
-        for f in static_range(FETCH):
-            r, c = element(tid, f)
-            if r < BC:
-                at = KO + row_at(r, c)
-                smem[at], smem[at + U1] = split(buf[f])
+    def make_fetch(pair, dr, dc):
+        """HBM -> registers: buf[2f + e] = src[(row0 + r + e dr) d + c + e dc] for this thread's
+        pairs (r, c) = pair(tid, f) of a Bc x D8 tile; 0 past nrows or d."""
+        def fetch(buf, src, row0, nrows, tid):
+            r0, c0 = pair(tid, 0)
+            base = uint64((row0 + r0) * d + c0)
+            for f in static_range(PAIRS):
+                r, c = pair(tid, f)
+                for e in static_range(2):
+                    buf[2 * f + e] = ZERO
+                    if r + e * dr < nrows and c + e * dc < d:   # offset constant if T % KW == 0
+                        buf[2 * f + e] = src[base + uint64((r + e * dr - r0) * d + c + e * dc - c0)]
+        return cuda.jit(device=True)(unrolled(fetch))
 
-    def store_vt(buf, smem, tid):
-        """registers -> SRAM: the fetched Vj as TF32 hi, lo parts, transposed and swizzled."""
-        for f in static_range(FETCH):
-            r, c = element(tid, f)
-            if r < BC:
-                at = VO + vt_at(r, c)
-                smem[at], smem[at + U1] = split(buf[f])
+    def make_store(pair, offset):
+        """registers -> SRAM: the fetched pairs as TF32 parts [hi, hi, lo, lo] at tile offset
+        ``offset(r, c)`` of each pair (r, c): one 16-byte store."""
+        def store(buf, smem, tid):
+            for f in static_range(PAIRS):
+                r, c = pair(tid, f)
+                if r < BC:
+                    at = offset(r, c)
+                    h0, l0 = split(buf[2 * f])
+                    h1, l1 = split(buf[2 * f + 1])
+                    smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h0, h1, l0, l1
+        return cuda.jit(device=True)(unrolled(store))
 
-    fetch, store_k, store_vt = (cuda.jit(device=True)(unrolled(f)) for f in (fetch, store_k, store_vt))
+    @cuda.jit(device=True)
+    def kj_at(r, c):
+        return KO + k_at(r, c)
+
+    @cuda.jit(device=True)
+    def vj_at(r, c):
+        return VO + vt_at(r, c)
+
+    fetch_k, fetch_v = make_fetch(k_pair, 0, 1), make_fetch(v_pair, 1, 0)
+    store_k, store_vt = make_store(k_pair, kj_at), make_store(v_pair, vj_at)
 
     def flash_forward_fa2_tc(q, k, v, o, lse, qscale, n_q, n_k):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
         # SRAM tiles: Qi at QO for the whole kernel; Kj at KO and Vj^T at VO for one j step
-        # causal: the last row blocks have the most K/V blocks to visit; launch them first, so
-        # that the final wave is not the longest blocks alone
-        i = cuda.gridDim.x - 1 - cuda.blockIdx.x if causal else cuda.blockIdx.x
-        bh = cuda.blockIdx.y
+        i, bh = cuda.blockIdx.x, cuda.blockIdx.y
+        if causal:
+            # the last row blocks have the most K/V blocks to visit: blocks start in order of
+            # work, heaviest first over all heads (blocks start in grid order, x fastest), so
+            # the final wave holds the lightest blocks and the multiprocessors finish together
+            at = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x
+            i, bh = cuda.gridDim.x - 1 - at // cuda.gridDim.y, at % cuda.gridDim.y
         tid = cuda.threadIdx.x
         lane = tid % 32
         g = lane // 4                 # fragment row group: this lane's rows are g and g + 8
@@ -176,7 +215,7 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
         nb = active_blocks(row0 + rows - 1, off, BC, (n_k + BC - 1) // BC, causal)
 
         load_q_tile(smem, q, bh * n_q + row0, rows, tid, qscale)
-        buf = cuda.local.array(FETCH, float32)   # registers: the next Kj or Vj, in flight
+        buf = cuda.local.array(BUF, float32)  # registers: the next Kj or Vj, in flight
         s = cuda.local.array((NT, 4), float32)    # registers: C fragments of S_ij, then P_ij
         acc = cuda.local.array((OT, 4), float32)  # registers: C fragments of O_i
         m = cuda.local.array(2, float32)          # registers: running max of rows g, g + 8
@@ -189,16 +228,16 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
         for n in static_range(OT):
             for e in static_range(4):
                 acc[n, e] = ZERO
-        # this lane's fragment offsets (16-byte aligned): Qi rows wrow + g (+ 8) and Kj rows g
-        # (+ 8n) at column pair t of each k step; Vj^T rows g (+ 8n) at the chunk of keys
+        # this lane's fragment offsets (16-byte aligned): Qi row pair wrow + g (+ 8) and Kj rows
+        # g (+ 8n) at column pair t of each k step; Vj^T rows g (+ 8n) at the chunk of keys
         # 2t, 2t + 1 of each group of 8 -- for even groups, and (swizzle bit 2 flipped) odd ones
-        qa = QO + uint64((wrow + g) * LQ + 4 * t)
-        kb = KO + uint64(g * LQ + 4 * t)
+        qa = QO + uint64((wrow // 2 + g) * LP + 8 * t)   # q_at(wrow + g, 2t), visibly 16-byte aligned
+        kb = KO + uint64(g * LK + 4 * t)                 # k_at(g, 2t)
         sw = swizzle(g)
         vb_even = VO + uint64(g * LV + 4 * (t ^ (sw % 4)) + 16 * (sw // 4))
         vb_odd = VO + uint64(g * LV + 4 * (t ^ (sw % 4)) + 16 * (1 - sw // 4))
         if nb > 0:
-            fetch(buf, k, bh * n_k, min(BC, n_k), tid)
+            fetch_k(buf, k, bh * n_k, min(BC, n_k), tid)
 
         for j in range(nb):
             col0 = j * BC
@@ -206,22 +245,22 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
             # every warp finished reading the previous Kj before the last barrier (it came
             # after S), so Kj's SRAM is free: write the fetched Kj, start fetching Vj
             store_k(buf, smem, tid)
-            fetch(buf, v, bh * n_k + col0, cols, tid)
+            fetch_v(buf, v, bh * n_k + col0, cols, tid)
             # barrier: Kj (and, at j = 0, Qi) complete before any warp reads fragments of it
             cuda.syncthreads()
             for n in static_range(NT):
                 for e in static_range(4):
                     s[n, e] = ZERO
             for kk in static_range(KS):
-                pa = qa + uint64(16 * kk)
-                ah0, al0, ah2, al2 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
-                pa += U8LQ
-                ah1, al1, ah3, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
+                pa = qa + uint64(32 * kk)     # A fragment: hi parts, then lo parts
+                ah0, ah1, ah2, ah3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
+                pa += U4
+                al0, al1, al2, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
                 for n in static_range(NT):
-                    pb = kb + uint64(8 * n * LQ + 16 * kk)
+                    pb = kb + uint64(8 * n * LK + 16 * kk)
                     s[n, 0], s[n, 1], s[n, 2], s[n, 3] = mma_3xtf32(
                         ah0, ah1, ah2, ah3, al0, al1, al2, al3,
-                        smem[pb], smem[pb + U2], smem[pb + U1], smem[pb + U3],
+                        smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
                         s[n, 0], s[n, 1], s[n, 2], s[n, 3])
             # interior tiles (full, and left of the causal diagonal) need no mask
             edge = cols < BC or (causal and col0 + BC - 1 > row0 + off)
@@ -253,7 +292,7 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
             # the barrier above came after every warp's previous P V: Vj's SRAM is free
             store_vt(buf, smem, tid)
             if j + 1 < nb:
-                fetch(buf, k, bh * n_k + col0 + BC, min(BC, n_k - col0 - BC), tid)
+                fetch_k(buf, k, bh * n_k + col0 + BC, min(BC, n_k - col0 - BC), tid)
             # barrier: Vj complete before any warp reads fragments of it
             cuda.syncthreads()
             # P as A fragments, split once: slots (0, 1, 2, 3) = C slots (0, 2, 1, 3) of S, the
@@ -271,7 +310,7 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
                     c0, c1, c2, c3 = mma_3xtf32(
                         s[kk, 0], s[kk, 2], s[kk, 1], s[kk, 3],
                         p_lo[kk, 0], p_lo[kk, 2], p_lo[kk, 1], p_lo[kk, 3],
-                        smem[pb], smem[pb + U2], smem[pb + U1], smem[pb + U3], c0, c1, c2, c3)
+                        smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3], c0, c1, c2, c3)
                 acc[n, 0] = acc[n, 0] * rescale[0] + c0
                 acc[n, 1] = acc[n, 1] * rescale[0] + c1
                 acc[n, 2] = acc[n, 2] * rescale[1] + c2
