@@ -63,7 +63,10 @@ TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward
         852 instructions (register moves 688 -> 32, beside 192 HMMA). 45.7 (1.32x), 49.4 at
         B=1 N=16384 (1.44x). Causal: row blocks launched heaviest first over all heads (v5, v6
         reversed them within each head only): 30.4 (0.94x) on v6, 35.4 (1.10x) on v7. d = 128
-        (128 x 32, uncapped): 40.8 (0.89x).
+        (128 x 32, uncapped): 40.8 (0.89x); there shared memory (195 KB) leaves one 8-warp block
+        a multiprocessor. Tried at d = 128, not kept: two independent mma chains for S (40.7),
+        caps of 200 / 168 registers (35.0 / 30.1, spills), 64 x 32 (24.5).
+        (results/h200/tuning/tune_run7_v6_v7.log)
 """
 from __future__ import annotations
 
