@@ -3,7 +3,8 @@
 Shapes (B, H, N, d): (4, 16, 4096, 64), (1, 16, 16384, 64), the same with d = 128, and causal
 with d = 64; forward, and forward + backward.  Ours: standard attention, fa1 (the paper's loop
 order, one block per head: small shapes only), fa2 (tensor cores, 3xTF32), fa2_fma (the same
-loop order on FFMA), and the fa2 backward with atomics and the deterministic one.  Before any
+loop order on FFMA), and the fa2 backward: on tensor cores with atomics, and the deterministic
+one (FFMA kernels).  Before any
 timing each kernel's outputs are checked against float64 on the same inputs (relative error
 > 1e-4 fails the run loudly).  Timing: CUDA events, warm-up, median.
 Printed as a table -- kernel, shape, ms, TFLOP/s, speed-up over each SDPA backend
@@ -14,7 +15,7 @@ from __future__ import annotations
 import importlib
 
 from experiments.common import plotting
-from experiments.common.cases import Case
+from experiments.common.cases import BACKWARD_ALGORITHM, Case
 from experiments.common.context import NO_GPU, RunContext
 from experiments.common.measure import failure_note, timing_or_note
 from experiments.common.timing import tflops
@@ -31,7 +32,8 @@ QUICK_SHAPES = [(4, 16, 4096, 64, False), (1, 16, 16384, 64, False), (4, 16, 409
 #: fa1 runs one thread block per (batch, head): slow by design, so only at N <= this.
 FA1_MAX_N = 4096
 KERNEL_MODULES = {"standard": "standard", "fa1": "flash_forward_alg1", "fa2": "flash_forward_fa2_tc",
-                  "fa2_fma": "flash_forward_fa2", "backward": "flash_backward"}
+                  "fa2_fma": "flash_forward_fa2", "backward": "flash_backward_tc",
+                  "backward_fma": "flash_backward"}
 
 
 def kernel_version(name: str) -> str:
@@ -55,8 +57,10 @@ def our_cases(B, H, N, d, causal) -> list[tuple[str, Case]]:
 
 def _version(case: Case) -> str:
     forward = kernel_version(case.method)
-    return f"v{forward}" if case.passes == "fwd" or case.method == "standard" else \
-        f"v{forward} + backward v{kernel_version('backward')}"
+    if case.passes == "fwd" or case.method == "standard":
+        return f"v{forward}"
+    fma = case.deterministic or BACKWARD_ALGORITHM[case.method] == "fa2_fma"
+    return f"v{forward} + backward v{kernel_version('backward_fma' if fma else 'backward')}"
 
 
 def run(ctx: RunContext) -> list[dict]:

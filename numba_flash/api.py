@@ -22,6 +22,7 @@ import numpy as np
 
 from . import checks, memory
 from .kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
+from .kernels.flash_backward_tc import make_flash_backward_tc
 from .kernels.flash_forward_alg1 import make_flash_forward_alg1
 from .kernels.flash_forward_fa2 import make_flash_forward_fa2
 from .kernels.flash_forward_fa2_tc import make_flash_forward_fa2_tc
@@ -32,6 +33,9 @@ from .launch import launch
 #: algorithm -> kernel (a Tiling kernel name): FA2 order on tensor cores (3xTF32), FA2 order on
 #: FFMA (plain fp32 arithmetic), the paper's Algorithm 1 order.
 ALGORITHMS = {"fa2": "flash_forward_tc", "fa2_fma": "flash_forward_v2", "fa1": "flash_forward_v1"}
+#: backward algorithm -> kernel (a Tiling kernel name): KV-outer on tensor cores (3xTF32), the
+#: same loop order on FFMA. Both add dQ atomically; ``deterministic=True`` runs the FFMA kernels.
+BACKWARD_ALGORITHMS = {"fa2": "flash_backward_tc", "fa2_fma": "flash_backward"}
 F32 = np.float32
 
 
@@ -95,18 +99,30 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
 
 
 def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
-                             tiling=None, deterministic=False):
+                             tiling=None, deterministic=False, algorithm="fa2"):
     """Gradients (dq, dk, dv) of ``flash_attention`` from the saved o and lse.
 
     do, q, o: (B, H, N_q, d); k, v: (B, H, N_k, d); lse: (B, H, N_q). P is recomputed from lse,
-    never stored. dQ is accumulated with fp32 atomics (run-to-run bit differences possible)
-    unless ``deterministic``, which computes dQ in a second kernel that owns each Q tile.
+    never stored; a grid of K/V blocks accumulates dK, dV on chip. dQ is accumulated with fp32
+    atomics (run-to-run bit differences possible) unless ``deterministic``, which computes dQ
+    in a second kernel that owns each Q tile.
+    ``algorithm="fa2"``: the products on tensor cores, TF32 mma with the 3xTF32 split (errors at
+    fp32 level, not bitwise fp32); ``"fa2_fma"``: plain fp32 FFMA arithmetic.
+    ``deterministic=True`` runs the FFMA kernels whatever the algorithm.
+    ``tiling``: a ``Tiling(Br, Bc)`` ("fa2" without ``deterministic``: Br and Bc multiples of
+    16, Bc up to 512); default the fastest measured on the H200, smaller where the head dim
+    needs more shared memory.
     """
+    if not isinstance(algorithm, str) or algorithm not in BACKWARD_ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {sorted(BACKWARD_ALGORITHMS)}, got {algorithm!r}")
     shp = checks.backward_shapes(do, q, k, v, o, "lse", lse, lambda s: (s.B, s.H, s.N_q))
     causal = checks.flag("causal", causal)
     deterministic = checks.flag("deterministic", deterministic)
     scale = checks.softmax_scale(softmax_scale, shp.d)
-    kernels = ("flash_backward", "flash_backward_dq") if deterministic else ("flash_backward",)
+    if deterministic:
+        kernels = ("flash_backward", "flash_backward_dq")
+    else:
+        kernels = (BACKWARD_ALGORITHMS[algorithm],)
     tiling = checks.tiling_for(tiling, kernels, shp.d)
 
     mem = memory.active()
@@ -125,6 +141,12 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     threads = _row_threads()
     row_dot = make_row_dot(threads, d, not deterministic)
     launch(row_dot, (math.ceil(n_q / threads), bh), threads, 0, fdo, fo, D, fdq, n_q)
+    if kernels == ("flash_backward_tc",):   # takes flat views, as the tensor-core forward
+        args = tuple(x.reshape(x.size) for x in (Q, K, V, dO, L, D, dQ, dK, dV))
+        launch(make_flash_backward_tc(tiling, d, causal), (tiling.Tc(n_k), bh),
+               tiling.threads_for("flash_backward_tc"), tiling.smem_bytes("flash_backward_tc", d),
+               *args, F32(scale), qscale, n_q, n_k)
+        return tuple(mem.result(x, shp.on_host) for x in (dQ, dK, dV))
     kv = make_flash_backward_kv(tiling, d, causal, not deterministic)
     launch(kv, (tiling.Tc(n_k), bh), tiling.threads, tiling.smem_bytes("flash_backward", d),
            fq, fk, fv, fdo, fl, D, fdq, _flat(dK, n_k, d), _flat(dV, n_k, d), scale, qscale, n_q, n_k)

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .flash import (flash_backward, flash_backward_deterministic, flash_forward_tc, flash_forward_v1,
-                    flash_forward_v2)
+from .flash import (flash_backward, flash_backward_deterministic, flash_backward_tc, flash_forward_tc,
+                    flash_forward_v1, flash_forward_v2)
 from .hardware import H200, Hardware
 from .l2 import L2Traffic, l2_traffic
 from .report import TensorTraffic, TrafficReport, ordered_tensors
@@ -39,6 +39,7 @@ ALGORITHMS = {
     "flash_forward_tc": flash_forward_tc,
     "flash_backward": flash_backward,
     "flash_backward_deterministic": flash_backward_deterministic,
+    "flash_backward_tc": flash_backward_tc,
 }
 
 
@@ -51,9 +52,10 @@ def paper_tiling(sram_elements: int, d: int) -> Tiling:
 
 def default_tiling(algorithm: str, workload: Workload, hardware: Hardware) -> Tiling:
     """Flash algorithms: the paper's choice for M = hardware.smem_per_block / dtype_bytes
-    elements.  Standard algorithms: what the kernels' matmul uses, Tiling(64, 64)."""
-    if algorithm == "flash_forward_tc":   # the paper's block sizes do not suit the mma layout
-        return Tiling.kernel_default("flash_forward_tc", workload.d, workload.dtype_bytes,
+    elements, except on tensor cores (whose mma layout those sizes do not suit): the kernel's
+    default.  Standard algorithms: what the kernels' matmul uses, Tiling(64, 64)."""
+    if algorithm in ("flash_forward_tc", "flash_backward_tc"):
+        return Tiling.kernel_default(algorithm, workload.d, workload.dtype_bytes,
                                      hardware.smem_per_block)
     if algorithm.startswith("standard"):
         return Tiling.kernel_default("standard_matmul", workload.d, workload.dtype_bytes,

@@ -23,8 +23,13 @@ from dataclasses import dataclass
 
 #: Largest register tile a thread owns along each side of an S tile.
 MICRO_TILE = 4
-#: Tensor-core kernels: one warp per MMA_ROWS rows of the Br tile; S tiles in steps of MMA_K.
+#: Tensor-core kernels: one warp per MMA_ROWS rows of the Br tile (the forward) or of the Bc
+#: tile (the backward); S tiles in steps of MMA_K.
 MMA_ROWS, MMA_K, WARP = 16, 8, 32
+#: Tensor-core kernel -> (multiple of Br, multiple of Bc) its fragments need, and the tile side
+#: that has one warp per MMA_ROWS ("Br" or "Bc"; at most 1024 threads).
+MMA_KERNELS = {"flash_forward_tc": (MMA_ROWS, MMA_K, "Br"),
+               "flash_backward_tc": (MMA_ROWS, MMA_ROWS, "Bc")}
 #: Depth of the k-chunks the standard-attention matmul streams through shared memory.
 MATMUL_BK = 16
 #: Kernels whose shared memory a Tiling describes.
@@ -35,15 +40,21 @@ KERNELS = (
     "flash_forward_tc",
     "flash_backward",
     "flash_backward_dq",
+    "flash_backward_tc",
 )
 #: Default (Br, Bc) per kernel where 64 x 64 is not the fastest. H200, fp32, B=4 H=16 N=4096
 #: d=64 (tools/tune_forward.py, 2026-11-29): FFMA forward 18.7 TFLOP/s at 128 x 64, 16.75 at
 #: 64 x 64; tensor-core forward (128 registers) v5: 40.0 at 256 x 32, 36.7 at 128 x 32, 36.5 at
 #: 128 x 16, 35.9 at 256 x 64 (spills); v7: 45.7 at 256 x 32, 41.2 at 128 x 32.
-PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32)}
+#: Tensor-core backward: 32 x 128 (8 warps; 199 KB of shared memory at d = 64, so one block a
+#: multiprocessor; ptxas: 255 registers, 32-64 B of spills): 23.4 (v4; others not measured).
+PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32),
+             "flash_backward_tc": (32, 128)}
 #: ... and for d > 64, where the tensor-core kernel's O fragments need more registers than a
-#: 512-thread block leaves (d = 128: 30.1 TFLOP/s at 128 x 32, 255 registers).
-PREFERRED_WIDE_HEADS = {"flash_forward_tc": (128, 32)}
+#: 512-thread block leaves (d = 128: v5 30.1, v7 40.8 TFLOP/s at 128 x 32, 255 registers); the backward's
+#: dK and dV fragments (64 registers each at d = 128) spill at 16 x 64 (0.9 KB), less than at
+#: 32 x 64 (1.5 KB; not measured either).
+PREFERRED_WIDE_HEADS = {"flash_forward_tc": (128, 32), "flash_backward_tc": (16, 64)}
 #: Dynamic shared memory a block may opt into on sm_80/sm_90 (A100: 163 KB, H100/H200: 227 KB).
 H200_SMEM_PER_BLOCK = 232448
 
@@ -99,20 +110,28 @@ class Tiling:
         return math.ceil(self.Bc / self.threads_x)
 
     def threads_for(self, kernel: str) -> int:
-        """Threads a block of ``kernel`` has: one warp per 16 rows of Br for the tensor-core
-        kernel (``flash_forward_tc``), the ``threads`` of the 4 x 4 layout for the others."""
-        if kernel == "flash_forward_tc":
-            self.check_mma()
-            return WARP * self.Br // MMA_ROWS
+        """Threads a block of ``kernel`` has: one warp per 16 rows of Br (``flash_forward_tc``)
+        or of Bc (``flash_backward_tc``) for the tensor-core kernels, the ``threads`` of the
+        4 x 4 layout for the others."""
+        if kernel in MMA_KERNELS:
+            self.check_mma(kernel)
+            return WARP * getattr(self, MMA_KERNELS[kernel][2]) // MMA_ROWS
         return self.threads
 
-    def check_mma(self) -> None:
-        """Raise ValueError unless the tensor-core kernel can use this tiling."""
-        if self.Br % MMA_ROWS or self.Bc % MMA_K or self.Br > 1024 // WARP * MMA_ROWS:
+    def suits_mma(self, kernel: str = "flash_forward_tc") -> bool:
+        """Whether the tensor-core ``kernel`` can use this tiling (see ``check_mma``)."""
+        br, bc, side = MMA_KERNELS[kernel]
+        return (self.Br % br == 0 and self.Bc % bc == 0
+                and getattr(self, side) <= 1024 // WARP * MMA_ROWS)
+
+    def check_mma(self, kernel: str = "flash_forward_tc") -> None:
+        """Raise ValueError unless the tensor-core ``kernel`` can use this tiling."""
+        if not self.suits_mma(kernel):
+            br, bc, side = MMA_KERNELS[kernel]
             raise ValueError(
                 f"tiling=Tiling(Br={self.Br}, Bc={self.Bc}) does not suit the tensor-core kernel "
-                f"(flash_forward_tc): choose Br a multiple of {MMA_ROWS} up to 512 and Bc a "
-                f"multiple of {MMA_K}"
+                f"({kernel}): choose Br a multiple of {br} and Bc a multiple of {bc}, "
+                f"{side} up to {1024 // WARP * MMA_ROWS}"
             )
 
     def head_cols_per_thread(self, d: int) -> int:
@@ -155,6 +174,13 @@ class Tiling:
         apart) hit all 32 banks."""
         return 4 * self.mma_depth(d) + 4
 
+    def mma_swizzled_stride(self, d: int) -> int:
+        """Row stride (floats) of the tensor-core backward's Kj, Vj, Qi and dOi tiles (hi and lo
+        side by side, 16-byte chunks XOR-swizzled by row; see that kernel): 2 mma_depth(d)
+        rounded up to whole 128-byte lines, so that the swizzle, which permutes the 8 chunks of
+        a line, stays inside the row."""
+        return -(-2 * self.mma_depth(d) // 32) * 32
+
     @property
     def mma_v_stride(self) -> int:
         """Row stride (floats) of the tensor-core kernel's transposed Vj tile (d rows of Bc keys,
@@ -188,6 +214,11 @@ class Tiling:
         if kernel == "flash_backward_dq":
             return {"Qi": br * ld, "dOi": br * ld, "Kj": bc * ld, "Vj": bc * ld,
                     "dS": br * ls, "L": br, "D": br}
+        if kernel == "flash_backward_tc":
+            self.check_mma(kernel)
+            lq = self.mma_swizzled_stride(d)
+            return {"Kj": bc * lq, "Vj": bc * lq, "Qi": br * lq, "dOi": br * lq,
+                    "dS": br * self.mma_stride(bc), "L": br, "D": br}
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
 
     def smem_bytes(self, kernel: str, d: int, dtype_bytes: int = 4) -> int:
@@ -222,8 +253,8 @@ class Tiling:
         first = cls(*(PREFERRED_WIDE_HEADS if d > 64 else PREFERRED).get(
             kernel, PREFERRED.get(kernel, (64, 64))))
         candidates = [first] + [cls(size, size) for size in (64, 32, 16, 8, 4, 2, 1)]
-        if kernel == "flash_forward_tc":
-            candidates = [t for t in candidates if t.Br % MMA_ROWS == 0 and t.Bc % MMA_K == 0]
+        if kernel in MMA_KERNELS:
+            candidates = [t for t in candidates if t.suits_mma(kernel)]
         for tiling in candidates:
             if tiling.smem_bytes(kernel, d, dtype_bytes) <= limit_bytes:
                 return tiling

@@ -1,18 +1,27 @@
 """Input factories and error measures shared by the tests."""
 import numpy as np
 
-from simulator.tiling import MMA_K, MMA_ROWS, Tiling
+from simulator.tiling import MMA_KERNELS, Tiling
 
 
-def mma_tiling(tiling):
-    """``tiling`` rounded up to what the tensor-core kernel takes: Br a multiple of 16, Bc of 8."""
-    return Tiling(-(-tiling.Br // MMA_ROWS) * MMA_ROWS, -(-tiling.Bc // MMA_K) * MMA_K)
+def mma_tiling(tiling, kernel="flash_forward_tc"):
+    """``tiling`` rounded up to what the tensor-core ``kernel`` takes: the forward Br a multiple
+    of 16, Bc of 8; the backward (``flash_backward_tc``) both multiples of 16."""
+    br, bc, _ = MMA_KERNELS[kernel]
+    return Tiling(-(-tiling.Br // br) * br, -(-tiling.Bc // bc) * bc)
 
 
 def for_algorithm(algorithm, tiling):
     """``tiling`` for ``flash_attention(algorithm=...)``: small test tilings rounded up for the
     tensor-core kernel ("fa2")."""
     return mma_tiling(tiling) if algorithm == "fa2" and tiling is not None else tiling
+
+
+def for_backward(algorithm, tiling):
+    """``tiling`` for ``flash_attention_backward(algorithm=...)``, likewise."""
+    if algorithm == "fa2" and tiling is not None:
+        return mma_tiling(tiling, "flash_backward_tc")
+    return tiling
 
 
 def qkv(rng, B, H, n_q, n_k, d, scale=1.0):

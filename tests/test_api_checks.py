@@ -100,6 +100,10 @@ def test_backward_bad_inputs(tensors):
         nf.flash_attention_backward(do, q, k, v, o, lse.astype(np.float64))
     with pytest.raises(TypeError, match="deterministic must be True or False"):
         nf.flash_attention_backward(do, q, k, v, o, lse, deterministic=None)
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        nf.flash_attention_backward(do, q, k, v, o, lse, algorithm="fa1")
+    with pytest.raises(ValueError, match=r"Tiling\(Br=16, Bc=8\) does not suit .*\(flash_backward_tc\)"):
+        nf.flash_attention_backward(do, q, k, v, o, lse, tiling=nf.Tiling(16, 8))
     p = np.ones((1, 2, 6, 4), np.float32)
     with pytest.raises(ValueError, match=r"p must have shape \(1, 2, 6, 5\)"):
         nf.standard_attention_backward(do, q, k, v, o, p)

@@ -11,11 +11,13 @@ from hypothesis import strategies as st
 import numba_flash as nf
 from numba_flash import reference as ref
 
-from .helpers import assert_close, assert_lse_close, for_algorithm, qkv, rel_err
+from .helpers import assert_close, assert_lse_close, for_algorithm, for_backward, qkv, rel_err
 
 OUT_TOL, GRAD_TOL = 1e-5, 1e-4
 T8, T16 = nf.Tiling(8, 8), nf.Tiling(16, 16)
 FLASH_FORWARDS = ["fa1", "fa2", "fa2_fma"]
+#: (algorithm, deterministic) of every backward: tensor cores, FFMA, FFMA without atomics
+FLASH_BACKWARDS = [("fa2", False), ("fa2_fma", False), ("fa2_fma", True)]
 
 # (B, H, N_q, N_k, d, causal, tiling): N = 1, 17, 97; d = 24, 40, 80; N_q != N_k; causal both ways
 CASES = [
@@ -27,6 +29,11 @@ CASES = [
     (1, 1, 97, 33, 24, True, T16),
     (1, 1, 20, 97, 8, False, T16),
 ]
+
+
+def backward_of(algorithm):
+    """The backward algorithm tested beside a forward one: tensor cores with tensor cores."""
+    return "fa2" if algorithm == "fa2" else "fa2_fma"
 
 
 def check_forward(q, k, v, causal, tiling, algorithm, **kw):
@@ -52,10 +59,11 @@ def test_flash_forward_and_backward(rng, B, H, n_q, n_k, d, causal, tiling):
     o, lse = check_forward(q, k, v, causal, tiling, "fa2")
     check_forward(q, k, v, causal, tiling, "fa1")
     check_forward(q, k, v, causal, tiling, "fa2_fma")
-    for deterministic in (False, True):
+    for algorithm, deterministic in FLASH_BACKWARDS:
         with nf.poison_outputs():
-            grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=causal, tiling=tiling,
-                                                deterministic=deterministic)
+            grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=causal,
+                                                tiling=for_backward(algorithm, tiling),
+                                                algorithm=algorithm, deterministic=deterministic)
         check_grads(grads, q, k, v, do, causal)
 
 
@@ -84,7 +92,7 @@ def test_flash_matches_reference_on_drawn_shapes(n_q, n_k, d, br, bc, causal, sc
     check_forward(q, k, v, causal, tiling, "fa2_fma", softmax_scale=scale)
     with nf.poison_outputs():
         grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=causal, tiling=tiling,
-                                            softmax_scale=scale)
+                                            softmax_scale=scale, algorithm="fa2_fma")
     check_grads(grads, q, k, v, do, causal, softmax_scale=scale)
 
 
@@ -93,7 +101,9 @@ def test_large_logits_stay_finite_and_right(rng, algorithm):
     q, k, v, do = qkv(rng, 1, 1, 19, 23, 16, scale=10.0)   # logits ~ 100x larger
     o, lse = check_forward(q, k, v, True, T8, algorithm)
     assert np.isfinite(o).all() and np.isfinite(lse).all()
-    grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=True, tiling=T8)
+    backward = backward_of(algorithm)
+    grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=True, algorithm=backward,
+                                        tiling=for_backward(backward, T8))
     assert all(np.isfinite(g).all() for g in grads)
     # Peaked softmaxes are ill-conditioned: within the fp32 bar, or, where a plain fp32
     # implementation misses that bar too, within 3x its error (flash-attention's rule)
@@ -111,8 +121,10 @@ def test_rows_that_see_no_key_give_zero_and_minus_inf(rng, algorithm):
                                     tiling=for_algorithm(algorithm, T8))
     assert (o[..., :15, :] == 0).all() and np.isneginf(lse[..., :15]).all()
     assert np.isfinite(o).all() and np.isfinite(lse[..., 15:]).all()
+    backward = backward_of(algorithm)
     with nf.poison_outputs():
-        dq, dk, dv = nf.flash_attention_backward(do, q, k, v, o, lse, causal=True, tiling=T8)
+        dq, dk, dv = nf.flash_attention_backward(do, q, k, v, o, lse, causal=True, algorithm=backward,
+                                                 tiling=for_backward(backward, T8))
     assert (dq[..., :15, :] == 0).all()
     assert all(np.isfinite(g).all() for g in (dq, dk, dv))
     with nf.poison_outputs():
@@ -151,6 +163,20 @@ def test_nan_in_inputs_propagates(rng):
 def test_tensor_cores_with_several_warps_and_wide_tiles(rng, n_q, n_k, d, causal, tiling):
     q, k, v, _ = qkv(rng, 1, 1, n_q, n_k, d)
     check_forward(q, k, v, causal, tiling, "fa2")
+
+
+@pytest.mark.parametrize("n_q,n_k,d,causal,tiling", [
+    (37, 21, 40, True, nf.Tiling(32, 32)),   # N_q > N_k: rows that see no key; two warps
+    (19, 40, 24, True, nf.Tiling(16, 64)),   # four warps, ragged keys; 3 dQ tiles for 4 warps
+    (33, 17, 12, False, nf.Tiling(48, 16)),  # one warp, three 16-row dQ tiles, ragged queries
+])
+def test_tensor_core_backward_with_several_warps_and_wide_tiles(rng, n_q, n_k, d, causal, tiling):
+    q, k, v, do = qkv(rng, 1, 1, n_q, n_k, d)
+    o, lse = ref.attention_forward(q, k, v, causal=causal)
+    with nf.poison_outputs():
+        grads = nf.flash_attention_backward(do, q, k, v, o.astype(np.float32), lse.astype(np.float32),
+                                            causal=causal, tiling=tiling)
+    check_grads(grads, q, k, v, do, causal)
 
 
 def test_nan_payloads_survive_the_tf32_split(rng):

@@ -216,9 +216,48 @@ class Walk:
             self.writes["O"] += self.rows(i) * d
             self.writes["L"] += self.rows(i)
 
+    def flash_backward_tc(self):
+        """The tensor-core backward: v3's HBM; SRAM tiles of hi and lo parts of d rounded up to
+        8 columns; per active pair each warp (16 keys) reads its K and V rows, all of Q and dO
+        twice, and runs its share of the 16 x 8 tiles of dQ (16 rows of dS, 8 columns of K)."""
+        t, d = self.t, self.w.d
+        d8 = _ceil(d, 8) * 8
+        warps = t.Bc // 16
+        dq_tiles = (t.Br // 16) * (d8 // 8)
+        self._preprocess(zero_dq=True)
+        for j in range(self.tc):
+            for name in ("K", "V"):
+                self.reads[name] += self.cols(j) * d
+                self.sram_writes[name] += t.Bc * d8 * 2
+            for i in range(self.tr):
+                if not self.active(i, j):
+                    continue
+                rows = self.rows(i)
+                for name in ("Q", "dO"):
+                    self.reads[name] += rows * d
+                    self.sram_writes[name] += t.Br * d8 * 2
+                for name in ("L", "D"):
+                    self.reads[name] += rows
+                    self.sram_writes[name] += t.Br
+                self.sram_writes["dS"] += t.Br * t.Bc * 2
+                for _warp in range(warps):
+                    self.sram_reads["K"] += 16 * d8 * 2         # S^T
+                    self.sram_reads["V"] += 16 * d8 * 2         # dP^T
+                    self.sram_reads["Q"] += 2 * t.Br * d8 * 2   # S^T, dK
+                    self.sram_reads["dO"] += 2 * t.Br * d8 * 2  # dP^T, dV
+                    for _tile in range(_ceil(dq_tiles, warps)):
+                        self.sram_reads["dS"] += 16 * t.Bc * 2
+                        self.sram_reads["K"] += t.Bc * 8 * 2
+                self.reads["dQ"] += rows * d
+                self.writes["dQ"] += rows * d
+            self.writes["dK"] += self.cols(j) * d
+            self.writes["dV"] += self.cols(j) * d
+
 
 def for_algorithm(algorithm, t):
-    return mma_tiling(t) if algorithm == "flash_forward_tc" else t
+    if algorithm in ("flash_forward_tc", "flash_backward_tc"):
+        return mma_tiling(t, algorithm)
+    return t
 
 
 def walked(algorithm, w, t):

@@ -10,11 +10,15 @@ from hypothesis import strategies as st
 
 import numba_flash as nf
 import simulator
+from numba_flash import reference as ref
 from numba_flash.instrument import count_traffic
 
 from .helpers import qkv
 
 FORWARD = {"flash_forward_v1": "fa1", "flash_forward_v2": "fa2_fma", "flash_forward_tc": "fa2"}
+#: simulator algorithm -> flash_attention_backward's (algorithm, deterministic)
+BACKWARD = {"flash_backward": ("fa2_fma", False), "flash_backward_deterministic": ("fa2_fma", True),
+            "flash_backward_tc": ("fa2", False)}
 
 
 def measured_and_predicted(algorithm, B, H, n_q, n_k, d, causal, tiling, seed=0):
@@ -23,11 +27,11 @@ def measured_and_predicted(algorithm, B, H, n_q, n_k, d, causal, tiling, seed=0)
     if algorithm in FORWARD:
         report = count_traffic(nf.flash_attention, q, k, v, causal=causal, tiling=tiling,
                                algorithm=FORWARD[algorithm])
-    elif algorithm.startswith("flash_backward"):
-        o, lse = nf.flash_attention(q, k, v, causal=causal, tiling=tiling, return_lse=True,
-                                    algorithm="fa2_fma")
+    elif algorithm in BACKWARD:
+        o, lse = (x.astype(np.float32) for x in ref.attention_forward(q, k, v, causal=causal))
+        backward, deterministic = BACKWARD[algorithm]
         report = count_traffic(nf.flash_attention_backward, do, q, k, v, o, lse, causal=causal,
-                               tiling=tiling, deterministic=algorithm.endswith("deterministic"))
+                               tiling=tiling, algorithm=backward, deterministic=deterministic)
     elif algorithm == "standard_forward":
         report = count_traffic(nf.standard_attention, q, k, v, causal=causal, tiling=tiling)
     else:
@@ -75,6 +79,19 @@ def test_predict_equals_counted_traffic_tensor_cores(n_q, n_k, d, causal, tiling
     assert report.hbm_counts() == predicted.hbm_counts()
     assert predicted.hbm_counts() == simulator.predict(
         "flash_forward_v2", simulator.Workload(1, 2, n_q, n_k, d, 4, causal), tiling).hbm_counts()
+
+
+@pytest.mark.parametrize("n_q,n_k,d,causal,tiling", [
+    (21, 13, 5, True, nf.Tiling(16, 16)),   # N_q > N_k: a row block that sees nothing; d padded
+    (13, 29, 12, True, nf.Tiling(16, 32)),  # two warps, ragged keys
+])
+def test_predict_equals_counted_traffic_tensor_core_backward(n_q, n_k, d, causal, tiling):
+    """The tensor-core backward keeps the FFMA backward's contract: K and V once per block j;
+    Q, dO, L, D and one atomic add per dQ element per active block pair; dK and dV once."""
+    report, predicted = measured_and_predicted("flash_backward_tc", 1, 2, n_q, n_k, d, causal, tiling)
+    assert report.hbm_counts() == predicted.hbm_counts()
+    assert predicted.hbm_counts() == simulator.predict(
+        "flash_backward", simulator.Workload(1, 2, n_q, n_k, d, 4, causal), tiling).hbm_counts()
 
 
 def test_count_traffic_sees_every_tensor_and_counts_bytes():

@@ -16,6 +16,11 @@ import numpy as np
 METHODS = ("standard", "fa1", "fa2", "fa2_fma")
 #: simulator.predict's forward algorithm for each flash method.
 FORWARD_ALGORITHM = {"fa1": "flash_forward_v1", "fa2": "flash_forward_tc", "fa2_fma": "flash_forward_v2"}
+#: flash_attention_backward's algorithm after each flash method's forward: tensor cores after the
+#: tensor-core forward, FFMA after the others; and simulator.predict's algorithm for each (dQ by
+#: atomics; ``deterministic`` cases run the FFMA kernels, "flash_backward_deterministic").
+BACKWARD_ALGORITHM = {"fa1": "fa2_fma", "fa2": "fa2", "fa2_fma": "fa2_fma"}
+BACKWARD_PREDICTED = {"fa2": "flash_backward_tc", "fa2_fma": "flash_backward"}
 #: "fwd": the forward call; "fwd_bwd": forward then backward, as in training.
 PASSES = ("fwd", "fwd_bwd")
 BACKWARD_FLOPS_FACTOR = 2.5
@@ -75,7 +80,8 @@ class Case:
             forward, backward = "standard_forward", "standard_backward"
         else:
             forward = FORWARD_ALGORITHM[self.method]
-            backward = "flash_backward_deterministic" if self.deterministic else "flash_backward"
+            backward = ("flash_backward_deterministic" if self.deterministic
+                        else BACKWARD_PREDICTED[BACKWARD_ALGORITHM[self.method]])
         return [forward, backward] if self.passes == "fwd_bwd" else [forward]
 
     def tiling_object(self):
@@ -133,5 +139,6 @@ def run_case(case: Case, inputs: dict) -> dict:
     o, lse = numba_flash.flash_attention(q, k, v, causal=case.causal, algorithm=case.method,
                                          tiling=tiling, return_lse=True)
     dq, dk, dv = numba_flash.flash_attention_backward(do, q, k, v, o, lse, causal=case.causal, tiling=tiling,
-                                                      deterministic=case.deterministic)
+                                                      deterministic=case.deterministic,
+                                                      algorithm=BACKWARD_ALGORITHM[case.method])
     return {"o": o, "dq": dq, "dk": dk, "dv": dv}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cases import Case, host_inputs
+from .cases import BACKWARD_ALGORITHM, Case, host_inputs
 
 
 @dataclass(frozen=True)
@@ -47,6 +47,7 @@ def count_case(case: Case, seed: int = 0) -> CountedTraffic:
                                          causal=case.causal, tiling=tiling))
         else:
             reports.append(count_traffic(numba_flash.flash_attention_backward, do, q, k, v, o, lse,
-                                         causal=case.causal, tiling=tiling, deterministic=case.deterministic))
+                                         causal=case.causal, tiling=tiling, deterministic=case.deterministic,
+                                         algorithm=BACKWARD_ALGORITHM[case.method]))
     return CountedTraffic(read_bytes=float(sum(r.hbm_read_bytes for r in reports)),
                           write_bytes=float(sum(r.hbm_write_bytes for r in reports)))

@@ -26,6 +26,7 @@ KERNELS_OF = {
     "flash_forward_v2": ("flash_forward_v2",),
     "flash_forward_tc": ("flash_forward_tc",),
     "flash_backward": ("flash_backward",),
+    "flash_backward_tc": ("flash_backward_tc",),
     "flash_backward_deterministic": ("flash_backward", "flash_backward_dq"),
 }
 #: The Tiling kernel each method's forward launches (a flash method's forward algorithm has its
