@@ -27,7 +27,8 @@ _ALGORITHM_OF = {
     api.standard_attention_backward: lambda kw: "standard_backward",
     api.flash_attention: lambda kw: api.ALGORITHMS[kw.get("algorithm", "fa2")],
     api.flash_attention_backward: lambda kw: (
-        "flash_backward_deterministic" if kw.get("deterministic", False) else "flash_backward"),
+        "flash_backward_deterministic" if kw.get("deterministic", False)
+        else api.BACKWARD_ALGORITHMS[kw.get("algorithm", "fa2")]),
 }
 
 
