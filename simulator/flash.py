@@ -173,18 +173,22 @@ def flash_backward_tc(w: Workload, t: Tiling) -> Plan:
     """The backward on tensor cores (numba_flash's default "fa2"): HBM, FLOPs and workspace as
     ``flash_backward`` (same contract). SRAM of its (Tc, BH) kernel, in fp32 elements, counting
     each element's TF32 hi and lo parts (two elements) over the zero-padded D8 = mma_depth(d)
-    columns: tile stores K, V (once per block j), Q, dO, dS (Br x Bc) and L, D (Br, one element
-    each) per active pair; fragment reads per active pair: S^T = K Q^T and dP^T = V dO^T read K
-    and V once and, in each of the Bc/16 warps, all of Q and dO; dV += P^T dO and dK += dS^T Q
-    read all of dO and Q again in each warp; dQ += dS K runs ceil(units / warps) 16 x 8 tile
-    products in every warp (units = Br/16 x D8/8; a warp past the last recomputes it), each
-    reading 16 rows of dS and 8 columns of K over the Bc keys. P and dS reach dV and dK in
-    registers; the elementwise reads of L and D are not counted."""
+    columns: tile stores K, V (once per block j), Q and dO twice (row-major and transposed), dS
+    (Br x Bc) and L, D (Br, one element each) per active pair; fragment reads per active pair:
+    S^T = K Q^T and dP^T = V dO^T read K and V once and, in each of the Bc/16 warps, all of Q
+    and dO; dV += P^T dO and dK += dS^T Q read all of dO and Q again in each warp; dQ += dS K
+    runs per_warp = ceil(units / warps) 16 x 8 tile products in every warp (units = Br/16 x
+    D8/8; a warp past the last recomputes it), each reading 8 columns of K over the Bc keys and
+    16 rows of dS -- read once for all of a warp's products where D8/8 is a multiple of
+    per_warp (its products then share their rows). P and dS reach dV and dK in registers; the
+    elementwise reads of L and D are not counted."""
     t.check_mma("flash_backward_tc")
     g, d8 = _grid(w, t), t.mma_depth(w.d)
     warps, pairs = t.Bc // 16, g.active_pairs
     units = (t.Br // 16) * (d8 // 8)
-    products = warps * -(-units // warps)
+    per_warp = -(-units // warps)
+    products = warps * per_warp
+    ds_reads = warps * (1 if (d8 // 8) % per_warp == 0 else per_warp)   # 16 x Bc reads of dS
     pre, main = flash_backward(w, t).phases
     head_reads = pairs * 2 * warps * t.Br * d8 * 2          # Q (or dO): two products a warp
 
@@ -196,9 +200,9 @@ def flash_backward_tc(w: Workload, t: Tiling) -> Plan:
         sram_reads=per_head({"Q": head_reads, "dO": head_reads,
                              "K": pairs * (t.Bc * d8 * 2 + products * t.Bc * 8 * 2),
                              "V": pairs * t.Bc * d8 * 2,
-                             "dS": pairs * products * 16 * t.Bc * 2}),
+                             "dS": pairs * ds_reads * 16 * t.Bc * 2}),
         sram_writes=per_head({"K": g.tc * t.Bc * d8 * 2, "V": g.tc * t.Bc * d8 * 2,
-                              "Q": pairs * t.Br * d8 * 2, "dO": pairs * t.Br * d8 * 2,
+                              "Q": pairs * t.Br * d8 * 4, "dO": pairs * t.Br * d8 * 4,
                               "L": pairs * t.Br, "D": pairs * t.Br,
                               "dS": pairs * t.Br * t.Bc * 2}))
     return Plan((pre, main), workspace={"D": w.tensor_elements("D")})

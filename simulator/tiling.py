@@ -46,8 +46,9 @@ KERNELS = (
 #: d=64 (tools/tune_forward.py, 2026-11-29): FFMA forward 18.7 TFLOP/s at 128 x 64, 16.75 at
 #: 64 x 64; tensor-core forward (128 registers) v5: 40.0 at 256 x 32, 36.7 at 128 x 32, 36.5 at
 #: 128 x 16, 35.9 at 256 x 64 (spills); v7: 45.7 at 256 x 32, 41.2 at 128 x 32.
-#: Tensor-core backward: 32 x 128 (8 warps; 199 KB of shared memory at d = 64, so one block a
-#: multiprocessor; ptxas: 255 registers, 32-64 B of spills): 23.4 (v4; others not measured).
+#: Tensor-core backward: 32 x 128 (8 warps; 199 KB of shared memory at d = 64 in v4, 224 KB in
+#: v5, so one block a multiprocessor; ptxas: 255 registers, 32-64 B of spills): 23.4 (v4; others
+#: not measured).
 PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32),
              "flash_backward_tc": (32, 128)}
 #: ... and for d > 64, where the tensor-core kernel's O fragments need more registers than a
@@ -175,10 +176,10 @@ class Tiling:
         return 4 * self.mma_depth(d) + 4
 
     def mma_swizzled_stride(self, d: int) -> int:
-        """Row stride (floats) of the tensor-core backward's Kj, Vj, Qi and dOi tiles (hi and lo
-        side by side, 16-byte chunks XOR-swizzled by row; see that kernel): 2 mma_depth(d)
-        rounded up to whole 128-byte lines, so that the swizzle, which permutes the 8 chunks of
-        a line, stays inside the row."""
+        """Row stride (floats) of the tensor-core backward's row-major Qi and dOi tiles (hi and
+        lo parts of column pairs in 16-byte chunks, XOR-swizzled by row; see that kernel):
+        2 mma_depth(d) rounded up to whole 128-byte lines, so that the swizzle, which permutes
+        the 8 chunks of a line, stays inside the row."""
         return -(-2 * self.mma_depth(d) // 32) * 32
 
     @property
@@ -216,9 +217,10 @@ class Tiling:
                     "dS": br * ls, "L": br, "D": br}
         if kernel == "flash_backward_tc":
             self.check_mma(kernel)
-            lq = self.mma_swizzled_stride(d)
-            return {"Kj": bc * lq, "Vj": bc * lq, "Qi": br * lq, "dOi": br * lq,
-                    "dS": br * self.mma_stride(bc), "L": br, "D": br}
+            d8, lq = self.mma_depth(d), self.mma_swizzled_stride(d)
+            return {"Kj": bc * 2 * d8, "Vj": bc * 2 * d8, "Qi": br * lq, "dOi": br * lq,
+                    "Qi^T": d8 * 2 * br, "dOi^T": d8 * 2 * br, "dS": br * 2 * bc,
+                    "L": br, "D": br}
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
 
     def smem_bytes(self, kernel: str, d: int, dtype_bytes: int = 4) -> int:

@@ -219,7 +219,9 @@ class Walk:
     def flash_backward_tc(self):
         """The tensor-core backward: v3's HBM; SRAM tiles of hi and lo parts of d rounded up to
         8 columns; per active pair each warp (16 keys) reads its K and V rows, all of Q and dO
-        twice, and runs its share of the 16 x 8 tiles of dQ (16 rows of dS, 8 columns of K)."""
+        twice, and runs its share of the 16 x 8 tiles of dQ (16 rows of dS, read once where its
+        tiles share their rows; 8 columns of K); Q and dO are stored twice (row-major and
+        transposed)."""
         t, d = self.t, self.w.d
         d8 = _ceil(d, 8) * 8
         warps = t.Bc // 16
@@ -235,7 +237,7 @@ class Walk:
                 rows = self.rows(i)
                 for name in ("Q", "dO"):
                     self.reads[name] += rows * d
-                    self.sram_writes[name] += t.Br * d8 * 2
+                    self.sram_writes[name] += 2 * t.Br * d8 * 2
                 for name in ("L", "D"):
                     self.reads[name] += rows
                     self.sram_writes[name] += t.Br
@@ -245,8 +247,10 @@ class Walk:
                     self.sram_reads["V"] += 16 * d8 * 2         # dP^T
                     self.sram_reads["Q"] += 2 * t.Br * d8 * 2   # S^T, dK
                     self.sram_reads["dO"] += 2 * t.Br * d8 * 2  # dP^T, dV
-                    for _tile in range(_ceil(dq_tiles, warps)):
-                        self.sram_reads["dS"] += 16 * t.Bc * 2
+                    per_warp = _ceil(dq_tiles, warps)
+                    for tile in range(per_warp):
+                        if tile == 0 or (d8 // 8) % per_warp:
+                            self.sram_reads["dS"] += 16 * t.Bc * 2
                         self.sram_reads["K"] += t.Bc * 8 * 2
                 self.reads["dQ"] += rows * d
                 self.writes["dQ"] += rows * d

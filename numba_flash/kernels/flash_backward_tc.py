@@ -6,12 +6,13 @@ Algorithm (per batch-head, K/V block j; grid Tc x B*H, Bc/16 warps a block)::
     load Kj, Vj (Bc x d) HBM -> SRAM as TF32 hi + lo parts; dKj = dVj = 0
                                          (registers: warp w owns keys 16w..16w+15 of dK, dV)
     for each active row block i:         (causal: row blocks that see no key of Kj skipped)
-        load Qi (times scale*log2(e)), dOi -> SRAM as hi + lo; L_i (base 2), D_i -> SRAM
+        load Qi (times scale*log2(e)), dOi -> SRAM as hi + lo, each twice (row-major and
+                                         transposed); L_i (base 2), D_i -> SRAM
         S^T = Kj Qi^T                    (registers: mma C fragments, rows = keys, cols = queries)
         P^T = exp2(S^T - L_i), masked    (in place)
         dVj += P^T dOi                   (P^T's C fragments are the A fragments: no SRAM)
         dP^T = Vj dOi^T;  dS^T = P^T * (dP^T - D_i)
-        dS -> SRAM as hi + lo;  dKj += dS^T Qi
+        dKj += dS^T Qi;  dS -> SRAM as hi + lo
         dQ_i += scale dS Kj              (warps split the Br x d product; fp32 atomics, HBM)
     dKj times ln 2 (scale dS^T Q, as Qi holds scale*log2(e) q), dVj -> HBM
 
@@ -28,30 +29,38 @@ its truncating adds (the forward's v5 lost 2e-4 that way at N = 16384).
 An m16n8k8 product may sum its 8 k indices in any order, as long as A and B agree, so the
 C fragments of P^T and dS^T serve as A fragments directly: lane (g, t) holds queries 2t, 2t + 1
 of each group of 8 in its C fragment and feeds them as A slots t, t + 4, reading B (dOi, Qi) at
-the same two queries: two 8-byte loads (hi, lo) of consecutive rows of the row-major tile. P is
-split once into hi + lo for dV, then rebuilt as hi + lo (within 2^-21 of P) for dS, so that P's
-fp32 copy need not stay live beside its two parts.
+the same two queries. P is split once into hi + lo for dV, then rebuilt as hi + lo (within
+2^-21 of P) for dS, so that P's fp32 copy need not stay live beside its two parts.
 
-SRAM layouts (floats):
-    Kj, Vj   [key, c]   hi at key LQ + 4 (c // 2 ^ sw(key)) + 2 (c % 2), lo next to it (Bc x D8,
-                        D8 = d rounded up to 8, zero columns past d and rows past N_k): whole
-                        kernel. LQ = 0 mod 32 (Tiling.mma_swizzled_stride); sw(r) = 2 ((r // 2)
-                        % 4) ^ 4 (r % 2) permutes the 16-byte chunks (column pairs) of a row
-    Qi, dOi  [query, c] the same (Br x D8, zero rows past N_q): one i step
-    dS       [query, key] hi at query LS + 2 key, lo next to it (Br x Bc; LS = 16 mod 32,
-             Tiling.mma_stride): one i step
+Every fragment part is one shared load that lands in the registers the mma reads it from (the
+forward's v7): a lane's A operands are one 16-byte load of 4 hi parts and one of 4 lo parts, its
+B operands one 16-byte load [hi, hi, lo, lo] (dQ's: two 8-byte loads). The slot order decides
+the layouts; a tile read both along its rows and along its columns (Qi, dOi) is stored twice.
+SRAM layouts (floats; an element's hi part named, its lo part in the chunk given):
+    Kj, Vj   [key, c] for key = 16 b + 8 h + x (h = 0, 1), c = 2 u + e: row pair p = 8 b + x,
+             hi at p LP + 4 ((2u) ^ f(p)) + 2e + h, lo in chunk (2u + 1) ^ f(p); LP = 4 D8,
+             f(p) = p % 2 + 4 ((p // 2) % 2) (an XOR of 16-byte chunks): for k = 16 b + x,
+             [hi(k, 2u), hi(k + 8, 2u), hi(k, 2u + 1), hi(k + 8, 2u + 1)] is a lane's A of S^T,
+             dP^T, and hi(k, c), hi(k + 8, c) its B of dS Kj (keys k, k + 8 in slots t, t + 4).
+             Zero columns past d, rows past N_k; whole kernel
+    Qi, dOi  [q, c] row-major, c = 2u + e: hi at q LQ + 4 (u ^ 4 (q % 2)) + e, lo 2 on
+             (Tiling.mma_swizzled_stride): B of S^T, dP^T
+    Qi^T, dOi^T  [q, c] transposed, q = 2p + e: hi at c LT + 4 (p ^ s(c)) + e, lo 2 on; LT = 2 Br,
+             s(c) = (c // 2) % 8 ^ 4 (c % 2): B of dK, dV. Both copies zero past N_q; one i step
+    dS       [q, key] for q = 16 b + 8 h + x, key = 16 m + 8 h' + y: row pair r = 8 b + x, key
+             pair y' = 8 m + y; hi at r LS + 4 ((2 y') ^ (r % 8)) + 2 h' + h, lo in chunk
+             (2 y' + 1) ^ (r % 8); LS = 4 Bc: A of dS Kj (keys y, y + 8 of k step 2 m + y // 4
+             in slots t, t + 4). One i step
     L, D     Br floats: L_i times log2(e) (+inf for rows past N_q and rows that saw no key, so
              P = 0 there), D_i: one i step
-Fragment reads, all free of bank conflicts:
-- k along a row (A of S^T, dP^T from Kj, Vj; B of S^T, dP^T from Qi, dOi; A of dS Kj from dS):
-  one 16-byte load (a lane's four operands, columns 2t, 2t + 1, in one chunk); the 8 lanes of an
-  access phase read rows g, g + 1, whose swizzles differ in bit 2 (dS: LS = 16 mod 32);
-- k along columns (B of P^T dOi, dS^T Qi from dOi, Qi; B of dS Kj from Kj): two 8-byte loads,
-  rows 2t and 2t + 1 at column g; the 16 lanes of a phase read rows 0, 2, 4, 6 (or 1, 3, 5, 7),
-  whose swizzles 0, 2, 4, 6 (4, 6, 0, 2) spread the chunk pairs g // 2 over all 8 chunks.
-(The 8-byte writes of dS from C fragments meet 4-way conflicts: Br Bc / 32 per warp a step.)
-The XOR acts on bits of the chunk index that the compile-time loops (k step kk, column tile n)
-also set, so each lane keeps two base offsets, for even and odd kk (or n), as the forward's Vj^T.
+Bank conflicts: none on fragment reads (the 8 lanes of a 16-byte access phase, 16 of an 8-byte
+one, cover all 32 banks: the XOR masks above); 2-way on the 16-byte stores of dS (Br Bc / 64 a
+warp a step) and of Kj, Vj (once); none on the stores of Qi, dOi. A thread moves its share of a
+tile as 2 x 2 elements (rows r, r + 8 of Kj, Vj; rows 2p, 2p + 1 of Qi, dOi; columns 2u, 2u + 1)
+in 16-byte stores. The XORs act on bits of the chunk index that the compile-time loops also set,
+so each lane keeps two base offsets where needed (even and odd k step, or k step + column tile).
+The product helpers take offsets in chunks (floats / 4), so that their 16-byte alignment is
+visible to the compiler after inlining (else it splits the loads).
 
 Barriers per step: (1) before loading Qi, dOi, L, D: every warp is done with the previous
 step's (and with dS, read by dQ); (2) after the loads: the tiles are complete before any warp
@@ -72,6 +81,15 @@ same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py --back
         SDPA EFFICIENT_ATTENTION's forward + backward (34.9). SASS of the step loop: 3963
         instructions, 1742 of them register moves beside 480 HMMA (fragments loaded as [hi, lo]
         pairs: the forward's problem before its v7).
+    v5  fragment loads in mma order (the forward's v7): Kj, Vj and dS by row pairs, Qi and dOi
+        stored twice (row-major for S^T, dP^T; transposed for dK, dV), [hi, hi, lo, lo] chunks,
+        XOR swizzles; 16-byte tile stores; dKj += dS^T Qi before the dS store (else ptxas copies
+        the A fragments for every mma); a warp's dQ tiles summed side by side, sharing their A
+        fragments of dS. 224 KB of shared memory at 32 x 128, d = 64. SASS of the step loop
+        (ptxas, sm_90, 32 x 128, d = 64): 3963 -> 2117 instructions, register moves 1742 -> 171
+        beside 480 HMMA, shared loads 146 + 139 + 186 (16-, 8-, 4-byte) -> 192 + 75 + 2; 255
+        registers, spill stores 64 -> 32 B. At 16 x 64, d = 128: 4165 -> 2459 instructions,
+        spill stores 908 -> 164 B. Not yet measured on the GPU.
 """
 from __future__ import annotations
 
@@ -87,7 +105,7 @@ from .mma import warp_ops
 from .tiles import LN2, LOG2E, NEG_INF, ONE, POS_INF, ZERO, active_blocks, masked
 from .unroll import static_range, unrolled
 
-VERSION = 4
+VERSION = 5
 
 
 @lru_cache(maxsize=None)
@@ -101,17 +119,19 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
     T = tiling.threads_for("flash_backward_tc")
     WARPS = T // 32
     D8 = tiling.mma_depth(d)           # d rounded up to the mma's k = 8 (zero columns)
-    LQ, LS = tiling.mma_swizzled_stride(d), tiling.mma_stride(BC)
+    LP, LQ, LT, LS = 4 * D8, tiling.mma_swizzled_stride(d), 2 * BR, 4 * BC   # strides (header)
     KS, NT, OT = D8 // 8, BR // 8, D8 // 8   # k steps over d; 8-query tiles; 8-column tiles
     JS = BC // 8                             # k steps of dS Kj (over keys)
+    KW = D8 // 2                             # column pairs of a row
     UNITS = (BR // 16) * OT                  # 16 x 8 tiles of dQ_i
     PER_WARP = -(-UNITS // WARPS)
+    SHARED_ROWS = OT % PER_WARP == 0           # a warp's tiles of dQ_i share their 16 rows
     # shared-memory carve-up (Tiling.smem_terms order)
-    KO, VO, QO, OO, SO, LO, DO = (np.uint64(x) for x in np.cumsum(
+    KO, VO, QO, OO, QTO, OTO, SO, LO, DO = (np.uint64(x) for x in np.cumsum(
         [0, *tiling.smem_terms("flash_backward_tc", d).values()])[:-1])
     # uint64 offsets throughout: Numba would add a negative-index fix-up to every signed one
-    U1, U2, U3 = np.uint64(1), np.uint64(2), np.uint64(3)
-    U8LQ, U8LS = np.uint64(8 * LQ), np.uint64(8 * LS)
+    U1, U2, U3, U4 = np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(4)
+    QC, OC, QTC, OTC = (x // U4 for x in (QO, OO, QTO, OTO))   # in chunks of 4 floats
     LN2_F = np.float32(LN2)
 
     w = warp_ops()
@@ -119,23 +139,58 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
     ALIGN = smem_alignment()
 
     @cuda.jit(device=True)
-    def swizzle(r):
-        """The 16-byte chunk permutation of row r of Kj, Vj, Qi, dOi (a 3-bit XOR mask)."""
-        return 2 * ((r // 2) % 4) ^ 4 * (r % 2)
+    def pair_swizzle(p):
+        """The 16-byte chunk permutation of row pair p of Kj, Vj (a mask of bits 0 and 2)."""
+        return p % 2 + 4 * ((p // 2) % 2)
 
     @cuda.jit(device=True)
-    def load_tile(smem, at0, src, row0, nrows, max_rows, tid, factor):
-        """HBM -> SRAM: tile[r, c] = factor * src[(row0 + r) d + c] as TF32 hi, lo parts in the
-        swizzled layout at offset at0; rows nrows..max_rows-1 and columns d..D8-1 are zero (no
-        HBM access)."""
-        for idx in range(tid, max_rows * D8, T):
-            r = idx // D8
-            c = idx - r * D8
-            x = ZERO
-            if r < nrows and c < d:
-                x = factor * src[uint64((row0 + r) * d + c)]
-            at = at0 + uint64(r * LQ + 4 * ((c // 2) ^ swizzle(r)) + 2 * (c % 2))
-            smem[at], smem[at + U1] = split(x)
+    def element(src, row0, r, c, nrows, factor):
+        """factor * src[(row0 + r) d + c], or 0 past nrows rows or d columns (no HBM access)."""
+        x = ZERO
+        if r < nrows and c < d:
+            x = factor * src[uint64((row0 + r) * d + c)]
+        return x
+
+    @cuda.jit(device=True)
+    def load_pair_tile(smem, at0, src, row0, nrows, tid):
+        """HBM -> SRAM, once: Kj or Vj (Bc x D8) at offset at0 in the row-pair layout (header),
+        rows past nrows and columns past d zero. A thread moves 2 x 2 elements, rows r, r + 8 of
+        columns 2u, 2u + 1: one 16-byte store of their hi parts, one of their lo parts."""
+        for idx in range(tid, BC // 2 * KW, T):
+            p = idx // KW           # row pair: rows r, r + 8
+            u = idx - p * KW        # column pair
+            r = 16 * (p // 8) + p % 8
+            h0, l0 = split(element(src, row0, r, 2 * u, nrows, ONE))
+            h1, l1 = split(element(src, row0, r + 8, 2 * u, nrows, ONE))
+            h2, l2 = split(element(src, row0, r, 2 * u + 1, nrows, ONE))
+            h3, l3 = split(element(src, row0, r + 8, 2 * u + 1, nrows, ONE))
+            sw = pair_swizzle(p)
+            at = at0 + uint64(p * LP + 4 * ((2 * u) ^ sw))
+            smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h0, h1, h2, h3
+            at = at0 + uint64(p * LP + 4 * ((2 * u + 1) ^ sw))
+            smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = l0, l1, l2, l3
+
+    @cuda.jit(device=True)
+    def load_twice(smem, row_at, col_at, src, row0, nrows, tid, factor):
+        """HBM -> SRAM, per step: Qi or dOi (Br x D8, times factor) twice, row-major at row_at
+        and transposed at col_at (header); rows past nrows and columns past d zero. A thread
+        moves 2 x 2 elements, rows 2p, 2p + 1 of columns 2u, 2u + 1: four 16-byte stores."""
+        for idx in range(tid, BR // 2 * KW, T):
+            p = idx // KW           # row pair 2p, 2p + 1
+            u = idx - p * KW        # column pair 2u, 2u + 1
+            h00, l00 = split(element(src, row0, 2 * p, 2 * u, nrows, factor))
+            h01, l01 = split(element(src, row0, 2 * p, 2 * u + 1, nrows, factor))
+            h10, l10 = split(element(src, row0, 2 * p + 1, 2 * u, nrows, factor))
+            h11, l11 = split(element(src, row0, 2 * p + 1, 2 * u + 1, nrows, factor))
+            at = row_at + uint64(2 * p * LQ + 4 * u)                  # row 2p, chunk u
+            smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h00, h01, l00, l01
+            at = row_at + uint64((2 * p + 1) * LQ + 4 * (u ^ 4))      # row 2p + 1, chunk u ^ 4
+            smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h10, h11, l10, l11
+            sw = p ^ (u % 8)
+            at = col_at + uint64(2 * u * LT + 4 * sw)                 # row 2u, chunk p ^ sw(2u)
+            smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h00, h10, l00, l10
+            at = col_at + uint64((2 * u + 1) * LT + 4 * (sw ^ 4))     # row 2u + 1
+            smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h01, h11, l01, l11
 
     @cuda.jit(device=True)
     def load_row_stats(smem, lse, dvec, row0, rows, tid):
@@ -152,40 +207,40 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
             smem[LO + uint64(r)] = l2
             smem[DO + uint64(r)] = dr
 
-    def rows_times_tile_t(c, smem, a_even, a_odd, b_even, b_odd):
-        """c = A B^T (16 x Br C fragments) for A = this warp's 16 rows of the Kj or Vj tile and
-        B = the Qi or dOi tile; a_*, b_*: this lane's fragment offsets (row g, column pair t of
-        k step 0 or 1: even and odd k steps)."""
+    def rows_times_tile_t(c, smem, a_hi, a_lo, b_even, b_odd):
+        """c = A B^T (16 x Br C fragments) for A = this warp's 16 rows of Kj or Vj and B = the
+        row copy of Qi or dOi; a_*: this lane's chunks (offsets / 4) of its hi and lo parts of
+        k step 0; b_*: of row g at k step 0 (even k steps) and 1 (odd)."""
         for n in static_range(NT):
             for e in static_range(4):
                 c[n, e] = ZERO
         for kk in static_range(KS):
-            pa = (a_odd if kk % 2 else a_even) + uint64(16 * (kk - kk % 2))
-            ah0, al0, ah2, al2 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
-            pa += U8LQ
-            ah1, al1, ah3, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
+            pa = U4 * (a_hi + uint64(8 * kk))
+            ah0, ah1, ah2, ah3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
+            pa = U4 * (a_lo + uint64(8 * kk))
+            al0, al1, al2, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
             for n in static_range(NT):
-                pb = (b_odd if kk % 2 else b_even) + uint64(8 * n * LQ + 16 * (kk - kk % 2))
+                pb = U4 * ((b_odd if kk % 2 else b_even) + uint64(2 * n * LQ + 4 * (kk - kk % 2)))
                 c[n, 0], c[n, 1], c[n, 2], c[n, 3] = mma_3xtf32(
                     ah0, ah1, ah2, ah3, al0, al1, al2, al3,
-                    smem[pb], smem[pb + U2], smem[pb + U1], smem[pb + U3],
+                    smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
                     c[n, 0], c[n, 1], c[n, 2], c[n, 3])
 
     def add_scores_times_tile(acc, hi, lo, smem, b_even, b_odd):
         """acc += X B for X (16 x Br) held as the split C fragments hi, lo of X^T (P^T or dS^T:
-        slots (0, 1, 2, 3) -> A slots (0, 2, 1, 3)) and B = the Qi or dOi tile, read at rows
-        2t, 2t + 1 of each 8; b_*: this lane's offsets of row 2t, column g of column tile 0 and
-        1 (row 2t + 1 swaps them); each 16 x 8 tile of the product summed on the tensor cores
-        from zero, then added in fp32."""
+        slots (0, 1, 2, 3) -> A slots (0, 2, 1, 3)) and B = the transposed copy of Qi or dOi;
+        b_*: this lane's chunks (offsets / 4) of row g (column g of the tile) at k step 0 of
+        column tile 0 (k step + column tile even) and 1 (odd); each 16 x 8 tile of the product
+        summed on the tensor cores from zero, then added in fp32."""
         for n in static_range(OT):
             c0, c1, c2, c3 = ZERO, ZERO, ZERO, ZERO
             for kk in static_range(NT):   # queries 8kk .. 8kk + 7
-                pb = (b_odd if n % 2 else b_even) + uint64(8 * kk * LQ + 16 * (n - n % 2))
-                pb1 = (b_even if n % 2 else b_odd) + uint64(8 * kk * LQ + LQ + 16 * (n - n % 2))
+                pb = U4 * ((b_odd if (kk + n) % 2 else b_even)
+                           + uint64(2 * n * LT + 4 * (kk - kk % 2)))
                 c0, c1, c2, c3 = mma_3xtf32(
                     hi[kk, 0], hi[kk, 2], hi[kk, 1], hi[kk, 3],
                     lo[kk, 0], lo[kk, 2], lo[kk, 1], lo[kk, 3],
-                    smem[pb], smem[pb1], smem[pb + U1], smem[pb1 + U1], c0, c1, c2, c3)
+                    smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3], c0, c1, c2, c3)
             acc[n, 0] += c0
             acc[n, 1] += c1
             acc[n, 2] += c2
@@ -196,8 +251,8 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
 
     def flash_backward_tc(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
-        # SRAM tiles: Kj at KO and Vj at VO for the whole kernel; Qi at QO, dOi at OO, dS at SO,
-        # L at LO, D at DO for one i step
+        # SRAM tiles: Kj at KO and Vj at VO for the whole kernel; Qi at QO and QTO, dOi at OO
+        # and OTO, dS at SO, L at LO, D at DO for one i step
         j = cuda.blockIdx.x     # causal: low j see the most row blocks, and start first
         bh = cuda.blockIdx.y
         tid = cuda.threadIdx.x
@@ -212,31 +267,47 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
         tr = (n_q + BR - 1) // BR
         tc = (n_k + BC - 1) // BC
 
-        load_tile(smem, KO, k, bh * n_k + col0, cols, BC, tid, ONE)
-        load_tile(smem, VO, v, bh * n_k + col0, cols, BC, tid, ONE)
+        load_pair_tile(smem, KO, k, bh * n_k + col0, cols, tid)
+        load_pair_tile(smem, VO, v, bh * n_k + col0, cols, tid)
         s = cuda.local.array((NT, 4), float32)    # registers: S^T, then P^T (its hi part, then P^T)
         ds = cuda.local.array((NT, 4), float32)   # registers: dP^T, then dS^T (then its hi part)
         lo = cuda.local.array((NT, 4), float32)   # registers: lo parts of P^T, then of dS^T
         dk_acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of dKj
         dv_acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of dVj
-        cq = cuda.local.array(4, float32)             # registers: one 16 x 8 tile of dQ_i
+        cq = cuda.local.array((PER_WARP, 4), float32)  # registers: this warp's tiles of dQ_i
+        qa = cuda.local.array(PER_WARP, uint64)        # their offsets in dS (row block)
+        qb = cuda.local.array(PER_WARP, uint64)        # ... and in Kj (column tile)
         for n in static_range(OT):
             for e in static_range(4):
                 dk_acc[n, e] = ZERO
                 dv_acc[n, e] = ZERO
-        # this lane's fragment offsets in the swizzled tiles (see the header):
-        # - row g (+ 8x), columns 2t, 2t + 1 of k step 0 (even) and 1 (odd): A of Kj, Vj at
-        #   rows wkey + g (+ 8), B of Qi, dOi at rows g (+ 8n);
-        sw = swizzle(g)
-        row_even = uint64(g * LQ + 4 * (t ^ (sw % 4)) + 16 * (sw // 4))
-        row_odd = uint64(g * LQ + 4 * (t ^ (sw % 4)) + 16 * (1 - sw // 4))
-        ka_even, ka_odd = KO + uint64(wkey * LQ) + row_even, KO + uint64(wkey * LQ) + row_odd
-        va_even, va_odd = VO + uint64(wkey * LQ) + row_even, VO + uint64(wkey * LQ) + row_odd
-        # - row 2t, column g of column tile 0 (even) and 1 (odd): B of Qi, dOi, Kj at rows 2t
-        #   (+ 8kk) and, swapping even and odd, 2t + 1 (swizzle 2t, then 2t ^ 4)
-        col_pair = 2 * t * LQ + 4 * ((g // 2) ^ (2 * (t % 2))) + 2 * (g % 2)
-        col_even = uint64(col_pair + 16 * (t // 2))
-        col_odd = uint64(col_pair + 16 * (1 - t // 2))
+        # this lane's fragment offsets (see the header): in chunks (floats / 4) for the product
+        # helpers, else in floats, visibly multiples of 4 (2 for the 8-byte loads), so that the
+        # loads are vectors:
+        # - A of S^T, dP^T: Kj, Vj row pair wkey / 2 + g, hi and lo chunks of column pair t
+        fa = pair_swizzle(g)
+        ka_hi = (KO + uint64((wkey // 2 + g) * LP + 4 * ((2 * t) ^ fa))) // U4
+        ka_lo = (KO + uint64((wkey // 2 + g) * LP + 4 * ((2 * t + 1) ^ fa))) // U4
+        va_hi, va_lo = ka_hi + (VO - KO) // U4, ka_lo + (VO - KO) // U4
+        # - B of S^T, dP^T: row copies of Qi, dOi, row g, column pair t of k step 0 and 1
+        row_even = uint64(g * (LQ // 4) + t + 4 * (g % 2))
+        row_odd = uint64(g * (LQ // 4) + t + 4 * (1 - g % 2))
+        # - B of dV, dK: transposed copies, row g (column g of Qi, dOi), row pair t of k step 0
+        #   in column tile 0 and 1
+        col_even = uint64(g * (LT // 4) + (t ^ (g // 2)) + 4 * (g % 2))
+        col_odd = uint64(g * (LT // 4) + (t ^ (g // 2)) + 4 * (1 - g % 2))
+        # - B of dS Kj: Kj row pair t (keys t, t + 8), column g, hi and lo (8-byte pairs)
+        fb = pair_swizzle(t)
+        kb_hi = KO + uint64(t * LP + 4 * ((2 * (g // 2)) ^ fb) + 2 * (g % 2))
+        kb_lo = KO + uint64(t * LP + 4 * ((2 * (g // 2) + 1) ^ fb) + 2 * (g % 2))
+        # - A of dS Kj: dS row pair g (queries g, g + 8), key pair t, hi and lo
+        sa_hi = SO + uint64(g * LS + 4 * ((2 * t) ^ g))
+        sa_lo = SO + uint64(g * LS + 4 * ((2 * t + 1) ^ g))
+        # - dS stores: row pairs 2t + e (queries 2t + e, 2t + e + 8), key pair wkey / 2 + g
+        ss_hi0 = SO + uint64(2 * t * LS + 4 * (wkey + ((2 * g) ^ (2 * t))))
+        ss_lo0 = SO + uint64(2 * t * LS + 4 * (wkey + ((2 * g + 1) ^ (2 * t))))
+        ss_hi1 = SO + uint64((2 * t + 1) * LS + 4 * (wkey + ((2 * g) ^ (2 * t + 1))))
+        ss_lo1 = SO + uint64((2 * t + 1) * LS + 4 * (wkey + ((2 * g + 1) ^ (2 * t + 1))))
 
         for i in range(tr):
             row0 = i * BR
@@ -245,13 +316,13 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
                 continue
             # barrier: Kj, Vj loaded; every warp is done with the previous Qi, dOi, L, D, dS
             cuda.syncthreads()
-            load_tile(smem, QO, q, bh * n_q + row0, rows, BR, tid, qscale)
-            load_tile(smem, OO, do, bh * n_q + row0, rows, BR, tid, ONE)
+            load_twice(smem, QO, QTO, q, bh * n_q + row0, rows, tid, qscale)
+            load_twice(smem, OO, OTO, do, bh * n_q + row0, rows, tid, ONE)
             load_row_stats(smem, lse, dvec, bh * n_q + row0, rows, tid)
             # barrier: Qi, dOi, L_i, D_i complete before any warp reads fragments of them
             cuda.syncthreads()
 
-            rows_times_tile_t(s, smem, ka_even, ka_odd, QO + row_even, QO + row_odd)   # S^T, base 2
+            rows_times_tile_t(s, smem, ka_hi, ka_lo, QC + row_even, QC + row_odd)   # S^T, base 2
             # interior tiles (full, and left of the causal diagonal) need no mask; rows past
             # N_q have L = +inf
             edge = cols < BC or (causal and col0 + BC - 1 > row0 + off)
@@ -267,54 +338,64 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
             for n in static_range(NT):
                 for e in static_range(4):
                     s[n, e], lo[n, e] = split_finite(s[n, e])
-            add_scores_times_tile(dv_acc, s, lo, smem, OO + col_even, OO + col_odd)   # dVj += P^T dOi
+            add_scores_times_tile(dv_acc, s, lo, smem, OTC + col_even, OTC + col_odd)   # dVj += P^T dOi
             for n in static_range(NT):
                 for e in static_range(4):
                     s[n, e] += lo[n, e]               # P^T again, within 2^-21 (exact sum)
 
-            rows_times_tile_t(ds, smem, va_even, va_odd, OO + row_even, OO + row_odd)   # dP^T
+            rows_times_tile_t(ds, smem, va_hi, va_lo, OC + row_even, OC + row_odd)   # dP^T
             for h in static_range(2):
                 for n in static_range(NT):
                     for e in static_range(2):
                         r = 8 * n + 2 * t + e
                         ds[n, 2 * h + e] = s[n, 2 * h + e] * (ds[n, 2 * h + e] - smem[DO + uint64(r)])
-            # dS -> SRAM as dS[query, key] (for dQ), split once for both products
-            for h in static_range(2):
-                key = wkey + g + 8 * h
-                for n in static_range(NT):
-                    for e in static_range(2):
-                        at = SO + uint64((8 * n + 2 * t + e) * LS + 2 * key)
-                        ds[n, 2 * h + e], lo[n, 2 * h + e] = split(ds[n, 2 * h + e])
-                        smem[at], smem[at + U1] = ds[n, 2 * h + e], lo[n, 2 * h + e]
-            add_scores_times_tile(dk_acc, ds, lo, smem, QO + col_even, QO + col_odd)   # dKj += dS^T Qi
+            # dS^T split once for both products
+            for n in static_range(NT):
+                for e in static_range(4):
+                    ds[n, e], lo[n, e] = split(ds[n, e])
+            add_scores_times_tile(dk_acc, ds, lo, smem, QTC + col_even, QTC + col_odd)   # dKj += dS^T Qi
+            # dS -> SRAM (for dQ): a lane's slots e, 2 + e of query tiles 2m, 2m + 1 are one
+            # chunk (queries 16m + 2t + e, + 8; keys wkey + g, + 8)
+            for m in static_range(NT // 2):
+                for e in static_range(2):
+                    at = (ss_hi1 if e else ss_hi0) + uint64(8 * m * LS)
+                    smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = (
+                        ds[2 * m, e], ds[2 * m + 1, e], ds[2 * m, 2 + e], ds[2 * m + 1, 2 + e])
+                    at = (ss_lo1 if e else ss_lo0) + uint64(8 * m * LS)
+                    smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = (
+                        lo[2 * m, e], lo[2 * m + 1, e], lo[2 * m, 2 + e], lo[2 * m + 1, 2 + e])
             # barrier: dS complete before the dQ product reads other warps' keys
             cuda.syncthreads()
 
             # dQ_i += scale dS Kj: the Br/16 x D8/8 tiles of 16 x 8 dealt to the warps in runs of
-            # PER_WARP; a warp past the last tile recomputes it (every warp must run the same mma)
-            # and does not add it
+            # PER_WARP, summed side by side over the keys; a warp past the last tile recomputes
+            # it (every warp must run the same mma) and does not add it. Where a run lies in one
+            # row block (SHARED_ROWS), each k step loads its A fragment of dS once for the run.
+            # k step kk: keys 16 (kk // 2) + 4 (kk % 2) + t (+ 8) of lane t
+            for f in static_range(PER_WARP):
+                u = min(warp * PER_WARP + f, UNITS - 1)
+                ua = min(warp * PER_WARP + (0 if SHARED_ROWS else f), UNITS - 1)
+                qa[f] = uint64(8 * (ua // OT) * LS)          # rows 16 mt.. of dQ_i
+                qb[f] = uint64(32 * (u - u // OT * OT))      # columns 8 nt..
+                for e in static_range(4):
+                    cq[f, e] = ZERO
+            for kk in static_range(JS):
+                for f in static_range(PER_WARP):
+                    pa = sa_hi + qa[f] + uint64(32 * kk)
+                    ah0, ah1, ah2, ah3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
+                    pa = sa_lo + qa[f] + uint64(32 * kk)
+                    al0, al1, al2, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
+                    pb = kb_hi + qb[f] + uint64(4 * kk * LP)
+                    pc = kb_lo + qb[f] + uint64(4 * kk * LP)
+                    cq[f, 0], cq[f, 1], cq[f, 2], cq[f, 3] = mma_3xtf32(
+                        ah0, ah1, ah2, ah3, al0, al1, al2, al3,
+                        smem[pb], smem[pb + U1], smem[pc], smem[pc + U1],
+                        cq[f, 0], cq[f, 1], cq[f, 2], cq[f, 3])
             for f in static_range(PER_WARP):
                 unit = warp * PER_WARP + f
-                u = min(unit, UNITS - 1)
-                mt = u // OT            # rows 16 mt.., columns 8 nt.. of dQ_i
-                nt = u - mt * OT
-                pa0 = SO + uint64((16 * mt + g) * LS + 4 * t)
-                pb0 = KO + uint64(col_pair + 16 * (nt ^ (t // 2)))        # Kj row 2t
-                pb1 = KO + uint64(col_pair + LQ + 16 * (nt ^ (t // 2) ^ 1))   # row 2t + 1
-                for e in static_range(4):
-                    cq[e] = ZERO
-                for kk in static_range(JS):     # keys 8kk .. 8kk + 7
-                    pa = pa0 + uint64(16 * kk)
-                    ah0, al0, ah2, al2 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
-                    pa += U8LS
-                    ah1, al1, ah3, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
-                    pb = pb0 + uint64(8 * kk * LQ)
-                    pc = pb1 + uint64(8 * kk * LQ)
-                    cq[0], cq[1], cq[2], cq[3] = mma_3xtf32(
-                        ah0, ah1, ah2, ah3, al0, al1, al2, al3,
-                        smem[pb], smem[pc], smem[pb + U1], smem[pc + U1],
-                        cq[0], cq[1], cq[2], cq[3])
                 if unit < UNITS:
+                    mt = unit // OT
+                    nt = unit - mt * OT
                     for h in static_range(2):
                         r = 16 * mt + g + 8 * h
                         if r < rows:
@@ -322,7 +403,7 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
                                 c = 8 * nt + 2 * t + e
                                 if c < d:
                                     cuda.atomic.add(dq, uint64((bh * n_q + row0 + r) * d + c),
-                                                    scale * cq[2 * h + e])
+                                                    scale * cq[f, 2 * h + e])
 
         for h in static_range(2):
             key = wkey + g + 8 * h
