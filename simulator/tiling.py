@@ -47,8 +47,8 @@ KERNELS = (
 #: 64 x 64; tensor-core forward (128 registers) v5: 40.0 at 256 x 32, 36.7 at 128 x 32, 36.5 at
 #: 128 x 16, 35.9 at 256 x 64 (spills); v7: 45.7 at 256 x 32, 41.2 at 128 x 32.
 #: Tensor-core backward: 32 x 128 (8 warps; 199 KB of shared memory at d = 64 in v4, 224 KB in
-#: v5, so one block a multiprocessor; ptxas: 255 registers, 32-64 B of spills): 23.4 (v4; others
-#: not measured).
+#: v5, so one block a multiprocessor; ptxas: 255 registers, 32-64 B of spills): 23.4 (v4), 36.3 (v5);
+#: other tilings not measured.
 PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32),
              "flash_backward_tc": (32, 128)}
 #: ... and for d > 64, where the tensor-core kernel's O fragments need more registers than a
