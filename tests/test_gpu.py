@@ -26,6 +26,7 @@ SHAPES = [
     (1, 3, 255, 97, 80, True),       # N_q > N_k: rows that see no key
     (1, 2, 97, 255, 40, True),
     (1, 2, 17, 300, 24, False),
+    (1, 2, 100, 77, 20, True),       # d not a multiple of the mma's k = 8: zero columns
     (1, 2, 513, 511, 128, True),
     (1, 1, 1, 1, 64, False),
 ]
@@ -119,7 +120,7 @@ def test_long_sequence_stays_at_fp32_accuracy(rng):
     (333, 4099, 128, True),      # the wide-head default tiling, ragged tiles
 ])
 def test_tensor_core_backward_over_many_row_blocks(rng, n_q, n_k, d, causal):
-    """The tensor-core backward (v4) at fp32 level with up to 4096 queries: dK and dV sum one
+    """The tensor-core backward at fp32 level with up to 4096 queries: dK and dV sum one
     product per row block from zero on the tensor cores and add it in fp32, so no truncating
     mma accumulation runs over all row blocks (the forward's v5 drifted to 2e-4 that way)."""
     q, k, v, do = qkv(rng, 1, 2, n_q, n_k, d)

@@ -5,7 +5,7 @@ Outputs are poisoned with NaN before every launch, so an element a kernel misses
 """
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import numba_flash as nf
@@ -94,6 +94,22 @@ def test_flash_matches_reference_on_drawn_shapes(n_q, n_k, d, br, bc, causal, sc
         grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=causal, tiling=tiling,
                                             softmax_scale=scale, algorithm="fa2_fma")
     check_grads(grads, q, k, v, do, causal, softmax_scale=scale)
+
+
+@settings(max_examples=4)
+@given(n_q=st.integers(1, 40), n_k=st.integers(1, 40), d=st.integers(1, 24),
+       br=st.sampled_from([16, 32, 48]), bc=st.sampled_from([16, 32]), causal=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_tensor_core_backward_on_drawn_shapes(n_q, n_k, d, br, bc, causal, seed):
+    """The default backward ("fa2") on drawn shapes, from the float64 forward's o and lse (a few
+    examples: each runs the warp emulation for 1-10 s)."""
+    rng = np.random.default_rng(seed)
+    q, k, v, do = qkv(rng, 1, 1, n_q, n_k, d)
+    o, lse = (x.astype(np.float32) for x in ref.attention_forward(q, k, v, causal=causal))
+    with nf.poison_outputs():
+        grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=causal,
+                                            tiling=nf.Tiling(br, bc), algorithm="fa2")
+    check_grads(grads, q, k, v, do, causal)
 
 
 @pytest.mark.parametrize("algorithm", FLASH_FORWARDS)

@@ -82,8 +82,10 @@ def test_predict_equals_counted_traffic_tensor_cores(n_q, n_k, d, causal, tiling
 
 
 @pytest.mark.parametrize("n_q,n_k,d,causal,tiling", [
-    (21, 13, 5, True, nf.Tiling(16, 16)),   # N_q > N_k: a row block that sees nothing; d padded
+    (21, 13, 5, True, nf.Tiling(16, 16)),   # N_q > N_k, ragged; d padded to 8
     (13, 29, 12, True, nf.Tiling(16, 32)),  # two warps, ragged keys
+    (40, 13, 5, True, nf.Tiling(16, 16)),   # row blocks that see no key of Kj: skipped, not read
+    (40, 40, 12, True, nf.Tiling(16, 16)),  # causal square: the pairs above the diagonal skipped
 ])
 def test_predict_equals_counted_traffic_tensor_core_backward(n_q, n_k, d, causal, tiling):
     """The tensor-core backward keeps the FFMA backward's contract: K and V once per block j;

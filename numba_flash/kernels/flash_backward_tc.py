@@ -54,18 +54,22 @@ SRAM layouts (floats; an element's hi part named, its lo part in the chunk given
     L, D     Br floats: L_i times log2(e) (+inf for rows past N_q and rows that saw no key, so
              P = 0 there), D_i: one i step
 Bank conflicts: none on fragment reads (the 8 lanes of a 16-byte access phase, 16 of an 8-byte
-one, cover all 32 banks: the XOR masks above); 2-way on the 16-byte stores of dS (Br Bc / 64 a
-warp a step) and of Kj, Vj (once); none on the stores of Qi, dOi. A thread moves its share of a
+one, cover all 32 banks: the XOR masks above); 2-way on the 16-byte stores of dS (Br Bc / 64 of
+them a block a step) and of Kj, Vj (once); none on the stores of Qi, dOi where D8 is a multiple
+of 16 (2-way at D8 = 8, 24). A thread moves its share of a
 tile as 2 x 2 elements (rows r, r + 8 of Kj, Vj; rows 2p, 2p + 1 of Qi, dOi; columns 2u, 2u + 1)
 in 16-byte stores. The XORs act on bits of the chunk index that the compile-time loops also set,
 so each lane keeps two base offsets where needed (even and odd k step, or k step + column tile).
 The product helpers take offsets in chunks (floats / 4), so that their 16-byte alignment is
 visible to the compiler after inlining (else it splits the loads).
 
-Barriers per step: (1) before loading Qi, dOi, L, D: every warp is done with the previous
-step's (and with dS, read by dQ); (2) after the loads: the tiles are complete before any warp
-reads fragments of them; (3) after writing dS: dS is complete before the dQ product reads
-other warps' keys.
+Barriers per step: (1) before loading Qi, dOi, L, D: Kj, Vj complete (first step) and no warp
+still reading the previous Qi, dOi, L, D -- which they last read before barrier (3), so this
+one is redundant by that argument (removing it passes every simulator test, which cannot see
+races: keep it until compute-sanitizer racecheck has run on the change); (2) after the loads:
+the tiles are complete before any warp reads fragments of them (and every warp's dQ product
+has read the previous dS before it is overwritten); (3) after writing dS: dS is complete
+before the dQ product reads other warps' keys.
 
 ``deterministic=True`` in the API keeps the FFMA kernels (v3's dK/dV kernel and its dQ kernel
 without atomics); this kernel always adds dQ atomically.
@@ -317,7 +321,8 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
             rows = min(BR, n_q - row0)
             if j >= active_blocks(row0 + rows - 1, off, BC, tc, causal):
                 continue
-            # barrier: Kj, Vj loaded; every warp is done with the previous Qi, dOi, L, D, dS
+            # barrier: Kj, Vj loaded; every warp is done with the previous Qi, dOi, L, D (see
+            # the header: redundant after barrier (3), kept until a racecheck run)
             cuda.syncthreads()
             load_twice(smem, QO, QTO, q, bh * n_q + row0, rows, tid, qscale)
             load_twice(smem, OO, OTO, do, bh * n_q + row0, rows, tid, ONE)
@@ -373,7 +378,8 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
             # dQ_i += scale dS Kj: the Br/16 x D8/8 tiles of 16 x 8 dealt to the warps in runs of
             # PER_WARP, summed side by side over the keys; a warp past the last tile recomputes
             # it (every warp must run the same mma) and does not add it. Where a run lies in one
-            # row block (SHARED_ROWS), each k step loads its A fragment of dS once for the run.
+            # row block (SHARED_ROWS), the run's tiles read the same A fragment of dS at each k
+            # step (the same offsets: one load after ptxas merges them, as the SRAM model counts).
             # k step kk: keys 16 (kk // 2) + 4 (kk % 2) + t (+ 8) of lane t
             for f in static_range(PER_WARP):
                 u = min(warp * PER_WARP + f, UNITS - 1)
