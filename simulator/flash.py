@@ -181,7 +181,8 @@ def flash_backward_tc(w: Workload, t: Tiling) -> Plan:
     D8/8; a warp past the last recomputes it), each reading 8 columns of K over the Bc keys and
     16 rows of dS -- read once for all of a warp's products where D8/8 is a multiple of
     per_warp (its products then share their rows). P and dS reach dV and dK in registers; the
-    elementwise reads of L and D are not counted."""
+    elementwise reads of L and D are not counted. Causal launches start the K/V blocks heaviest
+    first over all heads (L2 model: the blocks in flight belong to as many heads)."""
     t.check_mma("flash_backward_tc")
     g, d8 = _grid(w, t), t.mma_depth(w.d)
     warps, pairs = t.Bc // 16, g.active_pairs
@@ -204,7 +205,8 @@ def flash_backward_tc(w: Workload, t: Tiling) -> Plan:
         sram_writes=per_head({"K": g.tc * t.Bc * d8 * 2, "V": g.tc * t.Bc * d8 * 2,
                               "Q": pairs * t.Br * d8 * 4, "dO": pairs * t.Br * d8 * 4,
                               "L": pairs * t.Br, "D": pairs * t.Br,
-                              "dS": pairs * t.Br * t.Bc * 2}))
+                              "dS": pairs * t.Br * t.Bc * 2}),
+        blocks_per_unit=1 if w.causal else g.tc)
     return Plan((pre, main), workspace={"D": w.tensor_elements("D")})
 
 
