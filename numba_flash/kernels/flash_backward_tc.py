@@ -112,7 +112,8 @@ from simulator.tiling import Tiling
 
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
-from .tiles import LN2, LOG2E, NEG_INF, ONE, POS_INF, ZERO, active_blocks, masked
+from .tiles import (LN2, LOG2E, NEG_INF, ONE, POS_INF, ZERO, active_blocks, masked,
+                    tile_major_block)
 from .unroll import static_range, unrolled
 
 VERSION = 6
@@ -265,11 +266,9 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
         # and OTO, dS at SO, L at LO, D at DO for one i step
         j, bh = cuda.blockIdx.x, cuda.blockIdx.y
         if causal:
-            # low j see the most row blocks: blocks start in order of work, heaviest first over
-            # all heads (blocks start in grid order, x fastest), so the final wave holds the
-            # lightest blocks and the multiprocessors finish together
-            at = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x
-            j, bh = at // cuda.gridDim.y, at % cuda.gridDim.y
+            # low j see the most row blocks: start them first over all heads, so that the final
+            # wave holds the lightest blocks and the multiprocessors finish together
+            j, bh = tile_major_block()
         tid = cuda.threadIdx.x
         lane = tid % 32
         warp = tid // 32

@@ -80,7 +80,7 @@ from simulator.tiling import Tiling
 
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
-from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max
+from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max, tile_major_block
 from .unroll import static_range, unrolled
 
 VERSION = 7
@@ -202,11 +202,11 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
         # SRAM tiles: Qi at QO for the whole kernel; Kj at KO and Vj^T at VO for one j step
         i, bh = cuda.blockIdx.x, cuda.blockIdx.y
         if causal:
-            # the last row blocks have the most K/V blocks to visit: blocks start in order of
-            # work, heaviest first over all heads (blocks start in grid order, x fastest), so
-            # the final wave holds the lightest blocks and the multiprocessors finish together
-            at = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x
-            i, bh = cuda.gridDim.x - 1 - at // cuda.gridDim.y, at % cuda.gridDim.y
+            # the last row blocks have the most K/V blocks to visit: start them first over all
+            # heads, so that the final wave holds the lightest blocks and the multiprocessors
+            # finish together
+            i, bh = tile_major_block()
+            i = cuda.gridDim.x - 1 - i
         tid = cuda.threadIdx.x
         lane = tid % 32
         g = lane // 4                 # fragment row group: this lane's rows are g and g + 8

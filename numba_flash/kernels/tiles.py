@@ -44,6 +44,15 @@ def active_blocks(last_row, off, bc, tc, causal):
 
 
 @cuda.jit(device=True)
+def tile_major_block():
+    """(tile, head) of this block of a (tiles, heads) grid, read with the head index varying
+    fastest: blocks start in grid order (x fastest), so they start tile by tile over all heads
+    -- for causal grids, where a tile's work depends on its index, in order of work."""
+    at = cuda.blockIdx.y * cuda.gridDim.x + cuda.blockIdx.x
+    return at // cuda.gridDim.y, at % cuda.gridDim.y
+
+
+@cuda.jit(device=True)
 def masked(r, c, row0, col0, cols, off, causal):
     """True where score (r, c) of tile (row0, col0) is not a key: past the ragged edge (c >= cols)
     or, causal and bottom-right aligned, a key after the query (col0 + c > row0 + r + N_k - N_q)."""
