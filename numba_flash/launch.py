@@ -14,7 +14,10 @@ from simulator.tiling import H200_SMEM_PER_BLOCK, Tiling
 from .memory import simulator_enabled
 
 STATIC_SMEM_LIMIT = 48 * 1024
-REGISTERS_PER_SM = 65536
+#: A multiprocessor's 64 K registers are four files of 16 K, one per sub-partition; a block's
+#: warps are dealt to the four in turn, so the fullest holds ceil(warps / 4) of them.
+REGISTERS_PER_SUBPARTITION = 16384
+SUBPARTITIONS = 4
 #: Per-kernel register caps (``max_registers``) on the GPU; None lets the compiler choose.
 #: The CUDA simulator takes no such option, so it never sees them. flash_backward: 238
 #: registers uncapped (one 256-thread block per SM), 128 gives two: 16.5 -> 17.9 TFLOP/s
@@ -49,10 +52,13 @@ def smem_alignment() -> int | None:
 def jit_options(kernel: str, tiling: Tiling, d: int = 0) -> dict:
     """Options for ``cuda.jit`` of ``kernel`` (a Tiling kernel name) launched with ``tiling`` at
     head dim ``d``: its register cap, lowered where needed so that a block of
-    ``tiling.threads_for(kernel)`` threads fits the 64 K registers of one multiprocessor."""
+    ``tiling.threads_for(kernel)`` threads fits one multiprocessor's registers (a block of 10
+    warps puts 3 on one sub-partition: 170 registers each, not 65536 / 320 = 204, which fails
+    to launch with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)."""
     if simulator_enabled():
         return {}
-    fit = (REGISTERS_PER_SM // tiling.threads_for(kernel)) // 8 * 8
+    warps = -(-tiling.threads_for(kernel) // 32)
+    fit = REGISTERS_PER_SUBPARTITION // (32 * -(-warps // SUBPARTITIONS)) // 8 * 8
     cap = REGISTER_CAPS.get(kernel)
     if d > CAPPED_UP_TO_HEAD_DIM.get(kernel, d):
         cap = None

@@ -67,13 +67,15 @@ def flash_forward_tc(w: Workload, t: Tiling) -> Plan:
     """The FA2-order forward on tensor cores (numba_flash's default "fa2"): HBM, FLOPs and
     workspace as ``flash_forward_v2`` (same contract). SRAM, in fp32 elements, counting each
     element's TF32 hi and lo parts (two elements) over the zero-padded D8 = mma_depth(d)
-    columns: tile stores Q (once per row block), K, V (per active pair); fragment reads per
-    active pair: each of the Br/16 warps reads its 16 rows of Q and all of K and V once. P stays
+    columns (Q: one element where it stays fp32, ``Tiling.mma_q_raw``): tile stores Q (once per
+    row block), K, V (per active pair); fragment reads per active pair: each of the Br/16 warps
+    reads its 16 rows of Q and all of K and V once. P stays
     in registers (no SRAM). Causal launches start the row blocks heaviest first over all heads,
     so the blocks in flight belong to as many heads as there are blocks (L2 model)."""
     t.check_mma()
     g, d8 = _grid(w, t), t.mma_depth(w.d)
     warps, pairs = t.Br // 16, g.active_pairs
+    q_parts = 1 if t.mma_q_raw(w.d) else 2
     plan = flash_forward_v2(w, t)
 
     def per_head(counts):
@@ -81,9 +83,9 @@ def flash_forward_tc(w: Workload, t: Tiling) -> Plan:
 
     main = dataclasses.replace(
         plan.phases[0], name="forward (FA2 order, tensor cores)", kernel="flash_forward_tc",
-        sram_reads=per_head({"Q": pairs * t.Br * d8 * 2, "K": pairs * warps * t.Bc * d8 * 2,
+        sram_reads=per_head({"Q": pairs * t.Br * d8 * q_parts, "K": pairs * warps * t.Bc * d8 * 2,
                              "V": pairs * warps * t.Bc * d8 * 2}),
-        sram_writes=per_head({"Q": g.tr * t.Br * d8 * 2, "K": pairs * t.Bc * d8 * 2,
+        sram_writes=per_head({"Q": g.tr * t.Br * d8 * q_parts, "K": pairs * t.Bc * d8 * 2,
                               "V": pairs * t.Bc * d8 * 2}),
         blocks_per_unit=1 if w.causal else g.tr)
     return Plan((main,), workspace=plan.workspace)

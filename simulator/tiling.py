@@ -51,11 +51,12 @@ KERNELS = (
 #: other tilings not measured.
 PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32),
              "flash_backward_tc": (32, 128)}
-#: ... and for d > 64, where the tensor-core kernel's O fragments need more registers than a
-#: 512-thread block leaves (d = 128: v5 30.1, v7 40.8 TFLOP/s at 128 x 32, 255 registers); the backward's
+#: ... and for d > 64: the tensor-core forward (v8, Qi in fp32) at d = 128 (4,16,4096): 46.3
+#: TFLOP/s at 256 x 32 (16 warps, 128 registers, 220 B of spills), 45.1 at 192 x 32 (12 warps,
+#: 168 registers), 38.8 at 128 x 32 (v7 with Qi split in SRAM: 40.8 at 128 x 32); the backward's
 #: dK and dV fragments (64 registers each at d = 128) spill at 16 x 64 (0.9 KB), less than at
 #: 32 x 64 (1.5 KB; not measured either).
-PREFERRED_WIDE_HEADS = {"flash_forward_tc": (128, 32), "flash_backward_tc": (16, 64)}
+PREFERRED_WIDE_HEADS = {"flash_forward_tc": (256, 32), "flash_backward_tc": (16, 64)}
 #: Dynamic shared memory a block may opt into on sm_80/sm_90 (A100: 163 KB, H100/H200: 227 KB).
 H200_SMEM_PER_BLOCK = 232448
 
@@ -175,6 +176,20 @@ class Tiling:
         apart) hit all 32 banks."""
         return 4 * self.mma_depth(d) + 4
 
+    def mma_q_raw(self, d: int) -> bool:
+        """Whether the tensor-core forward keeps Qi in SRAM as plain fp32 and splits each A
+        fragment into its TF32 parts as it loads it (d > 64), instead of storing both parts
+        once: that halves Qi (d = 128, Br = 128: 66 KB instead of 132 KB), so that more warps
+        fit a multiprocessor, for four instructions per fragment element per K/V tile."""
+        return self.mma_depth(d) > 64
+
+    def mma_q_stride(self, d: int) -> int:
+        """Stride (floats) between the row pairs (g, g + 8) of the tensor-core forward's Qi tile:
+        ``mma_pair_stride`` (hi and lo parts), or for a plain fp32 Qi (``mma_q_raw``) 2
+        mma_depth(d) padded to 16 mod 32, so that the 16-byte fragment reads of 8 lanes (2 row
+        pairs x 4 column pairs, 16 bytes apart) hit all 32 banks (as ``mma_stride``)."""
+        return self.mma_stride(d) if self.mma_q_raw(d) else self.mma_pair_stride(d)
+
     def mma_swizzled_stride(self, d: int) -> int:
         """Row stride (floats) of the tensor-core backward's row-major Qi and dOi tiles (hi and
         lo parts of column pairs in 16-byte chunks, XOR-swizzled by row; see that kernel):
@@ -204,7 +219,7 @@ class Tiling:
                     "row_partials": br * self.threads_x}
         if kernel == "flash_forward_tc":
             self.check_mma()    # its layout exists only for tilings the mma can cover
-            return {"Qi": br // 2 * self.mma_pair_stride(d), "Kj": bc * self.mma_stride(d),
+            return {"Qi": br // 2 * self.mma_q_stride(d), "Kj": bc * self.mma_stride(d),
                     "Vj": self.mma_depth(d) * self.mma_v_stride}
         if kernel == "flash_forward_v1":
             return {"Kj": bc * ld, "Vj": bc * ld, "Qi": br * ld, "S": br * ls,

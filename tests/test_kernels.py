@@ -175,6 +175,7 @@ def test_nan_in_inputs_propagates(rng):
 @pytest.mark.parametrize("n_q,n_k,d,causal,tiling", [
     (40, 37, 12, True, nf.Tiling(48, 8)),    # three warps, the last on rows past N_q
     (33, 70, 20, False, nf.Tiling(32, 32)),  # two warps; four key groups per tile (even and odd)
+    (35, 29, 72, True, nf.Tiling(32, 16)),   # d > 64: Qi kept in fp32, split at each fragment load
 ])
 def test_tensor_cores_with_several_warps_and_wide_tiles(rng, n_q, n_k, d, causal, tiling):
     q, k, v, _ = qkv(rng, 1, 1, n_q, n_k, d)

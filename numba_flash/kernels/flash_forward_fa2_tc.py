@@ -96,7 +96,9 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
     BR, BC = tiling.Br, tiling.Bc
     T = tiling.threads_for("flash_forward_tc")
     D8 = tiling.mma_depth(d)           # d rounded up to the mma's k = 8 (zero columns)
-    LP, LK, LV = tiling.mma_pair_stride(d), tiling.mma_stride(d), tiling.mma_v_stride
+    LP, LK, LV = tiling.mma_q_stride(d), tiling.mma_stride(d), tiling.mma_v_stride
+    Q_RAW = tiling.mma_q_raw(d)        # Qi kept in fp32, split at each fragment load (d > 64)
+    QU = 4 if Q_RAW else 8             # floats per column pair of a Qi row pair
     KS, NT, OT = D8 // 8, BC // 8, D8 // 8  # k steps of Qi Kj^T; n tiles of S; n tiles of O
     KW = D8 // 2                       # column pairs of a Kj row
     PAIRS = -(-BC * KW // T)           # element pairs of a Kj or Vj tile each thread moves
@@ -108,7 +110,7 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
     LN2_F = np.float32(LN2)
 
     w = warp_ops()
-    split, split_finite, exp2 = w.split, w.split_finite, w.exp2_ftz
+    split, split_finite, clamp, exp2 = w.split, w.split_finite, w.clamp, w.exp2_ftz
     mma_3xtf32, quad_max, quad_sum = w.mma_3xtf32, w.quad_max, w.quad_sum
     ALIGN = smem_alignment()
 
@@ -119,8 +121,9 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
 
     @cuda.jit(device=True)
     def q_at(r, c):
-        """SRAM offset (within Qi) of element [r, c]: its hi part; lo 4 floats on."""
-        return uint64((r // 16 * 8 + r % 8) * LP + 8 * (c // 2) + 2 * (c % 2) + (r % 16) // 8)
+        """SRAM offset (within Qi) of element [r, c]: its hi part, lo 4 floats on (Q_RAW: the
+        element itself)."""
+        return uint64((r // 16 * 8 + r % 8) * LP + QU * (c // 2) + 2 * (c % 2) + (r % 16) // 8)
 
     @cuda.jit(device=True)
     def k_at(r, c):
@@ -134,8 +137,9 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
 
     @cuda.jit(device=True)
     def load_q_tile(smem, src, row0, nrows, tid, factor):
-        """HBM -> SRAM, once: Qi[r, c] = factor * src[(row0 + r) d + c] as TF32 hi, lo parts;
-        rows past nrows and columns d..D8-1 are zero (no HBM access)."""
+        """HBM -> SRAM, once: Qi[r, c] = factor * src[(row0 + r) d + c] as TF32 hi, lo parts
+        (Q_RAW: clamped to the TF32 range, split later); rows past nrows and columns d..D8-1
+        are zero (no HBM access)."""
         for idx in range(tid, BR * D8, T):
             r = idx // D8
             c = idx - r * D8
@@ -143,7 +147,10 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
             if r < nrows and c < d:
                 x = factor * src[uint64((row0 + r) * d + c)]
             at = QO + q_at(r, c)
-            smem[at], smem[at + U4] = split(x)
+            if Q_RAW:
+                smem[at] = clamp(x)
+            else:
+                smem[at], smem[at + U4] = split(x)
 
     @cuda.jit(device=True)
     def k_pair(tid, f):
@@ -234,7 +241,7 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
         # this lane's fragment offsets (16-byte aligned): Qi row pair wrow + g (+ 8) and Kj rows
         # g (+ 8n) at column pair t of each k step; Vj^T rows g (+ 8n) at the chunk of keys
         # 2t, 2t + 1 of each group of 8 -- for even groups, and (swizzle bit 2 flipped) odd ones
-        qa = QO + uint64((wrow // 2 + g) * LP + 8 * t)   # q_at(wrow + g, 2t), visibly 16-byte aligned
+        qa = QO + uint64((wrow // 2 + g) * LP + QU * t)  # q_at(wrow + g, 2t), visibly 16-byte aligned
         kb = KO + uint64(g * LK + 4 * t)                 # k_at(g, 2t)
         sw = swizzle(g)
         vb_even = VO + uint64(g * LV + 4 * (t ^ (sw % 4)) + 16 * (sw // 4))
@@ -255,10 +262,16 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
                 for e in static_range(4):
                     s[n, e] = ZERO
             for kk in static_range(KS):
-                pa = qa + uint64(32 * kk)     # A fragment: hi parts, then lo parts
-                ah0, ah1, ah2, ah3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
-                pa += U4
-                al0, al1, al2, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
+                pa = qa + uint64(4 * QU * kk)  # A fragment: hi parts, then lo parts (or fp32)
+                if Q_RAW:
+                    ah0, al0 = split_finite(smem[pa])
+                    ah1, al1 = split_finite(smem[pa + U1])
+                    ah2, al2 = split_finite(smem[pa + U2])
+                    ah3, al3 = split_finite(smem[pa + U3])
+                else:
+                    ah0, ah1, ah2, ah3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
+                    pa += U4
+                    al0, al1, al2, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
                 for n in static_range(NT):
                     pb = kb + uint64(8 * n * LK + 16 * kk)
                     s[n, 0], s[n, 1], s[n, 2], s[n, 3] = mma_3xtf32(

@@ -171,7 +171,8 @@ def warp_ops() -> SimpleNamespace:
       becomes (+-TF32_MAX, 0), so a -inf key component still gives its score ~-1e38 * q (or
       -inf), probability 0, where an inf operand would give NaN in a cross term (infinite
       inputs are otherwise outside 3xTF32's exactness: +inf in v gives ~1e38, not inf);
-      ``split_finite(x)``, two instructions fewer, for x known finite or NaN;
+      ``split_finite(x)``, two instructions fewer, for x known finite or NaN, and
+      ``clamp(x)`` (+-inf -> +-TF32_MAX), so that split(x) = split_finite(clamp(x));
     - ``exp2_ftz(x)``: 2^x in one SFU instruction (results below 2^-126 are 0);
     - ``mma_3xtf32(ah0..ah3, al0..al3, bh0, bh1, bl0, bl1, c0..c3)`` -> C + A B at fp32-level
       accuracy from split fragments: three TF32 mma, the two small cross terms first, so that
@@ -188,13 +189,18 @@ def warp_ops() -> SimpleNamespace:
         return hi, tf32_truncate(x - hi)
 
     @cuda.jit(device=True)
-    def split(x):
-        """split_finite(x), except that x = +-inf (or a finite x that rounds past the largest
-        TF32) becomes (+-TF32_MAX, 0): an inf operand would meet the partner's lo part in a cross
-        term, where inf * (a lo of either sign) can give inf - inf = NaN."""
+    def clamp(x):
+        """x, except that x = +-inf (or a finite x that rounds past the largest TF32) becomes
+        +-TF32_MAX: an inf operand would meet the partner's lo part in a cross term, where
+        inf * (a lo of either sign) can give inf - inf = NaN."""
         if abs(tf32_nearest(x)) == POS_INF and x == x:   # (a NaN with a small payload rounds to inf too)
-            return (TF32_MAX if x > ZERO else -TF32_MAX), ZERO
-        return split_finite(x)
+            return TF32_MAX if x > ZERO else -TF32_MAX
+        return x
+
+    @cuda.jit(device=True)
+    def split(x):
+        """split_finite(clamp(x)): (+-TF32_MAX, 0) for x = +-inf."""
+        return split_finite(clamp(x))
 
     @cuda.jit(device=True)
     def quad_max(x):
@@ -208,5 +214,5 @@ def warp_ops() -> SimpleNamespace:
         x += shfl_xor(x, 1)
         return x + shfl_xor(x, 2)
 
-    return SimpleNamespace(split=split, split_finite=split_finite, exp2_ftz=base.exp2_ftz,
+    return SimpleNamespace(split=split, split_finite=split_finite, clamp=clamp, exp2_ftz=base.exp2_ftz,
                            mma_3xtf32=base.mma_3xtf32, quad_max=quad_max, quad_sum=quad_sum)
