@@ -3,6 +3,7 @@
 Algorithm (per batch-head, row block i; Tr x B*H blocks, Br/16 warps each)::
 
     load Qi (Br x d) HBM -> SRAM, times scale*log2(e), split into TF32 hi + lo parts
+                                     (d > 64: kept in fp32, split at each fragment load)
     m = -inf, l = 0, O_acc = 0       (registers: warp w owns rows 16w..16w+15 of S, P and O)
     for j < nb(i):                   (causal: fully masked blocks skipped)
         Kj (fetched into registers during the last P V) -> SRAM as hi + lo; fetch Vj
@@ -28,7 +29,9 @@ An m16n8k8 product may sum over its 8 k indices in any order, as long as A and B
 SRAM layouts (floats; Tiling.mma_pair_stride, mma_stride, mma_v_stride):
     Qi      [r, c] for r = 16 w + 8 h + g (h = 0, 1), c = 2 u + e (e = 0, 1): hi at
             (8 w + g) LP + 8 u + 2 e + h, lo 4 on; LP = 4 mod 32: the 8 lanes of a 16-byte
-            access phase (row pairs g, g + 1; column pairs t, 32 bytes apart) hit 32 banks
+            access phase (row pairs g, g + 1; column pairs t, 32 bytes apart) hit 32 banks.
+            d > 64 (Tiling.mma_q_raw): fp32 [r, c] at (8 w + g) LP + 4 u + 2 e + h, LP = 16
+            mod 32 (column pairs 16 bytes apart), split into hi and lo after each LDS.128
     Kj      [r, c] for c = 2 u + e: hi at r LK + 4 u + e, lo 2 on; LK = 16 mod 32 (rows g, g + 1,
             column pairs t, 16 bytes apart: 32 banks)
     Vj^T    [c, key] for key = 2 u + e: hi at c LV + 4 (u ^ sw(c)) + e, lo 2 on; LV = 0 mod 32
@@ -67,6 +70,15 @@ TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward
         a multiprocessor. Tried at d = 128, not kept: two independent mma chains for S (40.7),
         caps of 200 / 168 registers (35.0 / 30.1, spills), 64 x 32 (24.5).
         (results/h200/tuning/tune_run7_v6_v7.log)
+    v8  d > 64: Qi stays fp32 in SRAM and each A fragment is split as it is loaded (four
+        instructions an element, per K/V tile), halving Qi: 256 x 32 at d = 128 now takes 202
+        KB, one 16-warp block at 128 registers (220 B of spills). ncu on v7 at 128 x 32: 8 warps
+        a multiprocessor (12.5 % occupancy; registers and shared memory both), 6.7 cycles
+        between a warp's instructions. d = 128, (4,16,4096): 46.3 TFLOP/s (1.01x) at 256 x 32,
+        45.1 (0.99x) at 192 x 32 (12 warps, 168 registers), 38.8 at 128 x 32 (the split's cost
+        at v7's occupancy; v7 40.1 in the same session); B=1 N=16384: 49.3 (1.11x), 49.9 at
+        192 x 32 (1.12x). d <= 64 unchanged: 42.0 (1.20x) at 256 x 32 in the same session.
+        (results/h200/tuning/tune_run8_v8.log)
 """
 from __future__ import annotations
 
@@ -83,7 +95,7 @@ from .mma import warp_ops
 from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max, tile_major_block
 from .unroll import static_range, unrolled
 
-VERSION = 7
+VERSION = 8
 
 
 @lru_cache(maxsize=None)
