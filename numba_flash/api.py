@@ -20,6 +20,8 @@ import math
 
 import numpy as np
 
+from simulator.tiling import BACKWARD_KERNELS, FORWARD_KERNELS
+
 from . import checks, memory
 from .kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
 from .kernels.flash_backward_tc import make_flash_backward_tc
@@ -30,12 +32,8 @@ from .kernels.standard import make_ds, make_matmul, make_softmax
 from .kernels.tiles import LOG2E
 from .launch import launch
 
-#: algorithm -> kernel (a Tiling kernel name): FA2 order on tensor cores (3xTF32), FA2 order on
-#: FFMA (plain fp32 arithmetic), the paper's Algorithm 1 order.
-ALGORITHMS = {"fa2": "flash_forward_tc", "fa2_fma": "flash_forward_v2", "fa1": "flash_forward_v1"}
-#: backward algorithm -> kernel (a Tiling kernel name): KV-outer on tensor cores (3xTF32), the
-#: same loop order on FFMA. Both add dQ atomically; ``deterministic=True`` runs the FFMA kernels.
-BACKWARD_ALGORITHMS = {"fa2": "flash_backward_tc", "fa2_fma": "flash_backward"}
+#: algorithm -> kernel (a Tiling kernel name), forward and backward: simulator.tiling's maps.
+ALGORITHMS, BACKWARD_ALGORITHMS = FORWARD_KERNELS, BACKWARD_KERNELS
 F32 = np.float32
 
 

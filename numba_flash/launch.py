@@ -24,7 +24,8 @@ SUBPARTITIONS = 4
 #: (H200, B=4 H=16 N=4096 d=64, tools/tune_forward.py, 2026-11-29).
 #: flash_forward_tc: 128 registers let two 256-thread blocks (or one of 512) share a
 #: multiprocessor: 31.7 -> 36.7 TFLOP/s at 128 x 32, d = 64; applied for d <= 64 only
-#: (CAPPED_UP_TO_HEAD_DIM), where the O fragments leave room (d = 128 would spill).
+#: (CAPPED_UP_TO_HEAD_DIM), where the O fragments leave room; above, the block's size decides
+#: (d = 128 at its default 256 x 32: 128 registers, 220 B of spills, 46.3 TFLOP/s).
 #: flash_backward_tc: uncapped (ptxas, sm_90, d = 64: 255 registers and 32-64 B of spills at its
 #: default 32 x 128, whose 199 KB (v5: 224 KB) of shared memory allow one block a
 #: multiprocessor anyway; a 128 cap spilled ~1 KB at 32 x 64 and 0.7 KB at 16 x 64 (v4));

@@ -42,6 +42,13 @@ KERNELS = (
     "flash_backward_dq",
     "flash_backward_tc",
 )
+#: numba_flash.flash_attention's algorithm -> its kernel (a name above): FA2 order on tensor
+#: cores (3xTF32), FA2 order on FFMA (plain fp32 arithmetic), the paper's Algorithm 1 order.
+#: Here, beside the kernel names, so that the cost model's users need not import the kernels.
+FORWARD_KERNELS = {"fa2": "flash_forward_tc", "fa2_fma": "flash_forward_v2", "fa1": "flash_forward_v1"}
+#: flash_attention_backward's algorithm -> its kernel: KV-outer on tensor cores (3xTF32), the
+#: same loop order on FFMA. Both add dQ atomically; ``deterministic=True`` runs the FFMA kernels.
+BACKWARD_KERNELS = {"fa2": "flash_backward_tc", "fa2_fma": "flash_backward"}
 #: Default (Br, Bc) per kernel where 64 x 64 is not the fastest. H200, fp32, B=4 H=16 N=4096
 #: d=64 (tools/tune_forward.py, 2026-11-29): FFMA forward 18.7 TFLOP/s at 128 x 64, 16.75 at
 #: 64 x 64; tensor-core forward (128 registers) v5: 40.0 at 256 x 32, 36.7 at 128 x 32, 36.5 at

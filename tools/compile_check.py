@@ -45,7 +45,7 @@ SIGS = {
 def kernels(d):
     t = nf.Tiling(64, 64)
     yield "fa2_tc", make_flash_forward_fa2_tc(nf.Tiling(256, 32), d, False)   # the d <= 64 default
-    yield "fa2_tc", make_flash_forward_fa2_tc(nf.Tiling.kernel_default("flash_forward_tc", max(d, 65)), d, True)  # the d > 64 default
+    yield "fa2_tc", make_flash_forward_fa2_tc(nf.Tiling.kernel_default("flash_forward_tc", d), d, True)  # causal, the default at d
     yield "fa2", make_flash_forward_fa2(t, d, True)
     yield "fa2", make_flash_forward_fa2(t, d, False)
     yield "alg1", make_flash_forward_alg1(t, d, True)

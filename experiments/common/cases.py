@@ -11,16 +11,18 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from simulator.tiling import BACKWARD_KERNELS, FORWARD_KERNELS
+
 #: Our kernels: standard attention and FlashAttention in the paper's (fa1) or FA2 loop order,
 #: on tensor cores (fa2, 3xTF32) or FFMA (fa2_fma); the names are flash_attention's algorithms.
 METHODS = ("standard", "fa1", "fa2", "fa2_fma")
 #: simulator.predict's forward algorithm for each flash method.
-FORWARD_ALGORITHM = {"fa1": "flash_forward_v1", "fa2": "flash_forward_tc", "fa2_fma": "flash_forward_v2"}
+FORWARD_ALGORITHM = FORWARD_KERNELS
 #: flash_attention_backward's algorithm after each flash method's forward: tensor cores after the
 #: tensor-core forward, FFMA after the others; and simulator.predict's algorithm for each (dQ by
 #: atomics; ``deterministic`` cases run the FFMA kernels, "flash_backward_deterministic").
 BACKWARD_ALGORITHM = {"fa1": "fa2_fma", "fa2": "fa2", "fa2_fma": "fa2_fma"}
-BACKWARD_PREDICTED = {"fa2": "flash_backward_tc", "fa2_fma": "flash_backward"}
+BACKWARD_PREDICTED = BACKWARD_KERNELS
 #: "fwd": the forward call; "fwd_bwd": forward then backward, as in training.
 PASSES = ("fwd", "fwd_bwd")
 BACKWARD_FLOPS_FACTOR = 2.5
