@@ -38,7 +38,7 @@ from numba import cuda, float32
 from simulator.tiling import Tiling
 
 from ..launch import jit_options, smem_alignment
-from .tiles import LN2, LOG2E, NEG_INF, ONE, POS_INF, ZERO, active_blocks, masked, tile_ops
+from .tiles import LN2, ONE, POS_INF, ZERO, active_blocks, lse_base2, masked, tile_ops
 
 VERSION = 3
 
@@ -92,12 +92,10 @@ def _make_load_row_stats(t):
 
     @cuda.jit(device=True)
     def load_row_stats(Lrow, Drow, lse, dvec, bh, row0, rows, tid):
-        """L_i (times log2(e), to match base-2 scores), D_i HBM -> SRAM. Rows beyond the tail
-        and rows that saw no key (L = -inf) get L = +inf there, so that P = 0 exactly."""
+        """L_i (base 2), D_i HBM -> SRAM; L = +inf on rows past the tail (see lse_base2)."""
         for r in range(tid, BR, T):
             if r < rows:
-                x = lse[bh, row0 + r]
-                Lrow[r] = x * LOG2E if x != NEG_INF else POS_INF
+                Lrow[r] = lse_base2(lse[bh, row0 + r])
                 Drow[r] = dvec[bh, row0 + r]
             else:
                 Lrow[r] = POS_INF

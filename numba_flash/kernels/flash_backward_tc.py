@@ -116,7 +116,7 @@ from simulator.tiling import Tiling
 
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
-from .tiles import (LN2, LOG2E, NEG_INF, ONE, POS_INF, ZERO, active_blocks, masked,
+from .tiles import (LN2, ONE, POS_INF, ZERO, active_blocks, lse_base2, masked,
                     tile_major_block)
 from .unroll import static_range, unrolled
 
@@ -209,15 +209,12 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
 
     @cuda.jit(device=True)
     def load_row_stats(smem, lse, dvec, row0, rows, tid):
-        """HBM -> SRAM: L_i times log2(e) (to match base-2 scores) and D_i. Rows past the tail
-        and rows that saw no key (L = -inf) get L = +inf, so that P = 0 there exactly."""
+        """HBM -> SRAM: L_i (base 2) and D_i; L = +inf on rows past the tail (see lse_base2)."""
         for r in range(tid, BR, T):
             l2 = POS_INF
             dr = ZERO
             if r < rows:
-                x = lse[uint64(row0 + r)]
-                if x != NEG_INF:
-                    l2 = x * LOG2E
+                l2 = lse_base2(lse[uint64(row0 + r)])
                 dr = dvec[uint64(row0 + r)]
             smem[LO + uint64(r)] = l2
             smem[DO + uint64(r)] = dr

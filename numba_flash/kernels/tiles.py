@@ -44,6 +44,14 @@ def active_blocks(last_row, off, bc, tc, causal):
 
 
 @cuda.jit(device=True)
+def lse_base2(x):
+    """A row's log-sum-exp L (natural log) in base 2, to match base-2 scores: P = exp2(S - L);
+    +inf for a row that saw no key (L = -inf), so that P = 0 there exactly (the backward's
+    recomputation; rows past the tail take +inf too)."""
+    return x * LOG2E if x != NEG_INF else POS_INF
+
+
+@cuda.jit(device=True)
 def tile_major_block():
     """(tile, head) of this block of a (tiles, heads) grid, read with the head index varying
     fastest: blocks start in grid order (x fastest), so they start tile by tile over all heads
