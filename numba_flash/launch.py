@@ -25,7 +25,7 @@ SUBPARTITIONS = 4
 #: flash_forward_tc: 128 registers let two 256-thread blocks (or one of 512) share a
 #: multiprocessor: 31.7 -> 36.7 TFLOP/s at 128 x 32, d = 64; applied for d <= 64 only
 #: (CAPPED_UP_TO_HEAD_DIM), where the O fragments leave room; above, the block's size decides
-#: (d = 128 at its default 256 x 32: 128 registers, 220 B of spills, 46.3 TFLOP/s).
+#: (d = 128 at its default 256 x 32: 128 registers, 220 B of spill stores by ptxas, 46.3 TFLOP/s).
 #: flash_backward_tc: uncapped (ptxas, sm_90, d = 64: 255 registers and 32-64 B of spills at its
 #: default 32 x 128, whose 199 KB (v5: 224 KB) of shared memory allow one block a
 #: multiprocessor anyway; a 128 cap spilled ~1 KB at 32 x 64 and 0.7 KB at 16 x 64 (v4));
@@ -54,7 +54,7 @@ def jit_options(kernel: str, tiling: Tiling, d: int = 0) -> dict:
     """Options for ``cuda.jit`` of ``kernel`` (a Tiling kernel name) launched with ``tiling`` at
     head dim ``d``: its register cap, lowered where needed so that a block of
     ``tiling.threads_for(kernel)`` threads fits one multiprocessor's registers (a block of 10
-    warps puts 3 on one sub-partition: 170 registers each, not 65536 / 320 = 204, which fails
+    warps puts 3 on one sub-partition: 168 registers each; 65536 / 320 rounded down to 200 fails
     to launch with CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)."""
     if simulator_enabled():
         return {}

@@ -59,8 +59,10 @@ BACKWARD_KERNELS = {"fa2": "flash_backward_tc", "fa2_fma": "flash_backward"}
 PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32),
              "flash_backward_tc": (32, 128)}
 #: ... and for d > 64: the tensor-core forward (v8, Qi in fp32) at d = 128 (4,16,4096): 46.3
-#: TFLOP/s at 256 x 32 (16 warps, 128 registers, 220 B of spills), 45.1 at 192 x 32 (12 warps,
-#: 168 registers), 38.8 at 128 x 32 (v7 with Qi split in SRAM: 40.8 at 128 x 32); the backward's
+#: TFLOP/s at 256 x 32 (16 warps, 128 registers, 220 B of spill stores by ptxas), 45.1 at 192 x 32
+#: (12 warps, 168 registers), 38.8 at 128 x 32 (v7 with Qi split in SRAM: 40.8 and 40.1 at 128 x
+#: 32 in two sessions); from d = 72 on the fp32 Qi is a guess (at d = 72-80 the split Qi would
+#: also fit 256 x 32; not measured); the backward's
 #: dK and dV fragments (64 registers each at d = 128) spill at 16 x 64 (0.9 KB), less than at
 #: 32 x 64 (1.5 KB; not measured either).
 PREFERRED_WIDE_HEADS = {"flash_forward_tc": (256, 32), "flash_backward_tc": (16, 64)}
@@ -186,7 +188,7 @@ class Tiling:
     def mma_q_raw(self, d: int) -> bool:
         """Whether the tensor-core forward keeps Qi in SRAM as plain fp32 and splits each A
         fragment into its TF32 parts as it loads it (d > 64), instead of storing both parts
-        once: that halves Qi (d = 128, Br = 128: 66 KB instead of 132 KB), so that more warps
+        once: that halves Qi (d = 128, Br = 128: 68 KiB instead of 129 KiB), so that more warps
         fit a multiprocessor, for four instructions per fragment element per K/V tile."""
         return self.mma_depth(d) > 64
 

@@ -28,8 +28,9 @@ def test_register_cap_fits_the_fullest_sub_partition(monkeypatch, kernel, d):
 
 
 def test_ten_warp_block_gets_168_registers(monkeypatch):
-    """Tiling(160, 32) on tensor cores: 10 warps, 3 on one sub-partition. 65536 / 320 = 204
-    registers a thread would not launch (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES on the H200)."""
+    """Tiling(160, 32) on tensor cores: 10 warps, 3 on one sub-partition. The old fit, 65536 /
+    320 rounded down to 200 registers a thread, did not launch (CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES
+    on the H200)."""
     monkeypatch.setattr(launch, "simulator_enabled", lambda: False)
     assert launch.jit_options("flash_forward_tc", nf.Tiling(160, 32), 128) == {"max_registers": 168}
     assert launch.jit_options("flash_forward_tc", nf.Tiling(256, 32), 128) == {"max_registers": 128}

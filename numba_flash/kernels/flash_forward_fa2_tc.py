@@ -26,7 +26,7 @@ An m16n8k8 product may sum over its 8 k indices in any order, as long as A and B
   operand): with slots t, t + 4 mapped to columns 2t, 2t + 1, a lane's A operands of Qi (rows
   g, g + 8) are four adjacent hi parts, then four lo parts; its B operands of Kj (a row) and of
   Vj (stored transposed: d rows of keys) are two hi parts, then two lo parts.
-SRAM layouts (floats; Tiling.mma_pair_stride, mma_stride, mma_v_stride):
+SRAM layouts (floats; Tiling.mma_q_stride, mma_stride, mma_v_stride):
     Qi      [r, c] for r = 16 w + 8 h + g (h = 0, 1), c = 2 u + e (e = 0, 1): hi at
             (8 w + g) LP + 8 u + 2 e + h, lo 4 on; LP = 4 mod 32: the 8 lanes of a 16-byte
             access phase (row pairs g, g + 1; column pairs t, 32 bytes apart) hit 32 banks.
@@ -72,7 +72,7 @@ TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward
         (results/h200/tuning/tune_run7_v6_v7.log)
     v8  d > 64: Qi stays fp32 in SRAM and each A fragment is split as it is loaded (four
         instructions an element, per K/V tile), halving Qi: 256 x 32 at d = 128 now takes 202
-        KB, one 16-warp block at 128 registers (220 B of spills). ncu on v7 at 128 x 32: 8 warps
+        KB, one 16-warp block at 128 registers (ptxas: 220 B of spill stores). ncu on v7 at 128 x 32: 8 warps
         a multiprocessor (12.5 % occupancy; registers and shared memory both), 6.7 cycles
         between a warp's instructions. d = 128, (4,16,4096): 46.3 TFLOP/s (1.01x) at 256 x 32,
         45.1 (0.99x) at 192 x 32 (12 warps, 168 registers), 38.8 at 128 x 32 (the split's cost
