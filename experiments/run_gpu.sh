@@ -23,8 +23,8 @@ run() {  # run LIMIT_S ARGS...: one CLI call, limited to LIMIT_S seconds, logged
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >>"$log" 2>&1
 which ncu >>"$log" 2>&1; ncu --version >>"$log" 2>&1
-[ -n "${SKIP_BENCH:-}" ] || run 420 bench   # four quick shapes: 182 s on 2026-11-29 with forward v5 and the FFMA backward;
-                                            # the tensor-core backward adds 3 compiles (~40 s each, not yet timed in the bench)
+[ -n "${SKIP_BENCH:-}" ] || run 540 bench   # quick shapes: four took 337 s on 2026-11-29 (forward v7, backward v6);
+                                            # (1,16,16384,128) was added after that run
 run 75 run fig2_left
 run 75 run io_scaling
 run 60 run l2_effect
