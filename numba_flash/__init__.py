@@ -15,7 +15,11 @@ from .api import (
     standard_attention,
     standard_attention_backward,
 )
-from .memory import poison_outputs
+from .memory import poison_outputs, simulator_enabled
+from .simulator_fixes import install as _race_free_simulator
+
+if simulator_enabled():
+    _race_free_simulator()
 
 __all__ = [
     "Tiling",

@@ -12,6 +12,7 @@ from numba import cuda
 from simulator.tiling import H200_SMEM_PER_BLOCK, Tiling
 
 from .memory import simulator_enabled
+from .simulator_fixes import fast_turns
 
 STATIC_SMEM_LIMIT = 48 * 1024
 #: A multiprocessor's 64 K registers are four files of 16 K, one per sub-partition; a block's
@@ -90,7 +91,12 @@ def _raise_smem_limit(kernel, args, nbytes: int) -> None:
 
 def launch(kernel, grid, threads: int, smem_bytes: int, *args) -> None:
     """``kernel[grid, threads, 0, smem_bytes](*args)``, raising the block's shared-memory limit
-    first when ``smem_bytes`` exceeds the 48 KB every kernel gets by default."""
-    if smem_bytes > STATIC_SMEM_LIMIT and not simulator_enabled():
-        _raise_smem_limit(kernel, args, smem_bytes)
-    kernel[grid, threads, 0, smem_bytes](*args)
+    first when ``smem_bytes`` exceeds the 48 KB every kernel gets by default (on the simulator:
+    with short thread turns, ``simulator_fixes.fast_turns``)."""
+    if not simulator_enabled():
+        if smem_bytes > STATIC_SMEM_LIMIT:
+            _raise_smem_limit(kernel, args, smem_bytes)
+        kernel[grid, threads, 0, smem_bytes](*args)
+        return
+    with fast_turns():
+        kernel[grid, threads, 0, smem_bytes](*args)
