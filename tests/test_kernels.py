@@ -182,6 +182,18 @@ def test_tensor_cores_with_several_warps_and_wide_tiles(rng, n_q, n_k, d, causal
     check_forward(q, k, v, causal, tiling, "fa2")
 
 
+@settings(max_examples=3)
+@given(n_q=st.integers(1, 40), n_k=st.integers(1, 40), d=st.integers(65, 96),
+       br=st.sampled_from([16, 32]), bc=st.sampled_from([8, 16]), causal=st.booleans(),
+       seed=st.integers(0, 2**16))
+def test_tensor_core_forward_with_fp32_qi_on_drawn_shapes(n_q, n_k, d, br, bc, causal, seed):
+    """d > 64, where Qi stays fp32 in SRAM and each fragment is split as it is loaded (forward
+    v8): drawn ragged shapes, d not a multiple of 8 included (a few examples, ~5-10 s each)."""
+    rng = np.random.default_rng(seed)
+    q, k, v, _ = qkv(rng, 1, 1, n_q, n_k, d)
+    check_forward(q, k, v, causal, nf.Tiling(br, bc), "fa2")
+
+
 @pytest.mark.parametrize("n_q,n_k,d,causal,tiling", [
     (37, 21, 40, True, nf.Tiling(32, 32)),   # N_q > N_k: rows that see no key; two warps
     (19, 40, 24, True, nf.Tiling(16, 64)),   # four warps, ragged keys; 3 dQ tiles for 4 warps
