@@ -7,6 +7,8 @@ once per (kernel, signature, size).
 """
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 from numba import cuda
 
 from simulator.tiling import H200_SMEM_PER_BLOCK, Tiling
@@ -93,10 +95,7 @@ def launch(kernel, grid, threads: int, smem_bytes: int, *args) -> None:
     """``kernel[grid, threads, 0, smem_bytes](*args)``, raising the block's shared-memory limit
     first when ``smem_bytes`` exceeds the 48 KB every kernel gets by default (on the simulator:
     with short thread turns, ``simulator_fixes.fast_turns``)."""
-    if not simulator_enabled():
-        if smem_bytes > STATIC_SMEM_LIMIT:
-            _raise_smem_limit(kernel, args, smem_bytes)
-        kernel[grid, threads, 0, smem_bytes](*args)
-        return
-    with fast_turns():
+    if smem_bytes > STATIC_SMEM_LIMIT and not simulator_enabled():
+        _raise_smem_limit(kernel, args, smem_bytes)
+    with fast_turns() if simulator_enabled() else nullcontext():
         kernel[grid, threads, 0, smem_bytes](*args)

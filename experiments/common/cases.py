@@ -16,13 +16,11 @@ from simulator.tiling import BACKWARD_KERNELS, FORWARD_KERNELS
 #: Our kernels: standard attention and FlashAttention in the paper's (fa1) or FA2 loop order,
 #: on tensor cores (fa2, 3xTF32) or FFMA (fa2_fma); the names are flash_attention's algorithms.
 METHODS = ("standard", "fa1", "fa2", "fa2_fma")
-#: simulator.predict's forward algorithm for each flash method.
-FORWARD_ALGORITHM = FORWARD_KERNELS
 #: flash_attention_backward's algorithm after each flash method's forward: tensor cores after the
-#: tensor-core forward, FFMA after the others; and simulator.predict's algorithm for each (dQ by
-#: atomics; ``deterministic`` cases run the FFMA kernels, "flash_backward_deterministic").
+#: tensor-core forward, FFMA after the others. simulator.predict's algorithms for each method are
+#: simulator.tiling's FORWARD_KERNELS and BACKWARD_KERNELS (dQ by atomics; ``deterministic``
+#: cases run the FFMA kernels, "flash_backward_deterministic").
 BACKWARD_ALGORITHM = {"fa1": "fa2_fma", "fa2": "fa2", "fa2_fma": "fa2_fma"}
-BACKWARD_PREDICTED = BACKWARD_KERNELS
 #: "fwd": the forward call; "fwd_bwd": forward then backward, as in training.
 PASSES = ("fwd", "fwd_bwd")
 BACKWARD_FLOPS_FACTOR = 2.5
@@ -81,9 +79,9 @@ class Case:
         if self.method == "standard":
             forward, backward = "standard_forward", "standard_backward"
         else:
-            forward = FORWARD_ALGORITHM[self.method]
+            forward = FORWARD_KERNELS[self.method]
             backward = ("flash_backward_deterministic" if self.deterministic
-                        else BACKWARD_PREDICTED[BACKWARD_ALGORITHM[self.method]])
+                        else BACKWARD_KERNELS[BACKWARD_ALGORITHM[self.method]])
         return [forward, backward] if self.passes == "fwd_bwd" else [forward]
 
     def tiling_object(self):

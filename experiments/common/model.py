@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .cases import FORWARD_ALGORITHM, Case
+from simulator.tiling import FORWARD_KERNELS
+
+from .cases import Case
 
 #: The GPU we measure on (datasheet values with our measured bandwidth and fp32 peak), and the
 #: paper's.
@@ -31,7 +33,7 @@ KERNELS_OF = {
 }
 #: The Tiling kernel each method's forward launches (a flash method's forward algorithm has its
 #: kernel's name).
-FORWARD_KERNEL = {"standard": "standard_matmul", **FORWARD_ALGORITHM}
+FORWARD_KERNEL = {"standard": "standard_matmul", **FORWARD_KERNELS}
 
 
 @dataclass(frozen=True)
