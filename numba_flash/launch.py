@@ -1,13 +1,14 @@
 """Kernel launches, including blocks that need more than 48 KB of dynamic shared memory.
 
 numba-cuda 0.30 has no public switch for the opt-in shared-memory limit (NVIDIA/numba-cuda#94),
-so for such a launch we compile the kernel for its argument types and set
-``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`` on the loaded function through the driver,
-once per (kernel, signature, size).
+so for such a launch a pre-launch callback sets ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``
+on the overload numba-cuda is about to launch, through the driver, once per (overload, size).
+(Compiling for the arguments ourselves typed them a second time on every call: ~0.4 ms.)
 """
 from __future__ import annotations
 
 from contextlib import nullcontext
+from functools import lru_cache
 
 from numba import cuda
 
@@ -77,25 +78,33 @@ def smem_limit_bytes() -> int:
     return int(cuda.get_current_device().MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
 
 
-def _raise_smem_limit(kernel, args, nbytes: int) -> None:
-    from cuda.bindings.driver import CUfunction_attribute
-    from numba.cuda.cudadrv.driver import driver
+@lru_cache(maxsize=None)
+def _opt_in(nbytes: int):
+    """A pre-launch callback (numba-cuda calls it with the overload it is about to launch) that
+    raises that overload's dynamic shared-memory limit to ``nbytes``, once per (overload, size):
+    on later launches it costs a set lookup, not a typing of the arguments."""
+    def callback(compiled, _config):
+        key = (id(compiled), nbytes)   # overloads live as long as their (cached) kernels
+        if key in _raised:
+            return
+        from cuda.bindings.driver import CUfunction_attribute
+        from numba.cuda.cudadrv.driver import driver
 
-    compiled = kernel._compile_for_args(*args)
-    cufunc = compiled._codelibrary.get_cufunc()
-    key = (id(cufunc), nbytes)
-    if key in _raised:
-        return
-    attr = CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
-    _raised.add(key)
+        cufunc = compiled._codelibrary.get_cufunc()
+        attr = CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
+        _raised.add(key)
+    return callback
 
 
 def launch(kernel, grid, threads: int, smem_bytes: int, *args) -> None:
     """``kernel[grid, threads, 0, smem_bytes](*args)``, raising the block's shared-memory limit
     first when ``smem_bytes`` exceeds the 48 KB every kernel gets by default (on the simulator:
     with short thread turns, ``simulator_fixes.fast_turns``)."""
+    configured = kernel[grid, threads, 0, smem_bytes]   # numba-cuda caches it: add the callback once
     if smem_bytes > STATIC_SMEM_LIMIT and not simulator_enabled():
-        _raise_smem_limit(kernel, args, smem_bytes)
+        callback = _opt_in(smem_bytes)
+        if callback not in configured.pre_launch_callbacks:
+            configured.pre_launch_callbacks.append(callback)
     with fast_turns() if simulator_enabled() else nullcontext():
-        kernel[grid, threads, 0, smem_bytes](*args)
+        configured(*args)

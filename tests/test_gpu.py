@@ -139,3 +139,11 @@ def test_mma_tile_product_on_tensor_cores():
 
     for seed in range(3):
         check_mma_tile_product(seed)
+
+
+def test_tensor_cores_read_operands_truncated():
+    """mma.sync ignores the low 13 bits of its TF32 operands (split_finite relies on it)."""
+    from .test_mma import check_mma_reads_operands_truncated
+
+    for seed in range(5):
+        check_mma_reads_operands_truncated(seed)

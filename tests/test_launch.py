@@ -1,5 +1,8 @@
 """Register caps that let every block launch: the GPU's register file is four 16 K files, one
-per sub-partition, and a block's warps are dealt to them in turn."""
+per sub-partition, and a block's warps are dealt to them in turn. And the shared-memory opt-in
+that launch() leaves to a pre-launch callback."""
+from types import SimpleNamespace
+
 import pytest
 
 import numba_flash as nf
@@ -35,3 +38,26 @@ def test_ten_warp_block_gets_168_registers(monkeypatch):
     assert launch.jit_options("flash_forward_tc", nf.Tiling(160, 32), 128) == {"max_registers": 168}
     assert launch.jit_options("flash_forward_tc", nf.Tiling(256, 32), 128) == {"max_registers": 128}
     assert launch.jit_options("flash_forward_tc", nf.Tiling(128, 32), 128) == {}
+
+
+def test_shared_memory_opt_in_is_set_once_per_overload(monkeypatch):
+    """numba-cuda caches a kernel's launch configuration, so launch() adds one callback per size
+    (the same object each time), and the callback calls the driver once per overload."""
+    from numba.cuda.cudadrv import driver as driver_module
+
+    calls = []
+    fake = SimpleNamespace(cuKernelSetAttribute=lambda attr, nbytes, handle, device: calls.append((nbytes, handle)))
+    monkeypatch.setattr(driver_module, "driver", fake)
+    monkeypatch.setattr(launch, "_raised", set())
+
+    def overload(handle):   # what numba-cuda hands a pre-launch callback
+        cufunc = SimpleNamespace(handle=handle, device=SimpleNamespace(id=0))
+        return SimpleNamespace(_codelibrary=SimpleNamespace(get_cufunc=lambda: cufunc))
+
+    callback = launch._opt_in(100_000)
+    assert launch._opt_in(100_000) is callback
+    first, second = overload(1), overload(2)
+    for compiled in (first, first, second, first):
+        callback(compiled, None)
+    launch._opt_in(120_000)(first, None)
+    assert calls == [(100_000, 1), (100_000, 2), (120_000, 1)]

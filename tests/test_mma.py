@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from numba import cuda, float32
 
-from numba_flash.kernels.mma import TF32_MAX, warp_ops
+from numba_flash.kernels.mma import TF32_MASK, TF32_MAX, warp_ops
 from numba_flash.kernels.unroll import static_range, unrolled
 
 
@@ -51,6 +51,43 @@ def test_mma_tile_product_matches_the_ptx_fragment_layout():
     check_mma_tile_product()
 
 
+def _plain_product_kernel():
+    mma_3xtf32 = warp_ops().mma_3xtf32
+
+    @cuda.jit
+    def kernel(a, b, c):
+        """C = A B from A and B fragments as they are (lo parts and C zero): one TF32 product."""
+        lane = cuda.threadIdx.x
+        g, t = lane // 4, lane % 4
+        z = float32(0.0)
+        c0, c1, c2, c3 = mma_3xtf32(a[g, t], a[g + 8, t], a[g, t + 4], a[g + 8, t + 4], z, z, z, z,
+                                    b[t, g], b[t + 4, g], z, z, z, z, z, z)
+        c[g, 2 * t], c[g, 2 * t + 1], c[g + 8, 2 * t], c[g + 8, 2 * t + 1] = c0, c1, c2, c3
+
+    return kernel
+
+
+def check_mma_reads_operands_truncated(seed=0):
+    """The mma of fp32 operands equals, bit for bit, the mma of the same operands with their low
+    13 bits cleared: the tensor core reads TF32 operands truncated, so split_finite need not
+    clear lo's low bits (on the GPU this is the hardware's behaviour; here, the emulation's)."""
+    rng = np.random.default_rng(seed)
+    kernel = _plain_product_kernel()
+    for scale in (1e-3, 1.0, 1e3):
+        a = (rng.standard_normal((16, 8)) * scale).astype(np.float32)
+        b = rng.standard_normal((8, 8)).astype(np.float32)
+        cut = [(x.view(np.uint32) & np.uint32(TF32_MASK)).view(np.float32) for x in (a, b)]
+        assert (a != cut[0]).any() and (b != cut[1]).any()   # the low bits are there to ignore
+        c_raw, c_cut = np.full((16, 8), np.nan, np.float32), np.full((16, 8), np.nan, np.float32)
+        kernel[1, 32](a, b, c_raw)
+        kernel[1, 32](cut[0], cut[1], c_cut)
+        assert np.array_equal(c_raw.view(np.uint32), c_cut.view(np.uint32))
+
+
+def test_mma_reads_operands_truncated():
+    check_mma_reads_operands_truncated()
+
+
 def test_split_parts_are_tf32_and_sum_back():
     split = warp_ops().split
 
@@ -64,9 +101,11 @@ def test_split_parts_are_tf32_and_sum_back():
                         [np.inf, -np.inf, 1.0, 3.0]]).astype(np.float32)
     hi, lo = np.zeros_like(x), np.zeros_like(x)
     kernel[1, x.size](x, hi, lo)
-    assert not (hi.view(np.uint32) & 0x1FFF).any() and not (lo.view(np.uint32) & 0x1FFF).any()
+    assert not (hi.view(np.uint32) & 0x1FFF).any()
     finite = np.isfinite(x)
-    err = np.abs(hi[finite].astype(np.float64) + lo[finite] - x[finite])
+    assert np.array_equal(hi[finite].astype(np.float64) + lo[finite], x[finite])   # exact
+    lo_read = (lo.view(np.uint32) & np.uint32(TF32_MASK)).view(np.float32)   # what the mma reads
+    err = np.abs(hi[finite].astype(np.float64) + lo_read[finite] - x[finite])
     assert np.all(err <= 2.0 ** -21 * np.abs(x[finite]))
     assert np.array_equal(hi[~finite], np.sign(x[~finite]) * TF32_MAX) and (lo[~finite] == 0).all()
 

@@ -30,7 +30,10 @@ An m16n8k8 product may sum its 8 k indices in any order, as long as A and B agre
 C fragments of P^T and dS^T serve as A fragments directly: lane (g, t) holds queries 2t, 2t + 1
 of each group of 8 in its C fragment and feeds them as A slots t, t + 4, reading B (dOi, Qi) at
 the same two queries. P is split once into hi + lo for dV, then rebuilt as hi + lo (within
-2^-21 of P) for dS, so that P's fp32 copy need not stay live beside its two parts.
+2^-21 of P) for dS, so that P's fp32 copy need not stay live beside its two parts. The splits
+clear lo's low bits (``warp_ops(lo_truncated=True)``), though the mma ignores them: with lo
+exact, ptxas allocated this kernel differently (d = 64: 176 registers, no spills, against 255
+and 72 B) and it ran slower (H200, 2026-11-29, fwd + bwd (4,16,4096,64): 26.4 ms against 23.9).
 
 Every fragment part is one shared load that lands in the registers the mma reads it from (the
 forward's v7): a lane's A operands are one 16-byte load of 4 hi parts and one of 4 lo parts, its
@@ -149,7 +152,7 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
     QC, OC, QTC, OTC = (x // U4 for x in (QO, OO, QTO, OTO))   # in chunks of 4 floats
     LN2_F = np.float32(LN2)
 
-    w = warp_ops()
+    w = warp_ops(lo_truncated=True)   # see the module docstring
     split, split_finite, exp2, mma_3xtf32 = w.split, w.split_finite, w.exp2_ftz, w.mma_3xtf32
     ALIGN = smem_alignment()
 

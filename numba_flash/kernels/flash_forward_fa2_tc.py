@@ -79,6 +79,16 @@ TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward
         at v7's occupancy; v7 40.1 in the same session); B=1 N=16384: 49.3 (1.11x), 49.9 at
         192 x 32 (1.12x). d <= 64 unchanged: 42.0 (1.20x) at 256 x 32 in the same session.
         (results/h200/tuning/tune_run8_v8.log)
+    v9  split lo left untruncated: the tensor core reads only an operand's top 19 bits (mma of
+        raw and pre-truncated operands agree bit for bit on the H200, tests/test_gpu.py); ptxas
+        had already dropped most of those ANDs, so the SASS loses 9-12 LOP3 (d = 64, 80).
+        Measured together with the API's host-side fix (numba_flash/launch.py, memory.py: 1.43
+        -> ~0.7 ms a call, which the per-call CUDA events count): bench at (4,16,4096,64) 48.4
+        TFLOP/s (1.38x), B=1 N=16384 52.2 (1.52x), causal 35.8 (1.10x); d = 128 47.8 (1.05x),
+        50.3 at N=16384 (1.13x). (results/h200/bench/bench_host_fix.csv, whose rows say v8:
+        the run preceded the version bump.) v8 with the host fix, (4,16,4096): 46.3 TFLOP/s at
+        d = 128 timed call by call, 49.7 as the mean of 20 back-to-back calls, whose host work
+        overlaps the kernels; d = 64: 45.2 and 51.7 (results/h200/tuning/host_overhead.log).
 """
 from __future__ import annotations
 
@@ -95,7 +105,7 @@ from .mma import warp_ops
 from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max, tile_major_block
 from .unroll import static_range, unrolled
 
-VERSION = 8
+VERSION = 9
 
 
 @lru_cache(maxsize=None)

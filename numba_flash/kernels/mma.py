@@ -13,12 +13,15 @@ t = lane % 4) holds
 
 TF32 keeps 10 of fp32's 23 mantissa bits. 3xTF32 (a = a_hi + a_lo, each part TF32) recovers
 fp32-level products: a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi. The split is two bit operations
-each way: a_hi = a rounded to nearest TF32 (add half a TF32 ulp to the bits, clear the low 13;
-``cvt.rna.tf32.f32`` is emulated by ptxas in ~5 instructions on sm_90), a_lo = a - a_hi (exact)
-with its low 13 bits cleared, so |a - a_hi - a_lo| <= 2^-21 |a|; the dropped a_lo b_lo is smaller
-still. The bit operations are the same on the GPU and in the simulator, so both feed the mma
-the same operands; the tensor core's internal summation order differs from the emulation's
-sequential fp32 sum, so the two agree to fp32 rounding, not bits.
+and a subtraction: a_hi = a rounded to nearest TF32 (add half a TF32 ulp to the bits, clear the
+low 13; ``cvt.rna.tf32.f32`` is emulated by ptxas in ~5 instructions on sm_90), a_lo = a - a_hi
+(exact). a_lo keeps all its bits: the tensor core reads only the top 19 bits of a TF32 operand
+register (on the H200, mma of fp32 operands and of the same operands with the low 13 bits
+cleared agree bit for bit: tests/test_gpu.py), so it multiplies a_lo truncated, and
+|a - a_hi - trunc(a_lo)| <= 2^-21 |a|; the dropped a_lo b_lo is smaller still. The emulation
+truncates every operand the same way, so both feed the products the same values; the tensor
+core's internal summation order differs from the emulation's sequential fp32 sum, so the two
+agree to fp32 rounding, not bits.
 
 All functions here must be reached by every thread of the block together (uniform control
 flow): on the GPU the shuffles and mma are warp-collective; in the simulator they synchronise
@@ -100,8 +103,12 @@ def _gpu_primitives() -> SimpleNamespace:
     def shfl_xor(x, lane_mask):
         return cuda.shfl_xor_sync(FULL_MASK, x, lane_mask)
 
-    return SimpleNamespace(tf32_nearest=tf32_nearest, tf32_truncate=tf32_truncate,
-                           exp2_ftz=exp2_ftz, mma_3xtf32=mma_3xtf32, shfl_xor=shfl_xor)
+    return SimpleNamespace(tf32_nearest=tf32_nearest, tf32_truncate=tf32_truncate, exp2_ftz=exp2_ftz,
+                           mma_3xtf32=mma_3xtf32, shfl_xor=shfl_xor)
+
+
+#: The bits of an fp32 that a TF32 keeps (sign, exponent, 10 mantissa bits).
+TF32_MASK = 0xFFFFE000
 
 
 def _bits_op(x, add, mask):
@@ -112,11 +119,11 @@ def _bits_op(x, add, mask):
 def _simulator_primitives() -> SimpleNamespace:
     @cuda.jit(device=True)
     def tf32_nearest(x):
-        return _bits_op(x, 0x1000, 0xFFFFE000)
+        return _bits_op(x, 0x1000, TF32_MASK)
 
     @cuda.jit(device=True)
     def tf32_truncate(x):
-        return _bits_op(x, 0, 0xFFFFE000)
+        return _bits_op(x, 0, TF32_MASK)
 
     @cuda.jit(device=True)
     def exp2_ftz(x):
@@ -128,7 +135,7 @@ def _simulator_primitives() -> SimpleNamespace:
         frag = cuda.shared.array((MAX_THREADS, 12), float32)  # every lane's A and B fragments
         tid = cuda.threadIdx.x
         for slot, x in enumerate((ah0, ah1, ah2, ah3, al0, al1, al2, al3, bh0, bh1, bl0, bl1)):
-            frag[tid, slot] = x
+            frag[tid, slot] = _bits_op(x, 0, TF32_MASK)   # the tensor core reads the top 19 bits
         cuda.syncthreads()       # the whole warp's fragments are visible
         warp0 = tid - tid % 32
         g, t = (tid % 32) // 4, tid % 4
@@ -159,15 +166,16 @@ def _simulator_primitives() -> SimpleNamespace:
         cuda.syncthreads()       # read before anyone's next exchange overwrites it
         return y
 
-    return SimpleNamespace(tf32_nearest=tf32_nearest, tf32_truncate=tf32_truncate,
-                           exp2_ftz=exp2_ftz, mma_3xtf32=mma_3xtf32, shfl_xor=shfl_xor)
+    return SimpleNamespace(tf32_nearest=tf32_nearest, tf32_truncate=tf32_truncate, exp2_ftz=exp2_ftz,
+                           mma_3xtf32=mma_3xtf32, shfl_xor=shfl_xor)
 
 
 @lru_cache(maxsize=None)
-def warp_ops() -> SimpleNamespace:
+def warp_ops(lo_truncated: bool = False) -> SimpleNamespace:
     """Device functions, for the GPU or the simulator:
 
-    - ``split(x)`` -> (hi, lo), TF32 parts with x = hi + lo to 2^-21 relative; x = +-inf
+    - ``split(x)`` -> (hi, lo), x = hi + lo with hi TF32 (lo, as the mma reads it: to 2^-21
+      relative); x = +-inf
       becomes (+-TF32_MAX, 0), so a -inf key component still gives its score ~-1e38 * q (or
       -inf), probability 0, where an inf operand would give NaN in a cross term (infinite
       inputs are otherwise outside 3xTF32's exactness: +inf in v gives ~1e38, not inf);
@@ -178,15 +186,22 @@ def warp_ops() -> SimpleNamespace:
       accuracy from split fragments: three TF32 mma, the two small cross terms first, so that
       they are not lost below the large term's rounding;
     - ``quad_max(x)`` (NaN sticky), ``quad_sum(x)`` over the 4 lanes that share fragment rows.
+
+    ``lo_truncated``: the splits return lo with its low 13 bits cleared, as the mma reads it
+    (hi + lo then within 2^-21 of x, not exact): one instruction more, for kernels that also add
+    lo back to hi (the tc backward, where the exact lo measured slower).
     """
     base = _simulator_primitives() if simulator_enabled() else _gpu_primitives()
     tf32_nearest, tf32_truncate, shfl_xor = base.tf32_nearest, base.tf32_truncate, base.shfl_xor
 
     @cuda.jit(device=True)
     def split_finite(x):
-        """x = hi + lo to 2^-21 relative, both TF32, for x not infinite."""
+        """x = hi + lo exactly, hi TF32, for x not infinite; the mma reads lo truncated to TF32,
+        within 2^-21 |x| of lo."""
         hi = tf32_nearest(x)
-        return hi, tf32_truncate(x - hi)
+        if lo_truncated:
+            return hi, tf32_truncate(x - hi)
+        return hi, x - hi
 
     @cuda.jit(device=True)
     def clamp(x):
