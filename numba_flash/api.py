@@ -76,8 +76,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh = B * H
     Q, K, V = mem.input(q, "Q"), mem.input(k, "K"), mem.input(v, "V")
-    O = mem.output((B, H, n_q, d), F32, "O")
-    L = mem.output((B, H, n_q), F32, "L")
+    O = mem.output((B, H, n_q, d), F32, "O", like=q)
+    L = mem.output((B, H, n_q), F32, "L", like=q)
     if algorithm == "fa2":   # the tensor-core kernel takes flat views (see its factory)
         args = tuple(x.reshape(x.size) for x in (Q, K, V, O, L))
     else:
@@ -88,8 +88,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
         launch(make(tiling, d, causal), (tiling.Tr(n_q), bh), tiling.threads_for(kernel_name), smem,
                *args, F32(scale * LOG2E), n_q, n_k)
     else:
-        l_ws = mem.output((bh, n_q), F32, "l")
-        m_ws = mem.output((bh, n_q), F32, "m")
+        l_ws = mem.output((bh, n_q), F32, "l", like=q)
+        m_ws = mem.output((bh, n_q), F32, "m", like=q)
         kernel = make_flash_forward_alg1(tiling, d, causal)
         launch(kernel, (bh,), tiling.threads, smem, *args, l_ws, m_ws, scale, n_q, n_k)
     o = mem.result(O, shp.on_host)
@@ -128,10 +128,10 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     bh = B * H
     dO, Q, K, V = mem.input(do, "dO"), mem.input(q, "Q"), mem.input(k, "K"), mem.input(v, "V")
     O, L = mem.input(o, "O"), mem.input(lse, "L")
-    dQ = mem.output((B, H, n_q, d), F32, "dQ")
-    dK = mem.output((B, H, n_k, d), F32, "dK")
-    dV = mem.output((B, H, n_k, d), F32, "dV")
-    D = mem.output((bh, n_q), F32, "D")
+    dQ = mem.output((B, H, n_q, d), F32, "dQ", like=q)
+    dK = mem.output((B, H, n_k, d), F32, "dK", like=q)
+    dV = mem.output((B, H, n_k, d), F32, "dV", like=q)
+    D = mem.output((bh, n_q), F32, "D", like=q)
     fq, fk, fv = _flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d)
     fdo, fo, fl, fdq = _flat(dO, n_q, d), _flat(O, n_q, d), _flat(L, n_q), _flat(dQ, n_q, d)
 
@@ -180,9 +180,9 @@ def standard_attention(q, k, v, *, causal=False, softmax_scale=None, return_prob
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh = B * H
     Q, K, V = mem.input(q, "Q"), mem.input(k, "K"), mem.input(v, "V")
-    S = mem.output((bh, n_q, n_k), F32, "S")
-    P = mem.output((B, H, n_q, n_k), F32, "P")
-    O = mem.output((B, H, n_q, d), F32, "O")
+    S = mem.output((bh, n_q, n_k), F32, "S", like=q)
+    P = mem.output((B, H, n_q, n_k), F32, "P", like=q)
+    O = mem.output((B, H, n_q, d), F32, "O", like=q)
     fp = _flat(P, n_q, n_k)
     _matmul(tiling, _flat(Q, n_q, d), _flat(K, n_k, d), S, scale, n_q, n_k, d, bh, trans_b=True)
     threads = _row_threads()
@@ -209,12 +209,12 @@ def standard_attention_backward(do, q, k, v, o, p, *, causal=False, softmax_scal
     bh = B * H
     dO, Q, K, V = mem.input(do, "dO"), mem.input(q, "Q"), mem.input(k, "K"), mem.input(v, "V")
     O, P = mem.input(o, "O"), mem.input(p, "P")
-    dQ = mem.output((B, H, n_q, d), F32, "dQ")
-    dK = mem.output((B, H, n_k, d), F32, "dK")
-    dV = mem.output((B, H, n_k, d), F32, "dV")
-    dP = mem.output((bh, n_q, n_k), F32, "dP")
-    dS = mem.output((bh, n_q, n_k), F32, "dS")
-    D = mem.output((bh, n_q), F32, "D")
+    dQ = mem.output((B, H, n_q, d), F32, "dQ", like=q)
+    dK = mem.output((B, H, n_k, d), F32, "dK", like=q)
+    dV = mem.output((B, H, n_k, d), F32, "dV", like=q)
+    dP = mem.output((bh, n_q, n_k), F32, "dP", like=q)
+    dS = mem.output((bh, n_q, n_k), F32, "dS", like=q)
+    D = mem.output((bh, n_q), F32, "D", like=q)
     fq, fk, fv, fdo = _flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d), _flat(dO, n_q, d)
     fp = _flat(P, n_q, n_k)
 

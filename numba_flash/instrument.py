@@ -86,7 +86,7 @@ class CountingMemory(memory.Memory):
     def input(self, x, name):
         return self._wrap(np.array(x, copy=True, order="C"), name)
 
-    def output(self, shape, dtype, name):
+    def output(self, shape, dtype, name, like=None):
         return self._wrap(np.full(shape, np.nan, dtype=dtype), name)
 
     def result(self, x, on_host):

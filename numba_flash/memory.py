@@ -2,11 +2,12 @@
 
 Every array a public entry point hands to a kernel passes through the active ``Memory`` object,
 which also names it (Q, K, V, O, L, ...). ``Memory`` puts NumPy inputs on the device and leaves
-device arrays where they are (no copy). Outputs of a call whose inputs are torch tensors come
-from torch's caching allocator (wrapped as numba device arrays): ``cuda.device_array`` calls
-cuMemAlloc each time, 130-230 us of host time an output on the H200 machine, against ~40 us. ``numba_flash.instrument`` swaps in a memory that keeps
-everything on the host wrapped in counting arrays, so that under Numba's CUDA simulator each
-element a kernel loads or stores is counted per tensor.
+device arrays where they are (no copy). Outputs of a call on torch tensors come from torch's
+caching allocator, wrapped as numba device arrays: ``cuda.device_array`` calls cuMemAlloc each
+time (130-230 us of host time an output on the H200 machine, against ~40 us) and cuMemFree
+later. ``numba_flash.instrument`` swaps in a memory that keeps everything on the host wrapped in
+counting arrays, so that under Numba's CUDA simulator each element a kernel loads or stores is
+counted per tensor.
 
 ``poison_outputs()`` makes every output and workspace start as NaN, so an element a kernel
 forgets to write shows up in the tests.
@@ -24,12 +25,16 @@ def simulator_enabled() -> bool:
     return bool(config.ENABLE_CUDASIM)
 
 
-def _torch_device(x):
-    """x's device when x is a torch tensor on a GPU, else None (torch is never imported here)."""
+def _torch_allocation_device(like):
+    """The device to allocate outputs on with torch, or None (then ``cuda.device_array``): when
+    ``like`` is a torch tensor on a GPU whose current torch stream is the legacy default stream,
+    the one our kernels launch on. Torch hands a freed block to the next allocation on the
+    stream it was allocated on; on another stream that reuse would not wait for our kernels.
+    (torch is never imported here.)"""
     torch = sys.modules.get("torch")
-    if torch is not None and isinstance(x, torch.Tensor) and x.is_cuda:
-        return x.device
-    return None
+    if simulator_enabled() or torch is None or not isinstance(like, torch.Tensor) or not like.is_cuda:
+        return None
+    return like.device if torch.cuda.current_stream(like.device).cuda_stream == 0 else None
 
 
 def is_device_array(x) -> bool:
@@ -43,21 +48,21 @@ class Memory:
     """Default placement: NumPy in -> copied to the device; device arrays used in place."""
 
     poison = False
-    #: the latest input's torch device, or None: where outputs are allocated by torch
-    torch_device = None
 
     def input(self, x, name):
-        self.torch_device = _torch_device(x)
         if is_device_array(x):
             return x if simulator_enabled() else cuda.as_cuda_array(x)
         return cuda.to_device(np.ascontiguousarray(x))
 
-    def output(self, shape, dtype, name):
+    def output(self, shape, dtype, name, like=None):
+        """A new device array; ``like``: the call's first input as the caller passed it, which
+        decides the allocator (see ``_torch_allocation_device``)."""
         if self.poison:
             return cuda.to_device(np.full(shape, np.nan, dtype=dtype))
-        if self.torch_device is not None:
+        device = _torch_allocation_device(like)
+        if device is not None:
             torch = sys.modules["torch"]
-            tensor = torch.empty(shape, dtype=getattr(torch, np.dtype(dtype).name), device=self.torch_device)
+            tensor = torch.empty(shape, dtype=getattr(torch, np.dtype(dtype).name), device=device)
             return cuda.as_cuda_array(tensor)   # the array keeps the tensor (its owner) alive
         return cuda.device_array(shape, dtype=dtype)
 

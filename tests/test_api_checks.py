@@ -116,9 +116,9 @@ def test_outputs_untouched_when_rejected(tensors):
     from numba_flash import memory
 
     class Spy(memory.Memory):
-        def output(self, shape, dtype, name):
+        def output(self, shape, dtype, name, like=None):
             calls.append(name)
-            return super().output(shape, dtype, name)
+            return super().output(shape, dtype, name, like)
 
     with memory.using(Spy()):
         with pytest.raises(ValueError):

@@ -40,24 +40,32 @@ def test_ten_warp_block_gets_168_registers(monkeypatch):
     assert launch.jit_options("flash_forward_tc", nf.Tiling(128, 32), 128) == {}
 
 
-def test_shared_memory_opt_in_is_set_once_per_overload(monkeypatch):
+def test_shared_memory_opt_in_is_set_once_per_overload_and_device(monkeypatch):
     """numba-cuda caches a kernel's launch configuration, so launch() adds one callback per size
-    (the same object each time), and the callback calls the driver once per overload."""
+    (the same object each time); the callback calls the driver only where the overload's limit
+    on that device is still below the size."""
+    import weakref
+
     from numba.cuda.cudadrv import driver as driver_module
 
     calls = []
     fake = SimpleNamespace(cuKernelSetAttribute=lambda attr, nbytes, handle, device: calls.append((nbytes, handle)))
     monkeypatch.setattr(driver_module, "driver", fake)
-    monkeypatch.setattr(launch, "_raised", set())
+    monkeypatch.setattr(launch, "_raised", weakref.WeakKeyDictionary())
 
-    def overload(handle):   # what numba-cuda hands a pre-launch callback
-        cufunc = SimpleNamespace(handle=handle, device=SimpleNamespace(id=0))
-        return SimpleNamespace(_codelibrary=SimpleNamespace(get_cufunc=lambda: cufunc))
+    class Overload:   # what numba-cuda hands a pre-launch callback: get_cufunc() is per device
+        def __init__(self, handle):
+            self.device = 0
+            self._codelibrary = SimpleNamespace(get_cufunc=lambda: SimpleNamespace(
+                handle=(handle, self.device), device=SimpleNamespace(id=self.device)))
 
     callback = launch._opt_in(100_000)
     assert launch._opt_in(100_000) is callback
-    first, second = overload(1), overload(2)
+    first, second = Overload(1), Overload(2)
     for compiled in (first, first, second, first):
         callback(compiled, None)
-    launch._opt_in(120_000)(first, None)
-    assert calls == [(100_000, 1), (100_000, 2), (120_000, 1)]
+    launch._opt_in(80_000)(first, None)       # already allowed more
+    launch._opt_in(120_000)(first, None)      # raised again
+    first.device = 1
+    callback(first, None)                     # another device's function
+    assert calls == [(100_000, (1, 0)), (100_000, (2, 0)), (120_000, (1, 0)), (100_000, (1, 1))]

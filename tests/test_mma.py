@@ -88,8 +88,9 @@ def test_mma_reads_operands_truncated():
     check_mma_reads_operands_truncated()
 
 
-def test_split_parts_are_tf32_and_sum_back():
-    split = warp_ops().split
+@pytest.mark.parametrize("lo_truncated", [False, True])
+def test_split_parts_sum_back_as_the_mma_reads_them(lo_truncated):
+    split = warp_ops(lo_truncated).split
 
     @cuda.jit
     def kernel(x, hi, lo):
@@ -103,10 +104,14 @@ def test_split_parts_are_tf32_and_sum_back():
     kernel[1, x.size](x, hi, lo)
     assert not (hi.view(np.uint32) & 0x1FFF).any()
     finite = np.isfinite(x)
-    assert np.array_equal(hi[finite].astype(np.float64) + lo[finite], x[finite])   # exact
     lo_read = (lo.view(np.uint32) & np.uint32(TF32_MASK)).view(np.float32)   # what the mma reads
     err = np.abs(hi[finite].astype(np.float64) + lo_read[finite] - x[finite])
     assert np.all(err <= 2.0 ** -21 * np.abs(x[finite]))
+    if lo_truncated:   # lo is already what the mma reads
+        assert np.array_equal(lo, lo_read)
+    else:              # lo is exact
+        assert np.array_equal(hi[finite].astype(np.float64) + lo[finite], x[finite])
+        assert (lo != lo_read).any()
     assert np.array_equal(hi[~finite], np.sign(x[~finite]) * TF32_MAX) and (lo[~finite] == 0).all()
 
 

@@ -11,7 +11,7 @@ t = lane % 4) holds
     B: b0 = B[t, g]   b1 = B[t + 4, g]
     C: c0 = C[g, 2t]  c1 = C[g, 2t + 1]  c2 = C[g + 8, 2t]  c3 = C[g + 8, 2t + 1]
 
-TF32 keeps 10 of fp32's 23 mantissa bits. 3xTF32 (a = a_hi + a_lo, each part TF32) recovers
+TF32 keeps 10 of fp32's 23 mantissa bits. 3xTF32 (a = a_hi + a_lo, each part read as TF32) recovers
 fp32-level products: a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi. The split is two bit operations
 and a subtraction: a_hi = a rounded to nearest TF32 (add half a TF32 ulp to the bits, clear the
 low 13; ``cvt.rna.tf32.f32`` is emulated by ptxas in ~5 instructions on sm_90), a_lo = a - a_hi
@@ -174,11 +174,11 @@ def _simulator_primitives() -> SimpleNamespace:
 def warp_ops(lo_truncated: bool = False) -> SimpleNamespace:
     """Device functions, for the GPU or the simulator:
 
-    - ``split(x)`` -> (hi, lo), x = hi + lo with hi TF32 (lo, as the mma reads it: to 2^-21
-      relative); x = +-inf
-      becomes (+-TF32_MAX, 0), so a -inf key component still gives its score ~-1e38 * q (or
-      -inf), probability 0, where an inf operand would give NaN in a cross term (infinite
-      inputs are otherwise outside 3xTF32's exactness: +inf in v gives ~1e38, not inf);
+    - ``split(x)`` -> (hi, lo), x = hi + lo with hi TF32 (with lo as the mma reads it: to
+      2^-21 relative); x = +-inf becomes (+-TF32_MAX, 0), so a -inf key component still gives
+      its score ~-1e38 * q (or -inf), probability 0, where an inf operand would give NaN in a
+      cross term (infinite inputs are otherwise outside 3xTF32's exactness: +inf in v gives
+      ~1e38, not inf);
       ``split_finite(x)``, two instructions fewer, for x known finite or NaN, and
       ``clamp(x)`` (+-inf -> +-TF32_MAX), so that split(x) = split_finite(clamp(x));
     - ``exp2_ftz(x)``: 2^x in one SFU instruction (results below 2^-126 are 0);
