@@ -119,7 +119,7 @@ from simulator.tiling import Tiling
 
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
-from .tiles import (LN2, ONE, POS_INF, ZERO, active_blocks, lse_base2, masked,
+from .tiles import (LN2, ONE, POS_INF, ZERO, active_blocks, lse_base2, masked, scaled_element,
                     tile_major_block)
 from .unroll import static_range, unrolled
 
@@ -162,14 +162,6 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
         return p % 2 + 4 * ((p // 2) % 2)
 
     @cuda.jit(device=True)
-    def element(src, row0, r, c, nrows, factor):
-        """factor * src[(row0 + r) d + c], or 0 past nrows rows or d columns (no HBM access)."""
-        x = ZERO
-        if r < nrows and c < d:
-            x = factor * src[uint64((row0 + r) * d + c)]
-        return x
-
-    @cuda.jit(device=True)
     def load_pair_tile(smem, at0, src, row0, nrows, tid):
         """HBM -> SRAM, once: Kj or Vj (Bc x D8) at offset at0 in the row-pair layout (header),
         rows past nrows and columns past d zero. A thread moves 2 x 2 elements, rows r, r + 8 of
@@ -178,10 +170,10 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
             p = idx // KW           # row pair: rows r, r + 8
             u = idx - p * KW        # column pair
             r = 16 * (p // 8) + p % 8
-            h0, l0 = split(element(src, row0, r, 2 * u, nrows, ONE))
-            h1, l1 = split(element(src, row0, r + 8, 2 * u, nrows, ONE))
-            h2, l2 = split(element(src, row0, r, 2 * u + 1, nrows, ONE))
-            h3, l3 = split(element(src, row0, r + 8, 2 * u + 1, nrows, ONE))
+            h0, l0 = split(scaled_element(src, row0, r, 2 * u, nrows, d, ONE))
+            h1, l1 = split(scaled_element(src, row0, r + 8, 2 * u, nrows, d, ONE))
+            h2, l2 = split(scaled_element(src, row0, r, 2 * u + 1, nrows, d, ONE))
+            h3, l3 = split(scaled_element(src, row0, r + 8, 2 * u + 1, nrows, d, ONE))
             sw = pair_swizzle(p)
             at = at0 + uint64(p * LP + 4 * ((2 * u) ^ sw))
             smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h0, h1, h2, h3
@@ -196,10 +188,10 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
         for idx in range(tid, BR // 2 * KW, T):
             p = idx // KW           # row pair 2p, 2p + 1
             u = idx - p * KW        # column pair 2u, 2u + 1
-            h00, l00 = split(element(src, row0, 2 * p, 2 * u, nrows, factor))
-            h01, l01 = split(element(src, row0, 2 * p, 2 * u + 1, nrows, factor))
-            h10, l10 = split(element(src, row0, 2 * p + 1, 2 * u, nrows, factor))
-            h11, l11 = split(element(src, row0, 2 * p + 1, 2 * u + 1, nrows, factor))
+            h00, l00 = split(scaled_element(src, row0, 2 * p, 2 * u, nrows, d, factor))
+            h01, l01 = split(scaled_element(src, row0, 2 * p, 2 * u + 1, nrows, d, factor))
+            h10, l10 = split(scaled_element(src, row0, 2 * p + 1, 2 * u, nrows, d, factor))
+            h11, l11 = split(scaled_element(src, row0, 2 * p + 1, 2 * u + 1, nrows, d, factor))
             at = row_at + uint64(2 * p * LQ + 4 * u)                  # row 2p, chunk u
             smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h00, h01, l00, l01
             at = row_at + uint64((2 * p + 1) * LQ + 4 * (u ^ 4))      # row 2p + 1, chunk u ^ 4

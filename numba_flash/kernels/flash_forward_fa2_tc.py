@@ -102,7 +102,8 @@ from simulator.tiling import Tiling
 
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
-from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max, tile_major_block
+from .tiles import (LN2, NEG_INF, ONE, ZERO, active_blocks, masked, scaled_element, sticky_max,
+                    tile_major_block)
 from .unroll import static_range, unrolled
 
 VERSION = 9
@@ -165,9 +166,7 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
         for idx in range(tid, BR * D8, T):
             r = idx // D8
             c = idx - r * D8
-            x = ZERO
-            if r < nrows and c < d:
-                x = factor * src[uint64((row0 + r) * d + c)]
+            x = scaled_element(src, row0, r, c, nrows, d, factor)
             at = QO + q_at(r, c)
             if Q_RAW:
                 smem[at] = clamp(x)

@@ -32,6 +32,17 @@ LN2 = 0.6931471805599453
 
 
 @cuda.jit(device=True)
+def scaled_element(src, row0, r, c, nrows, d, factor):
+    """factor * src[(row0 + r) d + c] of a flat row-major (rows, d) tensor, or 0 for r >= nrows
+    or c >= d, with no HBM access there: the zero padding of a tile past the sequence's end or
+    the head dim."""
+    x = ZERO
+    if r < nrows and c < d:
+        x = factor * src[uint64((row0 + r) * d + c)]
+    return x
+
+
+@cuda.jit(device=True)
 def active_blocks(last_row, off, bc, tc, causal):
     """Number of K/V blocks row block i must visit: all Tc, or (causal) those with a key
     ``c <= last_row + off`` -- the prefix j < floor((last_row + off)/Bc) + 1, clamped to [0, Tc]."""
