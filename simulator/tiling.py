@@ -189,7 +189,8 @@ class Tiling:
         """Whether the tensor-core forward keeps Qi in SRAM as plain fp32 and splits each A
         fragment into its TF32 parts as it loads it (d > 64), instead of storing both parts
         once: that halves Qi (d = 128, Br = 128: 68 KiB instead of 129 KiB), so that more warps
-        fit a multiprocessor, for four instructions per fragment element per K/V tile."""
+        fit a multiprocessor, for a split (three instructions; four before forward v9) per
+        fragment element per K/V tile."""
         return self.mma_depth(d) > 64
 
     def mma_q_stride(self, d: int) -> int:

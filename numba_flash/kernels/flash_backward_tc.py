@@ -33,7 +33,8 @@ the same two queries. P is split once into hi + lo for dV, then rebuilt as hi + 
 2^-21 of P) for dS, so that P's fp32 copy need not stay live beside its two parts. The splits
 clear lo's low bits (``warp_ops(lo_truncated=True)``), though the mma ignores them: with lo
 exact, ptxas allocated this kernel differently (d = 64: 176 registers, no spills, against 255
-and 72 B) and it ran slower (H200, 2026-11-29, fwd + bwd (4,16,4096,64): 26.4 ms against 23.9).
+and 72 B) and it ran slower: 20.7 ms against 17.9 at (4,16,4096,64) (H200, 2026-11-29; fwd + bwd
+minus fwd in the two bench runs, results/h200/tuning/host_overhead.log).
 
 Every fragment part is one shared load that lands in the registers the mma reads it from (the
 forward's v7): a lane's A operands are one 16-byte load of 4 hi parts and one of 4 lo parts, its

@@ -11,13 +11,13 @@ t = lane % 4) holds
     B: b0 = B[t, g]   b1 = B[t + 4, g]
     C: c0 = C[g, 2t]  c1 = C[g, 2t + 1]  c2 = C[g + 8, 2t]  c3 = C[g + 8, 2t + 1]
 
-TF32 keeps 10 of fp32's 23 mantissa bits. 3xTF32 (a = a_hi + a_lo, each part read as TF32) recovers
-fp32-level products: a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi. The split is two bit operations
-and a subtraction: a_hi = a rounded to nearest TF32 (add half a TF32 ulp to the bits, clear the
-low 13; ``cvt.rna.tf32.f32`` is emulated by ptxas in ~5 instructions on sm_90), a_lo = a - a_hi
-(exact). a_lo keeps all its bits: the tensor core reads only the top 19 bits of a TF32 operand
-register (on the H200, mma of fp32 operands and of the same operands with the low 13 bits
-cleared agree bit for bit: tests/test_gpu.py), so it multiplies a_lo truncated, and
+TF32 keeps 10 of fp32's 23 mantissa bits. 3xTF32 (a = a_hi + a_lo, each part read as TF32)
+recovers fp32-level products: a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi. The split is two bit
+operations and a subtraction: a_hi = a rounded to nearest TF32 (add half a TF32 ulp to the bits,
+clear the low 13; ``cvt.rna.tf32.f32`` is emulated by ptxas in ~5 instructions on sm_90),
+a_lo = a - a_hi (exact). a_lo keeps all its bits: the tensor core reads only the top 19 bits of
+a TF32 operand register (on the H200, mma of fp32 operands and of the same operands with the low
+13 bits cleared agree bit for bit: tests/test_gpu.py), so it multiplies a_lo truncated, and
 |a - a_hi - trunc(a_lo)| <= 2^-21 |a|; the dropped a_lo b_lo is smaller still. The emulation
 truncates every operand the same way, so both feed the products the same values; the tensor
 core's internal summation order differs from the emulation's sequential fp32 sum, so the two
