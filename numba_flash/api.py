@@ -70,7 +70,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     checks.flag("return_lse", return_lse)
     scale = checks.softmax_scale(softmax_scale, shp.d)
     kernel_name = ALGORITHMS[algorithm]
-    tiling = checks.tiling_for(tiling, (kernel_name,), shp.d)
+    tiling = checks.tiling_for(tiling, (kernel_name,), shp.d, shp.N_q, shp.N_k)
 
     mem = memory.active()
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
@@ -121,7 +121,7 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
         kernels = ("flash_backward", "flash_backward_dq")
     else:
         kernels = (BACKWARD_ALGORITHMS[algorithm],)
-    tiling = checks.tiling_for(tiling, kernels, shp.d)
+    tiling = checks.tiling_for(tiling, kernels, shp.d, shp.N_q, shp.N_k)
 
     mem = memory.active()
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d

@@ -154,12 +154,13 @@ def flag(name, value) -> bool:
     return bool(value)
 
 
-def tiling_for(value, kernels, d: int) -> Tiling:
+def tiling_for(value, kernels, d: int, n_q: int | None = None, n_k: int | None = None) -> Tiling:
     """The tiling to launch ``kernels`` with: ``value`` checked against the device's shared
-    memory, or, when None, the largest default that fits all of them."""
+    memory, or, when None, the smallest of their defaults (``Tiling.kernel_default``, cut to
+    sequences of ``n_q`` queries and ``n_k`` keys)."""
     limit = smem_limit_bytes()
     if value is None:
-        choices = [Tiling.kernel_default(kernel, d, 4, limit) for kernel in kernels]
+        choices = [Tiling.kernel_default(kernel, d, 4, limit, n_q, n_k) for kernel in kernels]
         return min(choices, key=lambda t: t.Br * t.Bc)
     if not isinstance(value, Tiling):
         raise TypeError(f"tiling must be a numba_flash.Tiling or None, got {type(value).__name__}")

@@ -273,10 +273,13 @@ class Tiling:
 
     @classmethod
     def kernel_default(cls, kernel: str, d: int, dtype_bytes: int = 4,
-                       limit_bytes: int = H200_SMEM_PER_BLOCK) -> "Tiling":
+                       limit_bytes: int = H200_SMEM_PER_BLOCK, n_q: int | None = None,
+                       n_k: int | None = None) -> "Tiling":
         """The tiling the kernels use when none is given: the fastest measured on the H200
         (``PREFERRED``, ``PREFERRED_WIDE_HEADS`` for d > 64; 64 x 64 otherwise), then square
-        tiles halved until the tiles fit."""
+        tiles halved until the tiles fit; for short sequences (``n_q``, ``n_k`` given), each
+        side cut to ``fit_side`` of the sequence it tiles (``SMALL_N_SIDES``), so that a block
+        computes no more padding than the rounding needs."""
         first = cls(*(PREFERRED_WIDE_HEADS if d > 64 else PREFERRED).get(
             kernel, PREFERRED.get(kernel, (64, 64))))
         candidates = [first] + [cls(size, size) for size in (64, 32, 16, 8, 4, 2, 1)]
@@ -284,8 +287,45 @@ class Tiling:
             candidates = [t for t in candidates if t.suits_mma(kernel)]
         for tiling in candidates:
             if tiling.smem_bytes(kernel, d, dtype_bytes) <= limit_bytes:
-                return tiling
+                return tiling.fitted(kernel, n_q, n_k)
         raise ValueError(f"d={d} is too large for {kernel}: no tiling fits {limit_bytes} bytes")
+
+    def fitted(self, kernel: str, n_q: int | None, n_k: int | None) -> "Tiling":
+        """This tiling with Br cut to ``fit_side(n_q)`` and Bc to ``fit_side(n_k)`` where that is
+        smaller (None: that side unchanged). Smaller tiles need no more shared memory and keep
+        the mma multiples (``SMALL_N_SIDES`` gives the granularity of each side)."""
+        grain_r, grain_c = SMALL_N_SIDES.get(kernel, (None, None))
+        br, bc = self.Br, self.Bc
+        if grain_r and n_q is not None:
+            br = min(br, fit_side(n_q, grain_r))
+        if grain_c and n_k is not None:
+            bc = min(bc, fit_side(n_k, grain_c))
+        return type(self)(br, bc)
+
+
+def fit_side(n: int, grain: int) -> int:
+    """The tile side for a sequence of n rows: the smallest power of two >= n, and at least
+    ``grain`` (the mma's 16 rows, its 8 keys, the 4 x 4 thread tile). Powers of two, not
+    multiples of the grain: each distinct side is a kernel to compile, so short sequences
+    share a handful of them."""
+    side = grain
+    while side < n:
+        side *= 2
+    return side
+
+
+#: Kernel -> granularity of (Br, Bc) when cut for short sequences (None: never cut). The
+#: tensor-core forward has a warp per 16 rows of Br and S in steps of 8 keys; the backward a
+#: warp per 16 keys of Bc and row blocks of 16; the FFMA kernels 4 x 4 thread tiles. The
+#: standard matmul's tiles cover outputs whose columns are d as often as N: left as they are.
+SMALL_N_SIDES = {
+    "flash_forward_tc": (MMA_ROWS, MMA_K),
+    "flash_backward_tc": (MMA_ROWS, MMA_ROWS),
+    "flash_forward_v1": (MICRO_TILE, MICRO_TILE),
+    "flash_forward_v2": (MICRO_TILE, MICRO_TILE),
+    "flash_backward": (MICRO_TILE, MICRO_TILE),
+    "flash_backward_dq": (MICRO_TILE, MICRO_TILE),
+}
 
 
 @dataclass(frozen=True)

@@ -31,19 +31,19 @@ Versions (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py; FLOPs 2.5x th
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 from numba import cuda, float32
 
 from simulator.tiling import Tiling
 
+from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .tiles import LN2, ONE, POS_INF, ZERO, active_blocks, lse_base2, masked, tile_ops
 
 VERSION = 3
 
 
-@lru_cache(maxsize=None)
+@kernel_factory
 def make_row_dot(threads: int, d: int, zero_dq: bool):
     """Kernel ``(do, o, dvec, dq, n_q)``: D[bh, r] = sum_x dO[bh, r, x] O[bh, r, x], and, with
     ``zero_dq``, dq[bh, r, :] = 0. One thread per row; grid (ceil(N_q/threads), B*H)."""
@@ -104,7 +104,7 @@ def _make_load_row_stats(t):
     return load_row_stats
 
 
-@lru_cache(maxsize=None)
+@kernel_factory
 def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool):
     """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k)`` (``qscale`` =
     scale * log2(e), float32; Qi is held in SRAM times qscale) computing dK, dV and,
@@ -210,7 +210,7 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
     return flash_backward_kv
 
 
-@lru_cache(maxsize=None)
+@kernel_factory
 def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
     """Deterministic dQ kernel ``(q, k, v, do, lse, dvec, dq, scale, qscale, n_q, n_k)``: grid (Tr, B*H),
     ``tiling.threads`` threads, ``tiling.smem_bytes("flash_backward_dq", d)`` bytes."""

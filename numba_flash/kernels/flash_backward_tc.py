@@ -111,13 +111,13 @@ same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py --back
 """
 from __future__ import annotations
 
-from functools import lru_cache
 
 import numpy as np
 from numba import cuda, float32, uint64
 
 from simulator.tiling import Tiling
 
+from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
 from .tiles import (LN2, ONE, POS_INF, ZERO, active_blocks, lse_base2, masked, scaled_element,
@@ -127,7 +127,7 @@ from .unroll import static_range, unrolled
 VERSION = 7
 
 
-@lru_cache(maxsize=None)
+@kernel_factory
 def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
     """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k)`` on flat (1-D)
     views of q, do, dq: (B*H, N_q, d); k, v, dk, dv: (B*H, N_k, d); lse, dvec: (B*H, N_q);

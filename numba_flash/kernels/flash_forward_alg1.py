@@ -24,19 +24,19 @@ Versions (H200, fp32, B=4 H=16 N=4096 d=64, `python -m experiments bench`, 2026-
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 from numba import cuda, float32
 
 from simulator.tiling import Tiling
 
+from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .tiles import NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max, tile_ops
 
 VERSION = 1
 
 
-@lru_cache(maxsize=None)
+@kernel_factory
 def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
     """Kernel ``(q, k, v, o, lse, l_hbm, m_hbm, scale, n_q, n_k)``; q, o: (B*H, N_q, d);
     k, v: (B*H, N_k, d); lse, l_hbm, m_hbm: (B*H, N_q) (l, m are HBM workspace).

@@ -35,19 +35,19 @@ stays as ``algorithm="fa2_fma"``, plain fp32 arithmetic with free block sizes.
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 from numba import cuda, float32
 
 from simulator.tiling import Tiling
 
+from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max, tile_ops
 
 VERSION = 4
 
 
-@lru_cache(maxsize=None)
+@kernel_factory
 def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
     """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k)``; q, o: (B*H, N_q, d); k, v: (B*H, N_k, d);
     lse: (B*H, N_q); ``qscale`` = softmax scale * log2(e), float32. Launch with grid

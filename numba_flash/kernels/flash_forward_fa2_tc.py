@@ -93,13 +93,13 @@ TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 import numpy as np
 from numba import cuda, float32, uint64
 
 from simulator.tiling import Tiling
 
+from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
 from .tiles import (LN2, NEG_INF, ONE, ZERO, active_blocks, masked, scaled_element, sticky_max,
@@ -109,7 +109,7 @@ from .unroll import static_range, unrolled
 VERSION = 9
 
 
-@lru_cache(maxsize=None)
+@kernel_factory
 def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
     """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k)`` on flat (1-D) views of q, o: (B*H, N_q, d);
     k, v: (B*H, N_k, d); lse: (B*H, N_q) -- flat, so that element offsets are affine in the

@@ -33,7 +33,7 @@ from functools import lru_cache
 from types import SimpleNamespace
 
 import numpy as np
-from numba import cuda, float32
+from numba import cuda, float32, int32
 
 from ..memory import simulator_enabled
 from .tiles import POS_INF, ZERO, sticky_max
@@ -116,6 +116,33 @@ def _bits_op(x, add, mask):
     return np.array((bits + np.uint32(add)) & np.uint32(mask), np.uint32).view(np.float32)[()]
 
 
+def _turn(turns, tid):
+    """The exchange buffer (0 or 1) of this thread's next exchange, flipped for the one after.
+
+    One barrier an exchange suffices with two buffers: a lane writes buffer b only after the
+    barrier of the exchange before, which every lane reaches after it has read buffer b the
+    time before that. The counts start at 0 (simulator_fixes allocates static shared arrays
+    zeroed) and every thread of a block makes the same exchanges, so all agree on b."""
+    buf = turns[tid]
+    turns[tid] = 1 - buf
+    return buf
+
+
+@lru_cache(maxsize=32)
+def _fragment_index(lane: int):
+    """Where lane (g, t)'s four C entries C[r, n] (c0..c3) find A[r, kk] and B[kk, n], kk < 8,
+    in a warp's (32, 12) fragment table (hi parts; lo parts 4 (A) or 2 (B) slots on):
+    A[r, kk] is in lane 4 (r % 8) + kk % 4, slot (r >= 8) + 2 (kk >= 4); B[kk, n] in lane
+    4 n + kk % 4, slot 8 + (kk >= 4). Four (4, 8) index arrays: a_lane, a_slot, b_lane, b_slot."""
+    g, t = lane // 4, lane % 4
+    r = np.array([g, g, g + 8, g + 8])[:, None]
+    n = np.array([2 * t, 2 * t + 1, 2 * t, 2 * t + 1])[:, None]
+    kk = np.arange(8)[None, :]
+    shape = (4, 8)
+    return (np.broadcast_to(4 * (r % 8) + kk % 4, shape), np.broadcast_to((r >= 8) + 2 * (kk >= 4), shape),
+            np.broadcast_to(4 * n + kk % 4, shape), np.broadcast_to(8 + (kk >= 4), shape))
+
+
 def _simulator_primitives() -> SimpleNamespace:
     @cuda.jit(device=True)
     def tf32_nearest(x):
@@ -132,39 +159,32 @@ def _simulator_primitives() -> SimpleNamespace:
 
     @cuda.jit(device=True)
     def mma_3xtf32(ah0, ah1, ah2, ah3, al0, al1, al2, al3, bh0, bh1, bl0, bl1, c0, c1, c2, c3):
-        frag = cuda.shared.array((MAX_THREADS, 12), float32)  # every lane's A and B fragments
+        # every lane's A and B fragments, in one of two buffers taken in turn (see _turn)
+        frag = cuda.shared.array((2, MAX_THREADS, 12), float32)
+        turns = cuda.shared.array(MAX_THREADS, int32)
         tid = cuda.threadIdx.x
-        for slot, x in enumerate((ah0, ah1, ah2, ah3, al0, al1, al2, al3, bh0, bh1, bl0, bl1)):
-            frag[tid, slot] = _bits_op(x, 0, TF32_MASK)   # the tensor core reads the top 19 bits
+        buf = _turn(turns, tid)
+        parts = np.array((ah0, ah1, ah2, ah3, al0, al1, al2, al3, bh0, bh1, bl0, bl1), np.float32)
+        frag[buf, tid] = (parts.view(np.uint32) & np.uint32(TF32_MASK)).view(np.float32)
         cuda.syncthreads()       # the whole warp's fragments are visible
-        warp0 = tid - tid % 32
-        g, t = (tid % 32) // 4, tid % 4
-
-        def a_at(part, r, kk):   # A[r, kk] is in lane 4 (r % 8) + kk % 4, slot (r >= 8) + 2 (kk >= 4)
-            return frag[warp0 + 4 * (r % 8) + kk % 4, 4 * part + (r >= 8) + 2 * (kk >= 4)]
-
-        def b_at(part, kk, n):   # B[kk, n] is in lane 4 n + kk % 4, slot (kk >= 4)
-            return frag[warp0 + 4 * n + kk % 4, 8 + 2 * part + (kk >= 4)]
-
-        out = [c0, c1, c2, c3]
+        warp = frag[buf, tid - tid % 32:tid - tid % 32 + 32]
+        a_lane, a_slot, b_lane, b_slot = _fragment_index(tid % 32)
+        acc = np.array((c0, c1, c2, c3), np.float32)
         for pa, pb in ((1, 0), (0, 1), (0, 0)):   # lo hi, hi lo, hi hi: the GPU's three mma
-            for slot, (r, n) in enumerate(((g, 2 * t), (g, 2 * t + 1), (g + 8, 2 * t), (g + 8, 2 * t + 1))):
-                acc = np.float32(out[slot])
-                for kk in range(8):
-                    acc = np.float32(acc + np.float32(a_at(pa, r, kk) * b_at(pb, kk, n)))
-                out[slot] = acc
-        cuda.syncthreads()       # nobody overwrites frag while a lane of the warp still reads it
-        return out[0], out[1], out[2], out[3]
+            products = warp[a_lane, a_slot + 4 * pa] * warp[b_lane, b_slot + 2 * pb]
+            for kk in range(8):                   # fp32 products, summed in fp32 in k order
+                acc = acc + products[:, kk]
+        return acc[0], acc[1], acc[2], acc[3]
 
     @cuda.jit(device=True)
     def shfl_xor(x, lane_mask):
-        lanes = cuda.shared.array(MAX_THREADS, float32)
+        lanes = cuda.shared.array((2, MAX_THREADS), float32)
+        turns = cuda.shared.array(MAX_THREADS, int32)
         tid = cuda.threadIdx.x
-        lanes[tid] = x
+        buf = _turn(turns, tid)
+        lanes[buf, tid] = x
         cuda.syncthreads()       # every lane's value is visible
-        y = lanes[tid ^ lane_mask]
-        cuda.syncthreads()       # read before anyone's next exchange overwrites it
-        return y
+        return lanes[buf, tid ^ lane_mask]
 
     return SimpleNamespace(tf32_nearest=tf32_nearest, tf32_truncate=tf32_truncate, exp2_ftz=exp2_ftz,
                            mma_3xtf32=mma_3xtf32, shfl_xor=shfl_xor)

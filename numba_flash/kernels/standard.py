@@ -22,19 +22,19 @@ Versions (H200, fp32, B=4 H=16 N=4096 d=64, `python -m experiments bench`, 2026-
 from __future__ import annotations
 
 import math
-from functools import lru_cache
 
 from numba import cuda, float32
 
 from simulator.tiling import MATMUL_BK, Tiling
 
+from ..kernel_cache import kernel_factory
 from ..launch import jit_options
 from .tiles import NEG_INF, ONE, ZERO
 
 VERSION = 1
 
 
-@lru_cache(maxsize=None)
+@kernel_factory
 def make_matmul(tiling: Tiling, trans_a: bool, trans_b: bool):
     """Kernel ``(a, b, c, alpha, m, n, kdim)``: c[bh] = alpha opA(a[bh]) opB(b[bh]), c (B*H, m, n).
 
@@ -108,7 +108,7 @@ def make_matmul(tiling: Tiling, trans_a: bool, trans_b: bool):
     return matmul
 
 
-@lru_cache(maxsize=None)
+@kernel_factory
 def make_softmax(threads: int, causal: bool):
     """Kernel ``(s, p, n_q, n_k)``: p[bh, r, :] = softmax(s[bh, r, :]) with the bottom-right
     causal mask; one block of ``threads`` threads per row, grid (N_q, B*H), no dynamic smem.
@@ -163,7 +163,7 @@ def make_softmax(threads: int, causal: bool):
     return softmax
 
 
-@lru_cache(maxsize=None)
+@kernel_factory
 def make_ds(threads: int):
     """Kernel ``(p, dp, dvec, ds, n_k)``: dS[bh, r, c] = P (dP - D[bh, r]); D read once per row.
     One block of ``threads`` threads per row, grid (N_q, B*H)."""
