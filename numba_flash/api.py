@@ -4,9 +4,13 @@ NumPy arrays in -> NumPy arrays out (copied to and from the device). Device arra
 device arrays, or anything with ``__cuda_array_interface__`` such as torch or cupy tensors) ->
 numba device arrays out, no copy of the inputs.
 
-Causal masking is bottom-right aligned, as in flash-attention >= 2.1: query row r sees key c iff
-``c <= r + N_k - N_q`` (for N_q = N_k this is the usual lower triangle). Rows that see no key at
-all (only possible when N_q > N_k) give o = 0 and lse = -inf.
+Causal masking follows torch.tril's ``diagonal``: query row r sees key c iff
+``c <= r + diagonal``. The default ``diagonal=None`` is N_k - N_q, bottom-right aligned as in
+flash-attention >= 2.1; ``diagonal=0`` is top-left aligned, as torch SDPA's ``is_causal``; for
+N_q = N_k both are the usual lower triangle. Any int works (a mask with ``diagonal >= N_k - 1``
+hides nothing), and it is a runtime argument of the kernels: no compile per diagonal. Rows
+that see no key at all (r + diagonal < 0: bottom-right with N_q > N_k, or a negative diagonal)
+give o = 0 and lse = -inf.
 
 NaN and Inf are not special-cased, and never replaced by numbers: a NaN in a row of q makes that
 row of o (and lse) NaN; a NaN in a row of k reaches every row that sees that key (masked scores
@@ -50,11 +54,13 @@ def _flat(x, rows, cols=None):
 
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False,
-                    algorithm="fa2", tiling=None):
+                    algorithm="fa2", tiling=None, diagonal=None):
     """FlashAttention forward. q: (B, H, N_q, d); k, v: (B, H, N_k, d); float32.
 
     Returns o (B, H, N_q, d), or (o, lse) with ``return_lse``; lse (B, H, N_q) is the natural-log
     log-sum-exp of each row of scale * q k^T (-inf for rows that see no key).
+    ``causal``: row r sees key c iff c <= r + ``diagonal``, any int (None: N_k - N_q,
+    bottom-right; 0: top-left, torch SDPA's ``is_causal``); ``diagonal`` only with ``causal=True``.
     ``algorithm="fa2"``: FA2 loop order (a block per Q tile) on tensor cores, TF32 mma with the
     3xTF32 split (errors at fp32 level, not bitwise fp32; infinite inputs become +-3.4e38);
     ``"fa2_fma"``: the same loop order in plain fp32 FFMA arithmetic; ``"fa1"``: the paper's
@@ -67,6 +73,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
     shp = checks.attention_shapes(q, k, v)
     causal = checks.flag("causal", causal)
+    diagonal = checks.diagonal(diagonal, causal, shp.N_q, shp.N_k)
     checks.flag("return_lse", return_lse)
     scale = checks.softmax_scale(softmax_scale, shp.d)
     kernel_name = ALGORITHMS[algorithm]
@@ -86,19 +93,20 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     if algorithm in ("fa2", "fa2_fma"):
         make = make_flash_forward_fa2_tc if algorithm == "fa2" else make_flash_forward_fa2
         launch(make(tiling, d, causal), (tiling.Tr(n_q), bh), tiling.threads_for(kernel_name), smem,
-               *args, F32(scale * LOG2E), n_q, n_k)
+               *args, F32(scale * LOG2E), n_q, n_k, diagonal)
     else:
         l_ws = mem.output((bh, n_q), F32, "l", like=q)
         m_ws = mem.output((bh, n_q), F32, "m", like=q)
         kernel = make_flash_forward_alg1(tiling, d, causal)
-        launch(kernel, (bh,), tiling.threads, smem, *args, l_ws, m_ws, scale, n_q, n_k)
+        launch(kernel, (bh,), tiling.threads, smem, *args, l_ws, m_ws, scale, n_q, n_k, diagonal)
     o = mem.result(O, shp.on_host)
     return (o, mem.result(L, shp.on_host)) if return_lse else o
 
 
 def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
-                             tiling=None, deterministic=False, algorithm="fa2"):
-    """Gradients (dq, dk, dv) of ``flash_attention`` from the saved o and lse.
+                             tiling=None, deterministic=False, algorithm="fa2", diagonal=None):
+    """Gradients (dq, dk, dv) of ``flash_attention`` from the saved o and lse (``causal`` and
+    ``diagonal`` as the forward's).
 
     do, q, o: (B, H, N_q, d); k, v: (B, H, N_k, d); lse: (B, H, N_q). P is recomputed from lse,
     never stored; a grid of K/V blocks accumulates dK, dV on chip. dQ is accumulated with fp32
@@ -115,6 +123,7 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
         raise ValueError(f"algorithm must be one of {sorted(BACKWARD_ALGORITHMS)}, got {algorithm!r}")
     shp = checks.backward_shapes(do, q, k, v, o, "lse", lse, lambda s: (s.B, s.H, s.N_q))
     causal = checks.flag("causal", causal)
+    diagonal = checks.diagonal(diagonal, causal, shp.N_q, shp.N_k)
     deterministic = checks.flag("deterministic", deterministic)
     scale = checks.softmax_scale(softmax_scale, shp.d)
     if deterministic:
@@ -143,16 +152,17 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
         args = tuple(x.reshape(x.size) for x in (Q, K, V, dO, L, D, dQ, dK, dV))
         launch(make_flash_backward_tc(tiling, d, causal), (tiling.Tc(n_k), bh),
                tiling.threads_for("flash_backward_tc"), tiling.smem_bytes("flash_backward_tc", d),
-               *args, F32(scale), qscale, n_q, n_k)
+               *args, F32(scale), qscale, n_q, n_k, diagonal)
         return tuple(mem.result(x, shp.on_host) for x in (dQ, dK, dV))
     kv = make_flash_backward_kv(tiling, d, causal, not deterministic)
     launch(kv, (tiling.Tc(n_k), bh), tiling.threads, tiling.smem_bytes("flash_backward", d),
-           fq, fk, fv, fdo, fl, D, fdq, _flat(dK, n_k, d), _flat(dV, n_k, d), scale, qscale, n_q, n_k)
+           fq, fk, fv, fdo, fl, D, fdq, _flat(dK, n_k, d), _flat(dV, n_k, d), scale, qscale,
+           n_q, n_k, diagonal)
     if deterministic:
         dq_kernel = make_flash_backward_dq(tiling, d, causal)
         launch(dq_kernel, (tiling.Tr(n_q), bh), tiling.threads,
                tiling.smem_bytes("flash_backward_dq", d),
-               fq, fk, fv, fdo, fl, D, fdq, scale, qscale, n_q, n_k)
+               fq, fk, fv, fdo, fl, D, fdq, scale, qscale, n_q, n_k, diagonal)
     return tuple(mem.result(x, shp.on_host) for x in (dQ, dK, dV))
 
 
@@ -164,14 +174,16 @@ def _matmul(tiling, a, b, c, alpha, m, n, kdim, bh, trans_a=False, trans_b=False
 
 
 def standard_attention(q, k, v, *, causal=False, softmax_scale=None, return_probs=False,
-                       tiling=None):
+                       tiling=None, diagonal=None):
     """Standard attention, materialising S and P in HBM (the paper's baseline).
 
     q: (B, H, N_q, d); k, v: (B, H, N_k, d). Returns o (B, H, N_q, d), or (o, p) with
-    ``return_probs``, p: (B, H, N_q, N_k). ``tiling`` sets the matmuls' output tiles.
+    ``return_probs``, p: (B, H, N_q, N_k). ``tiling`` sets the matmuls' output tiles;
+    ``causal`` and ``diagonal`` as in ``flash_attention``.
     """
     shp = checks.attention_shapes(q, k, v)
     causal = checks.flag("causal", causal)
+    diagonal = checks.diagonal(diagonal, causal, shp.N_q, shp.N_k)
     checks.flag("return_probs", return_probs)
     scale = checks.softmax_scale(softmax_scale, shp.d)
     tiling = checks.tiling_for(tiling, ("standard_matmul",), shp.d)
@@ -186,7 +198,7 @@ def standard_attention(q, k, v, *, causal=False, softmax_scale=None, return_prob
     fp = _flat(P, n_q, n_k)
     _matmul(tiling, _flat(Q, n_q, d), _flat(K, n_k, d), S, scale, n_q, n_k, d, bh, trans_b=True)
     threads = _row_threads()
-    launch(make_softmax(threads, causal), (n_q, bh), threads, 0, S, fp, n_q, n_k)
+    launch(make_softmax(threads, causal), (n_q, bh), threads, 0, S, fp, n_q, n_k, diagonal)
     _matmul(tiling, fp, _flat(V, n_k, d), _flat(O, n_q, d), 1.0, n_q, d, n_k, bh)
     o = mem.result(O, shp.on_host)
     return (o, mem.result(P, shp.on_host)) if return_probs else o

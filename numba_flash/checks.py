@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.blocks import causal_diagonal
 from simulator.tiling import Tiling
 
 from .launch import smem_limit_bytes
@@ -152,6 +153,20 @@ def flag(name, value) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be True or False, got {value!r}")
     return bool(value)
+
+
+def diagonal(value, causal: bool, n_q: int, n_k: int) -> int:
+    """The causal mask's diagonal to pass the kernels (row r sees key c iff c <= r + diagonal):
+    N_k - N_q (bottom-right) when None, else ``value``, an int given with ``causal=True``;
+    clamped to [-N_q, N_k], the same mask (``simulator.blocks.causal_diagonal``)."""
+    if value is not None:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"diagonal must be an int or None, got {value!r}")
+        if not causal:
+            raise ValueError(f"diagonal={value} is the causal mask's diagonal: pass causal=True "
+                             "with it (or leave diagonal=None)")
+        value = int(value)
+    return causal_diagonal(n_q, n_k, value)
 
 
 def tiling_for(value, kernels, d: int, n_q: int | None = None, n_k: int | None = None) -> Tiling:

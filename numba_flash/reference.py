@@ -2,17 +2,19 @@
 online-softmax recurrence block by block, the way the tiled kernels compute it.
 
 Shapes follow PyTorch SDPA: q (B, H, N_q, d), k and v (B, H, N_k, d), o (B, H, N_q, d),
-lse (B, H, N_q). Causal masking is bottom-right aligned (flash-attention >= 2.1): query row r
-sees key c iff ``c <= r + N_k - N_q``. With N_q = N_k = 4::
+lse (B, H, N_q). Causal masking follows torch.tril: query row r sees key c iff
+``c <= r + diagonal``; the default ``diagonal=None`` is N_k - N_q, bottom-right aligned
+(flash-attention >= 2.1), ``diagonal=0`` top-left (torch SDPA's ``is_causal``). For
+N_q = N_k = 4 the two agree (left); for N_q = 2, N_k = 4 they differ::
 
-    r\\c 0 1 2 3          with N_q = 2, N_k = 4:   r\\c 0 1 2 3
-    0    x . . .                                   0    x x x .
-    1    x x . .                                   1    x x x x
+    r\\c 0 1 2 3          bottom-right:   r\\c 0 1 2 3     top-left:   r\\c 0 1 2 3
+    0    x . . .                          0    x x x .                0    x . . .
+    1    x x . .                          1    x x x x                1    x x . .
     2    x x x .
     3    x x x x
 
-Rows that see no key at all (causal with N_q > N_k) give o = 0 and lse = -inf, as
-flash-attention does.
+Rows that see no key at all (causal, r + diagonal < 0: with N_q > N_k bottom-right, or a
+negative diagonal) give o = 0 and lse = -inf, as flash-attention does.
 """
 from __future__ import annotations
 
@@ -21,26 +23,29 @@ import math
 import numpy as np
 
 
-def causal_mask(n_q: int, n_k: int) -> np.ndarray:
-    """Boolean (N_q, N_k) mask, True where query row r may see key c (bottom-right aligned)."""
+def causal_mask(n_q: int, n_k: int, diagonal: int | None = None) -> np.ndarray:
+    """Boolean (N_q, N_k) mask, True where query row r may see key c: c <= r + diagonal
+    (None: N_k - N_q, bottom-right aligned)."""
     rows = np.arange(n_q)[:, None]
     cols = np.arange(n_k)[None, :]
-    return cols <= rows + (n_k - n_q)
+    return cols <= rows + (n_k - n_q if diagonal is None else diagonal)
 
 
 def _scale(d: int, softmax_scale: float | None) -> float:
     return 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
 
 
-def attention_forward(q, k, v, *, causal=False, softmax_scale=None, dtype=np.float64):
-    """Return (o, lse). o: (B, H, N_q, d); lse: (B, H, N_q), natural log.
+def attention_forward(q, k, v, *, causal=False, softmax_scale=None, dtype=np.float64,
+                      diagonal=None):
+    """Return (o, lse). o: (B, H, N_q, d); lse: (B, H, N_q), natural log. ``diagonal``: of the
+    causal mask (``causal_mask``), read only with ``causal``.
 
     ``dtype`` is the arithmetic precision: float64 is the reference; float32 gives the plain
     same-precision baseline whose error bounds ours (flash-attention's rule)."""
     q, k, v = (np.asarray(x, dtype=dtype) for x in (q, k, v))
     s = dtype(_scale(q.shape[-1], softmax_scale)) * (q @ np.swapaxes(k, -1, -2))
     if causal:
-        s = np.where(causal_mask(q.shape[-2], k.shape[-2]), s, -np.inf)
+        s = np.where(causal_mask(q.shape[-2], k.shape[-2], diagonal), s, -np.inf)
     m = s.max(axis=-1, keepdims=True)
     m_safe = np.where(np.isfinite(m), m, 0.0)  # rows with no visible key: m = -inf
     p = np.exp(s - m_safe)
@@ -51,26 +56,27 @@ def attention_forward(q, k, v, *, causal=False, softmax_scale=None, dtype=np.flo
     return p @ v, lse
 
 
-def attention_probs(q, k, *, causal=False, softmax_scale=None, dtype=np.float64):
+def attention_probs(q, k, *, causal=False, softmax_scale=None, dtype=np.float64, diagonal=None):
     """P = softmax(scale * Q K^T), (B, H, N_q, N_k); rows with no visible key are 0."""
     q, k = (np.asarray(x, dtype=dtype) for x in (q, k))
     s = dtype(_scale(q.shape[-1], softmax_scale)) * (q @ np.swapaxes(k, -1, -2))
     if causal:
-        s = np.where(causal_mask(q.shape[-2], k.shape[-2]), s, -np.inf)
+        s = np.where(causal_mask(q.shape[-2], k.shape[-2], diagonal), s, -np.inf)
     m = s.max(axis=-1, keepdims=True)
     p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
     l = p.sum(axis=-1, keepdims=True)
     return np.where(l > 0, p / np.where(l > 0, l, 1.0), 0.0)
 
 
-def attention_backward(do, q, k, v, *, causal=False, softmax_scale=None, dtype=np.float64):
+def attention_backward(do, q, k, v, *, causal=False, softmax_scale=None, dtype=np.float64,
+                       diagonal=None):
     """Analytic gradients (dq, dk, dv) of o = softmax(scale QK^T) V against dO, in ``dtype``.
 
     dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q.
     """
     do, q, k, v = (np.asarray(x, dtype=dtype) for x in (do, q, k, v))
     scale = _scale(q.shape[-1], softmax_scale)
-    p = attention_probs(q, k, causal=causal, softmax_scale=scale, dtype=dtype)
+    p = attention_probs(q, k, causal=causal, softmax_scale=scale, dtype=dtype, diagonal=diagonal)
     o = p @ v
     dv = np.swapaxes(p, -1, -2) @ do
     dp = do @ np.swapaxes(v, -1, -2)
@@ -100,7 +106,8 @@ def online_softmax(scores, block_size):
     return m, l, steps
 
 
-def blockwise_attention_forward(q, k, v, *, br, bc, causal=False, softmax_scale=None):
+def blockwise_attention_forward(q, k, v, *, br, bc, causal=False, softmax_scale=None,
+                                diagonal=None):
     """The FA2 loop in NumPy (float64), Br x Bc tiles: mirrors the kernels' arithmetic per tile.
 
     q (B, H, N_q, d) etc.; returns (o, lse) like ``attention_forward``.
@@ -108,7 +115,7 @@ def blockwise_attention_forward(q, k, v, *, br, bc, causal=False, softmax_scale=
     q, k, v = (np.asarray(x, dtype=np.float64) for x in (q, k, v))
     n_q, n_k = q.shape[-2], k.shape[-2]
     scale = _scale(q.shape[-1], softmax_scale)
-    visible = causal_mask(n_q, n_k) if causal else np.ones((n_q, n_k), bool)
+    visible = causal_mask(n_q, n_k, diagonal) if causal else np.ones((n_q, n_k), bool)
     o = np.zeros_like(q)
     lse = np.full(q.shape[:-1], -np.inf)
     for r0 in range(0, n_q, br):

@@ -16,21 +16,33 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def causal_diagonal(n_q: int, n_k: int, diagonal: int | None = None) -> int:
+    """The diagonal of the causal mask (row r sees key c iff c <= r + diagonal, as torch.tril):
+    ``diagonal``, or n_k - n_q (bottom-right aligned) when None; clamped to [-n_q, n_k], where
+    the mask is already empty (no row sees a key) or full (every row sees every key), so that
+    any int gives the same mask and a value that fits int64."""
+    if diagonal is None:
+        return n_k - n_q
+    return max(-n_q, min(n_k, diagonal))
+
+
 class BlockGrid:
-    """Blocks of an ``n_q x n_k`` score matrix cut into ``br x bc`` tiles.
+    """Blocks of an ``n_q x n_k`` score matrix cut into ``br x bc`` tiles; with ``causal``, the
+    mask of ``causal_diagonal(n_q, n_k, diagonal)``.
 
     Attributes (numpy int64 arrays): ``rows`` (Tr,), ``cols`` (Tc,), ``nb`` (Tr,) active column
     blocks per row block, ``na`` (Tc,) active row blocks per column block.
     """
 
-    def __init__(self, n_q: int, n_k: int, br: int, bc: int, causal: bool):
+    def __init__(self, n_q: int, n_k: int, br: int, bc: int, causal: bool,
+                 diagonal: int | None = None):
         self.n_q, self.n_k, self.br, self.bc = n_q, n_k, br, bc
         self.tr, self.tc = ceil_div(n_q, br), ceil_div(n_k, bc)
         starts_i = np.arange(self.tr, dtype=np.int64) * br
         self.rows = np.minimum(br, n_q - starts_i)
         self.cols = np.minimum(bc, n_k - np.arange(self.tc, dtype=np.int64) * bc)
         if causal:
-            reach = starts_i + self.rows - 1 + (n_k - n_q)      # last_i + off
+            reach = starts_i + self.rows - 1 + causal_diagonal(n_q, n_k, diagonal)  # last_i + off
             self.nb = np.clip(reach // bc + 1, 0, self.tc)       # numpy // floors, as Python's
         else:
             self.nb = np.full(self.tr, self.tc, dtype=np.int64)
@@ -62,11 +74,18 @@ class BlockGrid:
         return int(np.sum(self.rows * np.minimum(self.nb * self.bc, self.n_k)))
 
 
-def unmasked_scores(n_q: int, n_k: int, causal: bool) -> int:
-    """#{(r, c): not causal or c <= r + n_k - n_q}.  Closed form: row r sees
-    clamp(r + n_k - n_q + 1, 0, n_k) keys, i.e. the counts n_k - n_q + 1 ... n_k with the
-    non-positive ones dropped, so the total is T(n_k) - T(max(0, n_k - n_q)), T(n) = n(n+1)/2."""
+def unmasked_scores(n_q: int, n_k: int, causal: bool, diagonal: int | None = None) -> int:
+    """#{(r, c): not causal or c <= r + off}, off = ``causal_diagonal(n_q, n_k, diagonal)``.
+    Closed form: row r sees clamp(r + off + 1, 0, n_k) keys, the counts x = off + 1 ... off + n_q
+    clamped, so the total is G(off + n_q) - G(off) with G(x) = sum over 1 <= y <= x of
+    clamp(y, 0, n_k) = T(clamp(x, 0, n_k)) + n_k max(0, x - n_k), T(n) = n(n+1)/2.  Bottom-right
+    (off = n_k - n_q): T(n_k) - T(max(0, n_k - n_q))."""
     if not causal:
         return n_q * n_k
-    low = max(0, n_k - n_q)
-    return (n_k * (n_k + 1) - low * (low + 1)) // 2
+    off = causal_diagonal(n_q, n_k, diagonal)
+
+    def prefix(x):
+        below = max(0, min(x, n_k))
+        return below * (below + 1) // 2 + n_k * max(0, x - n_k)
+
+    return prefix(off + n_q) - prefix(off)

@@ -3,9 +3,10 @@
 All functions take a ``Workload`` (and an SRAM size ``M`` in elements, or a tiling) and return
 ``HbmAccesses(elements, bytes)`` summed over the B*H pairs.  Derived from
 docs/traffic-contract.md for ``causal=False``, where the ``*_accesses`` forms are exact (tests
-hold them equal to ``predict``); with causal masking they are upper bounds.  The flash forms use
-the paper's block sizes for M (``Tiling.paper_default``): Bc = ceil(M/4d), Br = min(Bc, d),
-Tc = ceil(N_k/Bc), Tr = ceil(N_q/Br).  Per (batch, head) pair, N_q = Nq, N_k = Nk:
+hold them equal to ``predict``); with causal masking (any diagonal) they are upper bounds.  The
+flash forms use the paper's block sizes for M (``Tiling.paper_default``): Bc = ceil(M/4d),
+Br = min(Bc, d), Tc = ceil(N_k/Bc), Tr = ceil(N_q/Br).  Per (batch, head) pair, N_q = Nq,
+N_k = Nk:
 
   standard forward   (4 + ceil(d/Bc)) Nq Nk + (ceil(Nk/Bc) Nq + 2 ceil(Nq/Br) Nk + Nq) d
                      [S written, read twice by the softmax; P written, read ceil(d/Bc) times
@@ -141,9 +142,10 @@ def proposition3_lower_bound(w: Workload, M: int) -> HbmAccesses:
     Its proof only uses M = Theta(Nd), where N^2 d^2 / M = Theta(Nd) is the input size.  The bound
     returned here, valid for every M >= d, is max(compulsory, pebbling):
 
-    compulsory = B H d (2 Nk + 2 Nq'): every key row (each is visible to the last query) is read
-      from K and V; every query that sees a key (Nq' = Nq, or min(Nq, Nk) when causal) is read
-      from Q and its output written.
+    compulsory = B H d (2 Nk' + 2 Nq'): every key row some query sees is read from K and V
+      (Nk' = Nk, or when causal the keys c <= Nq - 1 + diagonal, the last query's: Nk for the
+      bottom-right diagonal Nk - Nq); every query that sees a key is read from Q and its output
+      written (Nq' = Nq, or when causal the rows r >= -diagonal: min(Nq, Nk) bottom-right).
     pebbling = B H U d / (4M/d + 2 sqrt(3) sqrt(M)) - M, U = visible (query, key) pairs, for
       algorithms that form every score q.k by multiply-adds (all of ours; Strassen-like ones
       excluded).  Cut the run into segments of M transfers.  Within one, at most 2M elements
@@ -159,9 +161,13 @@ def proposition3_lower_bound(w: Workload, M: int) -> HbmAccesses:
     if M < w.d:
         raise ValueError(f"M={M} elements is below d={w.d}: Proposition 3 is stated for M >= d")
     d = w.d
-    seen = min(w.N_q, w.N_k) if w.causal else w.N_q
-    compulsory = w.BH * d * (2 * w.N_k + 2 * seen)
-    pairs = w.BH * unmasked_scores(w.N_q, w.N_k, w.causal)
+    keys, queries = w.N_k, w.N_q
+    if w.causal:
+        diagonal = w.causal_diagonal
+        keys = max(0, min(w.N_k, w.N_q + diagonal))
+        queries = w.N_q - max(0, min(w.N_q, -diagonal))
+    compulsory = w.BH * d * (2 * keys + 2 * queries)
+    pairs = w.BH * unmasked_scores(w.N_q, w.N_k, w.causal, w.causal_diagonal)
     pebbling = pairs * d / (4 * M / d + 2 * math.sqrt(3) * math.sqrt(M)) - M
     elements = max(compulsory, pebbling)
     return HbmAccesses(elements, elements * w.dtype_bytes)

@@ -30,7 +30,7 @@ BACKWARD_SCORE_FLOPS = 5
 
 
 def _grid(w: Workload, t: Tiling) -> BlockGrid:
-    return BlockGrid(w.N_q, w.N_k, t.Br, t.Bc, w.causal)
+    return BlockGrid(w.N_q, w.N_k, t.Br, t.Bc, w.causal, w.causal_diagonal)
 
 
 def _forward_tile_sram(g: BlockGrid, t: Tiling, d: int) -> tuple[dict, dict]:

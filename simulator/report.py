@@ -150,7 +150,7 @@ class TrafficReport:
         """One flat row (str/int/float/bool/None values) for a CSV or a DataFrame."""
         w = self.workload
         row = {"algorithm": self.algorithm, "dtype_bytes": self.dtype_bytes}
-        for key in ("B", "H", "N_q", "N_k", "d", "causal"):
+        for key in ("B", "H", "N_q", "N_k", "d", "causal", "diagonal"):
             row[key] = None if w is None else getattr(w, key)
         row["Br"] = None if self.tiling is None else self.tiling.Br
         row["Bc"] = None if self.tiling is None else self.tiling.Bc
@@ -202,7 +202,8 @@ class TrafficReport:
         w = self.workload
         if w is not None:
             title += (f"  B={w.B} H={w.H} N_q={w.N_q} N_k={w.N_k} d={w.d} {w.precision}"
-                      + (" causal" if w.causal else ""))
+                      + (" causal" if w.causal else "")
+                      + (f" diagonal={w.diagonal}" if w.diagonal is not None else ""))
         if self.tiling is not None:
             title += f"  Br={self.tiling.Br} Bc={self.tiling.Bc}"
         return title

@@ -43,7 +43,7 @@ def standard_forward(w: Workload, tiling: Tiling) -> Plan:
     """S = scale Q K^T -> HBM; P = softmax(S) (two passes over the visible scores) -> HBM; O = P V.
     P is an output (the backward reads it); S is workspace."""
     nq, nk, d, bh = w.N_q, w.N_k, w.d, w.BH
-    visible = unmasked_scores(nq, nk, w.causal)
+    visible = unmasked_scores(nq, nk, w.causal, w.causal_diagonal)
     softmax = phase("softmax", None, bh=bh, hbm_reads={"S": 2 * visible}, hbm_writes={"P": nq * nk},
                     other_flops=SOFTMAX_FLOPS * visible, units_per_head=nq,
                     unit_reread_elements=nk)

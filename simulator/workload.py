@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .blocks import causal_diagonal
+
 #: Element size in bytes -> the precision whose peak rate the roofline uses.
 PRECISION_OF_BYTES = {4: "fp32", 2: "fp16"}
 
@@ -19,8 +21,10 @@ _TENSOR_SHAPE = {
 class Workload:
     """Attention over ``B`` batches x ``H`` heads, ``N_q`` queries, ``N_k`` keys, head dim ``d``.
 
-    dtype_bytes: bytes per element (4: fp32, 2: fp16).  causal: bottom-right aligned mask
-    (query r sees key c iff c <= r + N_k - N_q), as in docs/traffic-contract.md.
+    dtype_bytes: bytes per element (4: fp32, 2: fp16).  causal: query r sees key c iff
+    c <= r + diagonal (torch.tril's convention), as in docs/traffic-contract.md; ``diagonal``
+    None is N_k - N_q (bottom-right aligned, flash-attention's), 0 top-left (torch SDPA's
+    ``is_causal``); any int, given only with ``causal``.
     """
 
     B: int
@@ -30,6 +34,7 @@ class Workload:
     d: int
     dtype_bytes: int = 4
     causal: bool = False
+    diagonal: int | None = None
 
     def __post_init__(self):
         for name in ("B", "H", "N_q", "N_k", "d"):
@@ -41,11 +46,23 @@ class Workload:
                              f"got {self.dtype_bytes!r}")
         if not isinstance(self.causal, bool):
             raise ValueError(f"Workload.causal must be a bool, got {self.causal!r}")
+        if self.diagonal is not None:
+            if not isinstance(self.diagonal, int) or isinstance(self.diagonal, bool):
+                raise ValueError(f"Workload.diagonal must be an int or None, got {self.diagonal!r}")
+            if not self.causal:
+                raise ValueError("Workload.diagonal is the causal mask's: give it with causal=True")
 
     @property
     def BH(self) -> int:
         """Independent (batch, head) pairs."""
         return self.B * self.H
+
+    @property
+    def causal_diagonal(self) -> int:
+        """The effective diagonal of the causal mask (row r sees key c iff c <= r + it):
+        ``diagonal``, or N_k - N_q when None; clamped to [-N_q, N_k] (the same mask, see
+        ``blocks.causal_diagonal``).  Meaningful only with ``causal``."""
+        return causal_diagonal(self.N_q, self.N_k, self.diagonal)
 
     @property
     def precision(self) -> str:

@@ -1,5 +1,6 @@
-"""Input factories and error measures shared by the tests."""
+"""Input factories, hypothesis strategies and error measures shared by the tests."""
 import numpy as np
+from hypothesis import strategies as st
 
 from simulator.tiling import MMA_KERNELS, Tiling
 
@@ -22,6 +23,13 @@ def for_backward(algorithm, tiling):
     if algorithm == "fa2" and tiling is not None:
         return mma_tiling(tiling, "flash_backward_tc")
     return tiling
+
+
+def causal_masks(reach):
+    """Strategy for (causal, diagonal): no mask, the default bottom-right mask (diagonal None), or
+    a diagonal in [-reach, reach] (beyond the sequence lengths: masks that hide all or nothing)."""
+    return st.one_of(st.just((False, None)), st.just((True, None)),
+                     st.tuples(st.just(True), st.integers(-reach, reach)))
 
 
 def qkv(rng, B, H, n_q, n_k, d, scale=1.0):

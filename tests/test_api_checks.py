@@ -51,6 +51,10 @@ def test_forward_bad_inputs(tensors, fn):
         ((q, k, v), {"softmax_scale": float("inf")}, ValueError, "softmax_scale"),
         ((q, k, v), {"softmax_scale": "0.1"}, TypeError, "softmax_scale must be a real number"),
         ((q, k, v), {"causal": "yes"}, TypeError, "causal must be True or False"),
+        ((q, k, v), {"causal": True, "diagonal": "0"}, TypeError, "diagonal must be an int or None"),
+        ((q, k, v), {"causal": True, "diagonal": 1.0}, TypeError, "diagonal must be an int or None"),
+        ((q, k, v), {"causal": True, "diagonal": True}, TypeError, "diagonal must be an int or None"),
+        ((q, k, v), {"diagonal": 0}, ValueError, "diagonal=0 .*: pass causal=True"),
         ((q, k, v), {"tiling": (16, 16)}, TypeError, "tiling must be a numba_flash.Tiling"),
         ((q.tolist(), k, v), {}, TypeError, "q must be a NumPy array or a CUDA device array"),
     ]
@@ -100,6 +104,10 @@ def test_backward_bad_inputs(tensors):
         nf.flash_attention_backward(do, q, k, v, o, lse.astype(np.float64))
     with pytest.raises(TypeError, match="deterministic must be True or False"):
         nf.flash_attention_backward(do, q, k, v, o, lse, deterministic=None)
+    with pytest.raises(TypeError, match="diagonal must be an int or None"):
+        nf.flash_attention_backward(do, q, k, v, o, lse, causal=True, diagonal=np.bool_(True))
+    with pytest.raises(ValueError, match="diagonal=-1 .*: pass causal=True"):
+        nf.flash_attention_backward(do, q, k, v, o, lse, diagonal=-1)
     with pytest.raises(ValueError, match="algorithm must be one of"):
         nf.flash_attention_backward(do, q, k, v, o, lse, algorithm="fa1")
     with pytest.raises(ValueError, match=r"Tiling\(Br=16, Bc=8\) does not suit .*\(flash_backward_tc\)"):
@@ -123,6 +131,8 @@ def test_outputs_untouched_when_rejected(tensors):
     with memory.using(Spy()):
         with pytest.raises(ValueError):
             fwd(q, k, v, softmax_scale=-2.0)
+        with pytest.raises(ValueError):
+            fwd(q, k, v, diagonal=0)
         assert calls == []
         fwd(q, k, v, tiling=nf.Tiling(16, 8))
         assert calls == ["O", "L"]

@@ -148,6 +148,59 @@ def test_rows_that_see_no_key_give_zero_and_minus_inf(rng, algorithm):
     assert (o_std[..., :15, :] == 0).all() and np.isfinite(o_std).all()
 
 
+# (N_q, N_k, diagonal), torch.tril's: row r sees key c iff c <= r + diagonal
+DIAGONALS = [
+    (5, 21, 0),    # top-left, N_q < N_k: keys 5.. unseen (the tc backward's 2nd 16-key block)
+    (11, 5, 0),    # top-left, N_q > N_k: every row sees key 0
+    (9, 9, -5),    # negative: rows 0..4 (a whole 4-row block) see no key
+    (7, 9, 12),    # beyond N_k: nothing masked
+]
+
+
+@pytest.mark.parametrize("n_q,n_k,diagonal", DIAGONALS)
+def test_diagonal_forward_and_backward(rng, n_q, n_k, diagonal):
+    q, k, v, do = qkv(rng, 1, 1, n_q, n_k, 6)
+    tiling = nf.Tiling(4, 4)
+    blind = np.arange(n_q) + diagonal < 0   # rows that see no key
+    for algorithm in FLASH_FORWARDS:
+        o, lse = check_forward(q, k, v, True, tiling, algorithm, diagonal=diagonal)
+        assert (o[..., blind, :] == 0).all() and np.isneginf(lse[..., blind]).all()
+    for algorithm, deterministic in FLASH_BACKWARDS:
+        with nf.poison_outputs():
+            grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=True, diagonal=diagonal,
+                                                tiling=for_backward(algorithm, tiling),
+                                                algorithm=algorithm, deterministic=deterministic)
+        check_grads(grads, q, k, v, do, True, diagonal=diagonal)
+    with nf.poison_outputs():
+        o, p = nf.standard_attention(q, k, v, causal=True, diagonal=diagonal, return_probs=True,
+                                     tiling=tiling)
+    assert rel_err(o, ref.attention_forward(q, k, v, causal=True, diagonal=diagonal)[0]) <= OUT_TOL
+    assert rel_err(p, ref.attention_probs(q, k, causal=True, diagonal=diagonal)) <= OUT_TOL
+    with nf.poison_outputs():
+        grads = nf.standard_attention_backward(do, q, k, v, o, p, causal=True, tiling=tiling)
+    check_grads(grads, q, k, v, do, True, diagonal=diagonal)
+
+
+@pytest.mark.parametrize("algorithm", FLASH_FORWARDS)
+def test_diagonals_past_the_sequences_hide_nothing_or_everything(rng, algorithm):
+    q, k, v, do = qkv(rng, 1, 1, 6, 5, 8)
+    tiling, backward = for_algorithm(algorithm, T8), backward_of(algorithm)
+    unmasked = nf.flash_attention(q, k, v, return_lse=True, algorithm=algorithm, tiling=tiling)
+    for diagonal in (4, 2**70):                  # row 0 sees keys 0..4: all of them
+        full = nf.flash_attention(q, k, v, causal=True, diagonal=diagonal, return_lse=True,
+                                  algorithm=algorithm, tiling=tiling)
+        assert all(a.tobytes() == b.tobytes() for a, b in zip(full, unmasked))
+    for diagonal in (np.int64(-6), -2**70):      # row 5 sees keys c <= -1: none
+        with nf.poison_outputs():
+            o, lse = nf.flash_attention(q, k, v, causal=True, diagonal=diagonal, return_lse=True,
+                                        algorithm=algorithm, tiling=tiling)
+            grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=True, diagonal=diagonal,
+                                                algorithm=backward,
+                                                tiling=for_backward(backward, T8))
+        assert (o == 0).all() and np.isneginf(lse).all()
+        assert all((g == 0).all() for g in grads)
+
+
 def test_forward_is_bitwise_reproducible(rng):
     q, k, v, _ = qkv(rng, 1, 2, 19, 21, 12)
     for algorithm in FLASH_FORWARDS:

@@ -8,19 +8,20 @@ from hypothesis import strategies as st
 
 from numba_flash import reference as ref
 
-from .helpers import qkv
+from .helpers import causal_masks, qkv
 
 
-def brute_force(q, k, v, causal, scale):
+def brute_force(q, k, v, causal, scale, diagonal=None):
     """Attention row by row with Python floats: the definition, nothing vectorised."""
     B, H, n_q, d = q.shape
     n_k = k.shape[2]
+    diagonal = n_k - n_q if diagonal is None else diagonal
     o = np.zeros((B, H, n_q, d))
     lse = np.full((B, H, n_q), -np.inf)
     for b in range(B):
         for h in range(H):
             for r in range(n_q):
-                cols = [c for c in range(n_k) if not causal or c <= r + n_k - n_q]
+                cols = [c for c in range(n_k) if not causal or c <= r + diagonal]
                 if not cols:
                     continue
                 s = [scale * float(np.dot(q[b, h, r].astype(float), k[b, h, c].astype(float)))
@@ -53,11 +54,14 @@ def test_online_softmax_equals_one_shot(scores, block):
     assert l == pytest.approx(np.exp(s - s.max()).sum(), rel=1e-12)
 
 
-@pytest.mark.parametrize("n_q,n_k,causal", [(1, 1, False), (5, 7, True), (7, 5, True), (6, 6, True), (4, 9, False)])
-def test_forward_matches_definition(rng, n_q, n_k, causal):
+@pytest.mark.parametrize("n_q,n_k,causal,diagonal", [
+    (1, 1, False, None), (5, 7, True, None), (7, 5, True, None), (6, 6, True, None),
+    (4, 9, False, None), (5, 7, True, 0), (7, 5, True, 0), (6, 6, True, -2), (6, 4, True, 7),
+])
+def test_forward_matches_definition(rng, n_q, n_k, causal, diagonal):
     q, k, v, _ = qkv(rng, 2, 1, n_q, n_k, 3)
-    o, lse = ref.attention_forward(q, k, v, causal=causal, softmax_scale=0.7)
-    o_bf, lse_bf = brute_force(q, k, v, causal, 0.7)
+    o, lse = ref.attention_forward(q, k, v, causal=causal, softmax_scale=0.7, diagonal=diagonal)
+    o_bf, lse_bf = brute_force(q, k, v, causal, 0.7, diagonal)
     np.testing.assert_allclose(o, o_bf, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(lse_bf))
     np.testing.assert_allclose(lse[np.isfinite(lse)], lse_bf[np.isfinite(lse_bf)], rtol=1e-12)
@@ -68,29 +72,38 @@ def test_causal_mask_is_bottom_right():
     assert ref.causal_mask(4, 2).tolist() == [[False, False], [False, False], [True, False], [True, True]]
 
 
-@pytest.mark.parametrize("causal", [False, True])
-def test_backward_matches_finite_differences(rng, causal):
+def test_causal_mask_diagonal_is_torch_trils():
+    ones = np.ones((3, 5), bool)
+    for diagonal in (-4, -1, 0, 2, 6):
+        assert (ref.causal_mask(3, 5, diagonal) == np.tril(ones, diagonal)).all()
+    assert ref.causal_mask(2, 4, 0).tolist() == [[True, False, False, False], [True, True, False, False]]
+
+
+@pytest.mark.parametrize("causal,diagonal", [(False, None), (True, None), (True, 0), (True, -1)])
+def test_backward_matches_finite_differences(rng, causal, diagonal):
     q, k, v, do = (x.astype(np.float64) for x in qkv(rng, 1, 1, 4, 5, 3))
-    dq, dk, dv = ref.attention_backward(do, q, k, v, causal=causal)
+    mask = dict(causal=causal, diagonal=diagonal)
+    dq, dk, dv = ref.attention_backward(do, q, k, v, **mask)
     eps = 1e-6
     for x, grad in ((q, dq), (k, dk), (v, dv)):
         for idx in [(0, 0, 0, 0), (0, 0, x.shape[2] - 1, 2), (0, 0, 1, 1)]:
             old = x[idx]
             x[idx] = old + eps
-            up = (ref.attention_forward(q, k, v, causal=causal)[0] * do).sum()
+            up = (ref.attention_forward(q, k, v, **mask)[0] * do).sum()
             x[idx] = old - eps
-            down = (ref.attention_forward(q, k, v, causal=causal)[0] * do).sum()
+            down = (ref.attention_forward(q, k, v, **mask)[0] * do).sum()
             x[idx] = old
             assert grad[idx] == pytest.approx((up - down) / (2 * eps), rel=1e-5, abs=1e-8)
 
 
 @given(n_q=st.integers(1, 12), n_k=st.integers(1, 12), br=st.integers(1, 5), bc=st.integers(1, 5),
-       causal=st.booleans())
-def test_blockwise_equals_one_shot(n_q, n_k, br, bc, causal):
+       mask=causal_masks(14))
+def test_blockwise_equals_one_shot(n_q, n_k, br, bc, mask):
+    causal, diagonal = mask
     rng = np.random.default_rng(n_q * 131 + n_k)
     q, k, v, _ = qkv(rng, 1, 2, n_q, n_k, 4)
-    o, lse = ref.blockwise_attention_forward(q, k, v, br=br, bc=bc, causal=causal)
-    o_ref, lse_ref = ref.attention_forward(q, k, v, causal=causal)
+    o, lse = ref.blockwise_attention_forward(q, k, v, br=br, bc=bc, causal=causal, diagonal=diagonal)
+    o_ref, lse_ref = ref.attention_forward(q, k, v, causal=causal, diagonal=diagonal)
     np.testing.assert_allclose(o, o_ref, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(lse_ref))
     np.testing.assert_allclose(lse[np.isfinite(lse)], lse_ref[np.isfinite(lse_ref)], rtol=1e-12)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from simulator import ALGORITHMS, ModelTiling, Tiling, Workload, predict
 from simulator.tiling import MATMUL_BK
 
-from .helpers import mma_tiling
+from .helpers import causal_masks, mma_tiling
 
 
 def _ceil(a, b):
@@ -23,6 +23,7 @@ class Walk:
         self.reads, self.writes = Counter(), Counter()
         self.sram_reads, self.sram_writes = Counter(), Counter()
         self.tr, self.tc = _ceil(w.N_q, t.Br), _ceil(w.N_k, t.Bc)
+        self.off = w.N_k - w.N_q if w.diagonal is None else w.diagonal   # as given, unclamped
 
     def rows(self, i):
         return min(self.t.Br, self.w.N_q - i * self.t.Br)
@@ -32,13 +33,13 @@ class Walk:
 
     def active(self, i, j):
         last_i = i * self.t.Br + self.rows(i) - 1
-        return not self.w.causal or j * self.t.Bc <= last_i + (self.w.N_k - self.w.N_q)
+        return not self.w.causal or j * self.t.Bc <= last_i + self.off
 
     def nb(self, i):
         return sum(self.active(i, j) for j in range(self.tc))
 
     def visible(self, r, c):
-        return not self.w.causal or c <= r + self.w.N_k - self.w.N_q
+        return not self.w.causal or c <= r + self.off
 
     # -- generic pieces ---------------------------------------------------------------------
     def matmul(self, a, b, c, m, n, k):
@@ -283,9 +284,11 @@ def assert_matches(algorithm, w, t):
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-@pytest.mark.parametrize("causal", [False, True])
-def test_tiny_case_matches_the_contract(algorithm, causal):
-    assert_matches(algorithm, Workload(1, 2, 5, 7, 3, causal=causal), for_algorithm(algorithm, Tiling(2, 3)))
+@pytest.mark.parametrize("causal,diagonal", [(False, None), (True, None), (True, 0), (True, -3),
+                                             (True, 9)])
+def test_tiny_case_matches_the_contract(algorithm, causal, diagonal):
+    assert_matches(algorithm, Workload(1, 2, 5, 7, 3, causal=causal, diagonal=diagonal),
+                   for_algorithm(algorithm, Tiling(2, 3)))
 
 
 def test_hand_counted_flash_v2_causal():
@@ -293,6 +296,15 @@ def test_hand_counted_flash_v2_causal():
     # i.e. 6, 6, 7 keys; K and V are read (6 + 6 + 7) * d = 57 elements per head each.
     r = predict("flash_forward_v2", Workload(1, 1, 5, 7, 3, causal=True), Tiling(2, 3))
     assert r.hbm_counts() == {"Q": (15, 0), "K": (57, 0), "V": (57, 0), "O": (0, 15), "L": (0, 5)}
+
+
+def test_hand_counted_flash_v2_top_left():
+    # Nq=5, Nk=7, Br=2, Bc=3, diagonal 0: last rows 1, 3, 4 reach keys 1, 3, 4, so the row blocks
+    # see 1, 2, 2 column blocks, 3, 6, 6 keys: K and V reads (3 + 6 + 6) * d = 45 each.
+    w = Workload(1, 1, 5, 7, 3, causal=True, diagonal=0)
+    assert w.causal_diagonal == 0
+    r = predict("flash_forward_v2", w, Tiling(2, 3))
+    assert r.hbm_counts() == {"Q": (15, 0), "K": (45, 0), "V": (45, 0), "O": (0, 15), "L": (0, 5)}
 
 
 def test_hand_counted_flash_v1_causal_nq_above_nk():
@@ -305,15 +317,16 @@ def test_hand_counted_flash_v1_causal_nq_above_nk():
 
 
 shapes = st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 11), st.integers(1, 11),
-                   st.integers(1, 5), st.booleans())
+                   st.integers(1, 5), causal_masks(14))
 
 
 @settings(max_examples=300, deadline=None)
 @given(algorithm=st.sampled_from(sorted(ALGORITHMS)), shape=shapes,
        br=st.integers(1, 9), bc=st.integers(1, 9))
 def test_random_shapes_match_the_contract(algorithm, shape, br, bc):
-    b, h, nq, nk, d, causal = shape
-    assert_matches(algorithm, Workload(b, h, nq, nk, d, causal=causal), for_algorithm(algorithm, Tiling(br, bc)))
+    b, h, nq, nk, d, (causal, diagonal) = shape
+    assert_matches(algorithm, Workload(b, h, nq, nk, d, causal=causal, diagonal=diagonal),
+                   for_algorithm(algorithm, Tiling(br, bc)))
 
 
 def test_model_tiling_counts_like_a_tiling():

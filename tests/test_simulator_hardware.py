@@ -74,3 +74,16 @@ def test_workload_dtype_causal_and_sizes():
     assert [w.tensor_elements(t) for t in ("Q", "dK", "S", "L")] == [6 * 20, 6 * 28, 6 * 35, 6 * 5]
     with pytest.raises(ValueError, match="X"):
         w.tensor_elements("X")
+
+
+def test_workload_diagonal():
+    for bad in (True, 1.0, "0"):
+        with pytest.raises(ValueError, match="Workload.diagonal must be an int or None"):
+            Workload(1, 1, 4, 6, 2, causal=True, diagonal=bad)
+    with pytest.raises(ValueError, match="Workload.diagonal .* causal=True"):
+        Workload(1, 1, 4, 6, 2, diagonal=0)
+    assert Workload(1, 1, 4, 6, 2, causal=True).causal_diagonal == 2          # bottom-right
+    assert Workload(1, 1, 4, 6, 2, causal=True, diagonal=-1).causal_diagonal == -1
+    # clamped to [-N_q, N_k]: the same mask (none visible / all visible), and ints that fit int64
+    assert Workload(1, 1, 4, 6, 2, causal=True, diagonal=-2**70).causal_diagonal == -4
+    assert Workload(1, 1, 4, 6, 2, causal=True, diagonal=2**70).causal_diagonal == 6

@@ -5,6 +5,8 @@ from hypothesis import strategies as st
 
 from simulator import (ALGORITHMS, Tiling, Workload, closed_forms, paper_tiling, predict)
 
+from .helpers import causal_masks
+
 FAST = settings(max_examples=25, deadline=None)
 FLASH = ("flash_forward_v1", "flash_forward_v2", "flash_backward", "flash_backward_deterministic")
 
@@ -75,10 +77,11 @@ def test_algorithm_1_writes_o_tc_times_fa2_once(nq, nk, d, br, bc):
 @settings(max_examples=40, deadline=None)
 @given(algorithm=st.sampled_from(sorted(ALGORITHMS)), nq=st.integers(1, 300),
        nk=st.integers(1, 300), d=st.integers(1, 128), m_over_d=st.integers(1, 400),
-       causal=st.booleans())
-def test_lower_bound_never_exceeds_an_exact_count(algorithm, nq, nk, d, m_over_d, causal):
+       mask=causal_masks(320))
+def test_lower_bound_never_exceeds_an_exact_count(algorithm, nq, nk, d, m_over_d, mask):
     M = d * m_over_d
-    w = Workload(1, 2, nq, nk, d, causal=causal)
+    causal, diagonal = mask
+    w = Workload(1, 2, nq, nk, d, causal=causal, diagonal=diagonal)
     # the tensor-core kernels take only their mma-shaped tilings (None: their default)
     own_tiling = algorithm.startswith("standard") or algorithm.endswith("_tc")
     tiling = None if own_tiling else paper_tiling(M, d)
@@ -96,6 +99,16 @@ def test_lower_bound_has_the_papers_shape_for_m_above_d_squared():
     assert 1.7 < bounds[0] / bounds[1] <= 2 and 1.7 < bounds[1] / bounds[2] <= 2
     with pytest.raises(ValueError, match="M=3"):
         closed_forms.proposition3_lower_bound(w, 3)
+
+
+def test_compulsory_traffic_counts_only_keys_and_queries_the_mask_lets_meet():
+    def bound(**mask):   # M large: the compulsory term d (2 keys + 2 queries) is the bound
+        return closed_forms.proposition3_lower_bound(Workload(1, 1, 4, 10, 2, **mask), 2000).elements
+
+    assert bound() == bound(causal=True) == 2 * (2 * 10 + 2 * 4)   # every key reaches a query
+    assert bound(causal=True, diagonal=0) == 2 * (2 * 4 + 2 * 4)    # top-left: keys 0..3 only
+    assert bound(causal=True, diagonal=-2) == 2 * (2 * 2 + 2 * 2)   # rows 2, 3 see keys 0, 1
+    assert bound(causal=True, diagonal=-4) == 0                     # nothing visible
 
 
 @FAST
@@ -124,10 +137,11 @@ CLOSED = {
 
 @settings(max_examples=60, deadline=None)
 @given(algorithm=st.sampled_from(sorted(CLOSED)), nq=st.integers(1, 400), nk=st.integers(1, 400),
-       d=st.integers(1, 96), m_over_d=st.integers(1, 300), causal=st.booleans())
-def test_closed_forms_are_exact_without_mask_and_bounds_with(algorithm, nq, nk, d, m_over_d, causal):
+       d=st.integers(1, 96), m_over_d=st.integers(1, 300), mask=causal_masks(420))
+def test_closed_forms_are_exact_without_mask_and_bounds_with(algorithm, nq, nk, d, m_over_d, mask):
     M = d * m_over_d
-    w = Workload(1, 2, nq, nk, d, causal=causal)
+    causal, diagonal = mask
+    w = Workload(1, 2, nq, nk, d, causal=causal, diagonal=diagonal)
     tiling = None if algorithm.startswith("standard") else paper_tiling(M, d)
     closed = CLOSED[algorithm](w, M)
     count = hbm_elements(algorithm, w, tiling)

@@ -38,6 +38,8 @@ def test_table_lists_every_tensor_and_the_totals():
         assert any(line.split()[0] == name for line in text.splitlines()[1:])
     assert f"{r.hbm_read_bytes:,}" in text and f"{r.hbm_write_bytes:,}" in text
     assert "Br=2 Bc=3" in text and "causal" in text and "extra device memory" in text
+    top_left = predict("standard_forward", Workload(1, 2, 5, 7, 3, causal=True, diagonal=0))
+    assert "causal diagonal=0" in top_left.table() and top_left.record()["diagonal"] == 0
 
 
 def test_record_is_flat_and_complete():

@@ -13,7 +13,7 @@ import simulator
 from numba_flash import reference as ref
 from numba_flash.instrument import count_traffic
 
-from .helpers import qkv
+from .helpers import causal_masks, mma_tiling, qkv
 
 FORWARD = {"flash_forward_v1": "fa1", "flash_forward_v2": "fa2_fma", "flash_forward_tc": "fa2"}
 #: simulator algorithm -> flash_attention_backward's (algorithm, deterministic)
@@ -21,25 +21,28 @@ BACKWARD = {"flash_backward": ("fa2_fma", False), "flash_backward_deterministic"
             "flash_backward_tc": ("fa2", False)}
 
 
-def measured_and_predicted(algorithm, B, H, n_q, n_k, d, causal, tiling, seed=0):
+def measured_and_predicted(algorithm, B, H, n_q, n_k, d, causal, tiling, seed=0, diagonal=None):
+    """count_traffic of the call that runs ``algorithm`` and predict on the Workload of the same
+    arguments (``diagonal`` passed to both)."""
     rng = np.random.default_rng(seed)
     q, k, v, do = qkv(rng, B, H, n_q, n_k, d)
+    mask = dict(causal=causal, diagonal=diagonal)
     if algorithm in FORWARD:
-        report = count_traffic(nf.flash_attention, q, k, v, causal=causal, tiling=tiling,
+        report = count_traffic(nf.flash_attention, q, k, v, **mask, tiling=tiling,
                                algorithm=FORWARD[algorithm])
     elif algorithm in BACKWARD:
-        o, lse = (x.astype(np.float32) for x in ref.attention_forward(q, k, v, causal=causal))
+        o, lse = (x.astype(np.float32) for x in ref.attention_forward(q, k, v, **mask))
         backward, deterministic = BACKWARD[algorithm]
-        report = count_traffic(nf.flash_attention_backward, do, q, k, v, o, lse, causal=causal,
+        report = count_traffic(nf.flash_attention_backward, do, q, k, v, o, lse, **mask,
                                tiling=tiling, algorithm=backward, deterministic=deterministic)
     elif algorithm == "standard_forward":
-        report = count_traffic(nf.standard_attention, q, k, v, causal=causal, tiling=tiling)
+        report = count_traffic(nf.standard_attention, q, k, v, **mask, tiling=tiling)
     else:
-        o, p = nf.standard_attention(q, k, v, causal=causal, tiling=tiling, return_probs=True)
+        o, p = nf.standard_attention(q, k, v, **mask, tiling=tiling, return_probs=True)
         report = count_traffic(nf.standard_attention_backward, do, q, k, v, o, p, causal=causal,
                                tiling=tiling)
-    predicted = simulator.predict(algorithm, simulator.Workload(B, H, n_q, n_k, d, 4, causal), tiling)
-    return report, predicted
+    workload = simulator.Workload(B, H, n_q, n_k, d, 4, causal, diagonal)
+    return report, simulator.predict(algorithm, workload, tiling)
 
 
 FLASH = ["flash_forward_v1", "flash_forward_v2", "flash_backward", "flash_backward_deterministic"]
@@ -59,11 +62,27 @@ def test_predict_equals_counted_traffic(algorithm, n_q, n_k, causal, tiling):
 
 
 @given(algorithm=st.sampled_from(FLASH), n_q=st.integers(1, 20), n_k=st.integers(1, 20),
-       d=st.integers(1, 6), br=st.integers(1, 8), bc=st.integers(1, 8), causal=st.booleans(),
+       d=st.integers(1, 6), br=st.integers(1, 8), bc=st.integers(1, 8), mask=causal_masks(24),
        heads=st.integers(1, 2))
-def test_predict_equals_counted_traffic_on_drawn_shapes(algorithm, n_q, n_k, d, br, bc, causal, heads):
+def test_predict_equals_counted_traffic_on_drawn_shapes(algorithm, n_q, n_k, d, br, bc, mask, heads):
+    causal, diagonal = mask
     report, predicted = measured_and_predicted(algorithm, 1, heads, n_q, n_k, d, causal,
-                                               nf.Tiling(br, bc))
+                                               nf.Tiling(br, bc), diagonal=diagonal)
+    assert report.hbm_counts() == predicted.hbm_counts()
+
+
+@pytest.mark.parametrize("algorithm", sorted(simulator.ALGORITHMS))
+@pytest.mark.parametrize("n_q,n_k,diagonal,tiling", [
+    (5, 19, 0, nf.Tiling(2, 4)),     # top-left, N_q < N_k: key blocks that no query sees
+    (11, 5, 0, nf.Tiling(4, 2)),     # top-left, N_q > N_k: every row sees key 0
+    (9, 7, -5, nf.Tiling(4, 3)),     # a row block that sees nothing, rows that see nothing
+    (6, 7, 9, nf.Tiling(4, 3)),      # beyond N_k: nothing masked
+])
+def test_predict_equals_counted_traffic_with_a_diagonal(algorithm, n_q, n_k, diagonal, tiling):
+    if algorithm.endswith("_tc"):
+        tiling = mma_tiling(tiling, algorithm)
+    report, predicted = measured_and_predicted(algorithm, 1, 1, n_q, n_k, 3, True, tiling,
+                                               diagonal=diagonal)
     assert report.hbm_counts() == predicted.hbm_counts()
 
 

@@ -29,15 +29,15 @@ dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability
 
 A3, A2 = "float32[:,:,::1]", "float32[:,::1]"
 SIGS = {
-    "fa2": f"({A3}, {A3}, {A3}, {A3}, {A2}, float32, int64, int64)",
-    "fa2_tc": "(float32[::1], float32[::1], float32[::1], float32[::1], float32[::1], float32, int64, int64)",
-    "alg1": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A2}, float32, int64, int64)",
-    "bwd_tc": "(" + ", ".join(["float32[::1]"] * 9) + ", float32, float32, int64, int64)",
-    "bwd_kv": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, {A3}, {A3}, float32, float32, int64, int64)",
-    "bwd_dq": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, float32, float32, int64, int64)",
+    "fa2": f"({A3}, {A3}, {A3}, {A3}, {A2}, float32, int64, int64, int64)",
+    "fa2_tc": "(float32[::1], float32[::1], float32[::1], float32[::1], float32[::1], float32, int64, int64, int64)",
+    "alg1": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A2}, float32, int64, int64, int64)",
+    "bwd_tc": "(" + ", ".join(["float32[::1]"] * 9) + ", float32, float32, int64, int64, int64)",
+    "bwd_kv": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, {A3}, {A3}, float32, float32, int64, int64, int64)",
+    "bwd_dq": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, float32, float32, int64, int64, int64)",
     "row_dot": f"({A3}, {A3}, {A2}, {A3}, int64)",
     "matmul": f"({A3}, {A3}, {A3}, float32, int64, int64, int64)",
-    "softmax": f"({A3}, {A3}, int64, int64)",
+    "softmax": f"({A3}, {A3}, int64, int64, int64)",
     "ds": f"({A3}, {A3}, {A2}, {A3}, int64)",
 }
 

@@ -106,8 +106,9 @@ def _make_load_row_stats(t):
 
 @kernel_factory
 def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool):
-    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k)`` (``qscale`` =
-    scale * log2(e), float32; Qi is held in SRAM times qscale) computing dK, dV and,
+    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, diagonal)``
+    (``qscale`` = scale * log2(e), float32; Qi is held in SRAM times qscale; ``diagonal``, an
+    int read only when ``causal``: row r sees key c iff c <= r + diagonal) computing dK, dV and,
     with ``atomic_dq``, dQ by atomic adds (dq must be zeroed first). Grid (Tc, B*H),
     ``tiling.threads`` threads, ``tiling.smem_bytes("flash_backward", d)`` bytes of shared memory."""
     t = tile_ops(tiling, d)
@@ -129,7 +130,7 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
     ALIGN = smem_alignment()
 
     @cuda.jit(**jit_options("flash_backward", tiling))
-    def flash_backward_kv(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k):
+    def flash_backward_kv(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, diagonal):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
         # SRAM tiles, at fixed offsets of smem: Kj [0, V0) and Vj [V0, Q0) for the whole kernel;
         # Qi [Q0, O0) and dOi [O0, P0) for one i step
@@ -145,7 +146,6 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
         tx = tid - ty * TX
         col0 = j * BC
         cols = min(BC, n_k - col0)
-        off = n_k - n_q
         tr = (n_q + BR - 1) // BR
         tc = (n_k + BC - 1) // BC
 
@@ -164,7 +164,7 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
         for i in range(tr):
             row0 = i * BR
             rows = min(BR, n_q - row0)
-            if j >= active_blocks(row0 + rows - 1, off, BC, tc, causal):
+            if j >= active_blocks(row0 + rows - 1, diagonal, BC, tc, causal):
                 continue
             # barrier: Kj, Vj loaded; the previous step is done with Qi, dOi, P, dS, L, D
             cuda.syncthreads()
@@ -173,7 +173,7 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
             load_row_stats(Lrow, Drow, lse, dvec, bh, row0, rows, tid)
             # barrier: Qi, dOi, L_i, D_i complete
             cuda.syncthreads()
-            recompute_p_ds(p, ds, smem, Q0, O0, 0, V0, Lrow, Drow, row0, col0, cols, off, ty, tx)
+            recompute_p_ds(p, ds, smem, Q0, O0, 0, V0, Lrow, Drow, row0, col0, cols, diagonal, ty, tx)
             for a in range(RA):
                 r = ty + TY * a
                 for b in range(CB):
@@ -212,8 +212,9 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
 
 @kernel_factory
 def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
-    """Deterministic dQ kernel ``(q, k, v, do, lse, dvec, dq, scale, qscale, n_q, n_k)``: grid (Tr, B*H),
-    ``tiling.threads`` threads, ``tiling.smem_bytes("flash_backward_dq", d)`` bytes."""
+    """Deterministic dQ kernel ``(q, k, v, do, lse, dvec, dq, scale, qscale, n_q, n_k, diagonal)``
+    (arguments as the K/V kernel's): grid (Tr, B*H), ``tiling.threads`` threads,
+    ``tiling.smem_bytes("flash_backward_dq", d)`` bytes."""
     t = tile_ops(tiling, d)
     BR, BC, TY, TX, RA, CB, OB, LD, LS = t.BR, t.BC, t.TY, t.TX, t.RA, t.CB, t.OB, t.LD, t.LS
     load_head_tile, scores_times_tile = t.load_head_tile, t.scores_times_tile
@@ -230,7 +231,7 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
     ALIGN = smem_alignment()
 
     @cuda.jit(**jit_options("flash_backward_dq", tiling))
-    def flash_backward_dq(q, k, v, do, lse, dvec, dq, scale, qscale, n_q, n_k):
+    def flash_backward_dq(q, k, v, do, lse, dvec, dq, scale, qscale, n_q, n_k, diagonal):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
         # SRAM tiles, at fixed offsets of smem: Qi [0, O0) and dOi [O0, K0) for the whole
         # kernel; Kj [K0, V0) and Vj [V0, S0) for one j step
@@ -245,7 +246,6 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
         tx = tid - ty * TX
         row0 = i * BR
         rows = min(BR, n_q - row0)
-        off = n_k - n_q
         tc = (n_k + BC - 1) // BC
 
         load_head_tile(smem, 0, q, bh, row0, rows, BR, tid, qscale)
@@ -258,7 +258,7 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
             for b in range(OB):
                 dq_acc[a, b] = 0.0
 
-        for j in range(active_blocks(row0 + rows - 1, off, BC, tc, causal)):
+        for j in range(active_blocks(row0 + rows - 1, diagonal, BC, tc, causal)):
             col0 = j * BC
             cols = min(BC, n_k - col0)
             # barrier: the previous step is done with Kj, Vj, dS (and Qi, dOi, L, D are loaded)
@@ -267,7 +267,7 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
             load_head_tile(smem, V0, v, bh, col0, cols, BC, tid, ONE)
             # barrier: Kj, Vj complete
             cuda.syncthreads()
-            recompute_p_ds(p, ds, smem, 0, O0, K0, V0, Lrow, Drow, row0, col0, cols, off, ty, tx)
+            recompute_p_ds(p, ds, smem, 0, O0, K0, V0, Lrow, Drow, row0, col0, cols, diagonal, ty, tx)
             for a in range(RA):
                 r = ty + TY * a
                 for b in range(CB):

@@ -129,9 +129,10 @@ VERSION = 7
 
 @kernel_factory
 def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
-    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k)`` on flat (1-D)
-    views of q, do, dq: (B*H, N_q, d); k, v, dk, dv: (B*H, N_k, d); lse, dvec: (B*H, N_q);
-    ``qscale`` = scale * log2(e), float32. dq must hold zeros (the kernel adds into it). Launch
+    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, diagonal)`` on flat
+    (1-D) views of q, do, dq: (B*H, N_q, d); k, v, dk, dv: (B*H, N_k, d); lse, dvec: (B*H, N_q);
+    ``qscale`` = scale * log2(e), float32; ``diagonal`` (int, read only when ``causal``): row r
+    sees key c iff c <= r + diagonal. dq must hold zeros (the kernel adds into it). Launch
     with grid (Tc, B*H), ``tiling.threads_for("flash_backward_tc")`` threads and
     ``tiling.smem_bytes("flash_backward_tc", d)`` bytes of dynamic shared memory."""
     BR, BC = tiling.Br, tiling.Bc
@@ -257,7 +258,7 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
     rows_times_tile_t, add_scores_times_tile = (
         cuda.jit(device=True)(unrolled(f)) for f in (rows_times_tile_t, add_scores_times_tile))
 
-    def flash_backward_tc(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k):
+    def flash_backward_tc(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, diagonal):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
         # SRAM tiles: Kj at KO and Vj at VO for the whole kernel; Qi at QO and QTO, dOi at OO
         # and OTO, dS at SO, L at LO, D at DO for one i step
@@ -274,7 +275,6 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
         wkey = warp * 16        # this warp's first key of the Bc tile
         col0 = j * BC
         cols = min(BC, n_k - col0)
-        off = n_k - n_q
         tr = (n_q + BR - 1) // BR
         tc = (n_k + BC - 1) // BC
 
@@ -323,7 +323,7 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
         for i in range(tr):
             row0 = i * BR
             rows = min(BR, n_q - row0)
-            if j >= active_blocks(row0 + rows - 1, off, BC, tc, causal):
+            if j >= active_blocks(row0 + rows - 1, diagonal, BC, tc, causal):
                 continue
             # no barrier: every warp last read Qi, dOi, L, D before the previous dS barrier
             load_twice(smem, QO, QTO, q, bh * n_q + row0, rows, tid, qscale)
@@ -336,13 +336,13 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
             rows_times_tile_t(s, smem, ka_hi, ka_lo, QC + row_even, QC + row_odd)   # S^T, base 2
             # interior tiles (full, and left of the causal diagonal) need no mask; rows past
             # N_q have L = +inf
-            edge = cols < BC or (causal and col0 + BC - 1 > row0 + off)
+            edge = cols < BC or (causal and col0 + BC - 1 > row0 + diagonal)
             for h in static_range(2):             # slots 2h, 2h + 1 hold key wkey + g + 8h
                 key = wkey + g + 8 * h
                 for n in static_range(NT):
                     for e in static_range(2):
                         r = 8 * n + 2 * t + e
-                        if edge and masked(r, key, row0, col0, cols, off, causal):
+                        if edge and masked(r, key, row0, col0, cols, diagonal, causal):
                             s[n, 2 * h + e] = ZERO
                         else:
                             s[n, 2 * h + e] = exp2(s[n, 2 * h + e] - smem[LO + uint64(r)])

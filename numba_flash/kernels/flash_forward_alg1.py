@@ -38,8 +38,9 @@ VERSION = 1
 
 @kernel_factory
 def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
-    """Kernel ``(q, k, v, o, lse, l_hbm, m_hbm, scale, n_q, n_k)``; q, o: (B*H, N_q, d);
-    k, v: (B*H, N_k, d); lse, l_hbm, m_hbm: (B*H, N_q) (l, m are HBM workspace).
+    """Kernel ``(q, k, v, o, lse, l_hbm, m_hbm, scale, n_q, n_k, diagonal)``; q, o:
+    (B*H, N_q, d); k, v: (B*H, N_k, d); lse, l_hbm, m_hbm: (B*H, N_q) (l, m are HBM workspace);
+    ``diagonal`` (int, read only when ``causal``): row r sees key c iff c <= r + diagonal.
     Launch with grid (B*H,), ``tiling.threads`` threads and
     ``tiling.smem_bytes("flash_forward_v1", d)`` bytes of dynamic shared memory."""
     t = tile_ops(tiling, d)
@@ -55,7 +56,7 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
     ALIGN = smem_alignment()
 
     @cuda.jit(**jit_options("flash_forward_v1", tiling))
-    def flash_forward_alg1(q, k, v, o, lse, l_hbm, m_hbm, scale, n_q, n_k):
+    def flash_forward_alg1(q, k, v, o, lse, l_hbm, m_hbm, scale, n_q, n_k, diagonal):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
         # SRAM tiles, at fixed offsets of smem: Kj [0, V0) and Vj [V0, Q0) for a whole outer
         # step, Qi [Q0, S0) for one inner step
@@ -67,7 +68,6 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
         tid = cuda.threadIdx.x
         ty = tid // TX
         tx = tid - ty * TX
-        off = n_k - n_q
         tr = (n_q + BR - 1) // BR
         tc = (n_k + BC - 1) // BC
         s = cuda.local.array((RA, CB), float32)    # registers: this thread's slice of S_ij
@@ -83,7 +83,7 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
             for i in range(tr):
                 row0 = i * BR
                 rows = min(BR, n_q - row0)
-                nb = active_blocks(row0 + rows - 1, off, BC, tc, causal)
+                nb = active_blocks(row0 + rows - 1, diagonal, BC, tc, causal)
                 if j >= nb:
                     continue
                 # barrier: Kj, Vj loaded; the previous inner step is done with Qi, P, keep, inv_l
@@ -97,7 +97,7 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
                     for b in range(CB):
                         c = tx + TX * b
                         if r < BR and c < BC:
-                            if masked(r, c, row0, col0, cols, off, causal):
+                            if masked(r, c, row0, col0, cols, diagonal, causal):
                                 S[r * LS + c] = NEG_INF
                             else:
                                 S[r * LS + c] = scale * s[a, b]
@@ -152,11 +152,11 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
                                 o_old = o[bh, row0 + r, x] if j > 0 else 0.0
                                 o[bh, row0 + r, x] = keep[r] * o_old + inv_l[r] * pv[a, b]
 
-        # row blocks no key reaches (causal, N_q > N_k): O = 0, L = -inf
+        # row blocks no key reaches (causal, last row + diagonal < 0): O = 0, L = -inf
         for i in range(tr):
             row0 = i * BR
             rows = min(BR, n_q - row0)
-            if active_blocks(row0 + rows - 1, off, BC, tc, causal) == 0:
+            if active_blocks(row0 + rows - 1, diagonal, BC, tc, causal) == 0:
                 for idx in range(tid, rows * d, T):
                     r = idx // d
                     o[bh, row0 + r, idx - r * d] = 0.0

@@ -49,8 +49,10 @@ VERSION = 4
 
 @kernel_factory
 def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
-    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k)``; q, o: (B*H, N_q, d); k, v: (B*H, N_k, d);
-    lse: (B*H, N_q); ``qscale`` = softmax scale * log2(e), float32. Launch with grid
+    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k, diagonal)``; q, o: (B*H, N_q, d);
+    k, v: (B*H, N_k, d); lse: (B*H, N_q); ``qscale`` = softmax scale * log2(e), float32;
+    ``diagonal`` (int, read only when ``causal``): row r sees key c iff c <= r + diagonal.
+    Launch with grid
     (Tr, B*H), ``tiling.threads`` threads and ``tiling.smem_bytes("flash_forward_v2", d)``
     bytes of dynamic shared memory."""
     t = tile_ops(tiling, d)
@@ -66,7 +68,7 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
     ALIGN = smem_alignment()
 
     @cuda.jit(**jit_options("flash_forward_v2", tiling))
-    def flash_forward_fa2(q, k, v, o, lse, qscale, n_q, n_k):
+    def flash_forward_fa2(q, k, v, o, lse, qscale, n_q, n_k, diagonal):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
         # SRAM tiles, at fixed offsets of smem: Qi [0, K0) for the whole kernel (times qscale);
         # Kj [K0, V0) and Vj [V0, S0) for one j step; P [S0, R0) for the P Vj product
@@ -80,7 +82,6 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
         tx = tid - ty * TX
         row0 = i * BR
         rows = min(BR, n_q - row0)
-        off = n_k - n_q
         tc = (n_k + BC - 1) // BC
 
         load_head_tile(smem, 0, q, bh, row0, rows, BR, tid, qscale)
@@ -95,7 +96,7 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
             for b in range(OB):
                 acc[a, b] = ZERO
 
-        for j in range(active_blocks(row0 + rows - 1, off, BC, tc, causal)):
+        for j in range(active_blocks(row0 + rows - 1, diagonal, BC, tc, causal)):
             col0 = j * BC
             cols = min(BC, n_k - col0)
             # barrier: every thread is done with the previous Kj, Vj, P, part (and Qi is loaded)
@@ -110,7 +111,7 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
                 mx = NEG_INF
                 for b in range(CB):
                     c = tx + TX * b
-                    if masked(r, c, row0, col0, cols, off, causal):
+                    if masked(r, c, row0, col0, cols, diagonal, causal):
                         s[a, b] = NEG_INF
                     mx = sticky_max(mx, s[a, b])
                 if ty + TY * a < BR:

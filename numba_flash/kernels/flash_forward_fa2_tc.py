@@ -111,10 +111,11 @@ VERSION = 9
 
 @kernel_factory
 def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
-    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k)`` on flat (1-D) views of q, o: (B*H, N_q, d);
-    k, v: (B*H, N_k, d); lse: (B*H, N_q) -- flat, so that element offsets are affine in the
-    compile-time d and the loads take immediate offsets; ``qscale`` = softmax scale * log2(e),
-    float32. Launch with grid (Tr, B*H), ``tiling.threads_for("flash_forward_tc")`` threads and
+    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k, diagonal)`` on flat (1-D) views of q, o:
+    (B*H, N_q, d); k, v: (B*H, N_k, d); lse: (B*H, N_q) -- flat, so that element offsets are
+    affine in the compile-time d and the loads take immediate offsets; ``qscale`` = softmax
+    scale * log2(e), float32; ``diagonal`` (int, read only when ``causal``): row r sees key c
+    iff c <= r + diagonal. Launch with grid (Tr, B*H), ``tiling.threads_for("flash_forward_tc")`` threads and
     ``tiling.smem_bytes("flash_forward_tc", d)`` bytes of dynamic shared memory."""
     BR, BC = tiling.Br, tiling.Bc
     T = tiling.threads_for("flash_forward_tc")
@@ -225,7 +226,7 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
     fetch_k, fetch_v = make_fetch(k_pair, 0, 1), make_fetch(v_pair, 1, 0)
     store_k, store_vt = make_store(k_pair, kj_at), make_store(v_pair, vj_at)
 
-    def flash_forward_fa2_tc(q, k, v, o, lse, qscale, n_q, n_k):
+    def flash_forward_fa2_tc(q, k, v, o, lse, qscale, n_q, n_k, diagonal):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
         # SRAM tiles: Qi at QO for the whole kernel; Kj at KO and Vj^T at VO for one j step
         i, bh = cuda.blockIdx.x, cuda.blockIdx.y
@@ -242,8 +243,7 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
         wrow = (tid // 32) * 16       # this warp's first row of the Br tile
         row0 = i * BR
         rows = min(BR, n_q - row0)
-        off = n_k - n_q
-        nb = active_blocks(row0 + rows - 1, off, BC, (n_k + BC - 1) // BC, causal)
+        nb = active_blocks(row0 + rows - 1, diagonal, BC, (n_k + BC - 1) // BC, causal)
 
         load_q_tile(smem, q, bh * n_q + row0, rows, tid, qscale)
         buf = cuda.local.array(BUF, float32)  # registers: the next Kj or Vj, in flight
@@ -300,13 +300,13 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
                         smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
                         s[n, 0], s[n, 1], s[n, 2], s[n, 3])
             # interior tiles (full, and left of the causal diagonal) need no mask
-            edge = cols < BC or (causal and col0 + BC - 1 > row0 + off)
+            edge = cols < BC or (causal and col0 + BC - 1 > row0 + diagonal)
             for h in static_range(2):        # fragment slots 2h, 2h + 1 hold row wrow + g + 8h
                 r = wrow + g + 8 * h
                 mx = NEG_INF
                 for n in static_range(NT):
                     for e in static_range(2):
-                        if edge and masked(r, 8 * n + 2 * t + e, row0, col0, cols, off, causal):
+                        if edge and masked(r, 8 * n + 2 * t + e, row0, col0, cols, diagonal, causal):
                             s[n, 2 * h + e] = NEG_INF
                         mx = sticky_max(mx, s[n, 2 * h + e])
                 m_new = sticky_max(m[h], quad_max(mx))

@@ -110,13 +110,14 @@ def make_matmul(tiling: Tiling, trans_a: bool, trans_b: bool):
 
 @kernel_factory
 def make_softmax(threads: int, causal: bool):
-    """Kernel ``(s, p, n_q, n_k)``: p[bh, r, :] = softmax(s[bh, r, :]) with the bottom-right
-    causal mask; one block of ``threads`` threads per row, grid (N_q, B*H), no dynamic smem.
+    """Kernel ``(s, p, n_q, n_k, diagonal)``: p[bh, r, :] = softmax(s[bh, r, :]), with
+    ``causal`` over the keys c <= r + ``diagonal`` only; one block of ``threads`` threads per
+    row, grid (N_q, B*H), no dynamic smem.
     Pass 1 reads each visible score once (online max and sum per thread, then combined);
     pass 2 reads it again and writes P. Masked entries are written 0 and never read."""
 
     @cuda.jit
-    def softmax(s, p, n_q, n_k):
+    def softmax(s, p, n_q, n_k, diagonal):
         part_m = cuda.shared.array(threads, float32)
         part_l = cuda.shared.array(threads, float32)
         row = cuda.blockIdx.x
@@ -124,7 +125,7 @@ def make_softmax(threads: int, causal: bool):
         tid = cuda.threadIdx.x
         visible = n_k
         if causal:
-            visible = max(0, min(n_k, row + n_k - n_q + 1))
+            visible = max(0, min(n_k, row + diagonal + 1))
         m = NEG_INF
         l = ZERO
         for c in range(tid, visible, threads):

@@ -74,7 +74,8 @@ def tile_major_block():
 @cuda.jit(device=True)
 def masked(r, c, row0, col0, cols, off, causal):
     """True where score (r, c) of tile (row0, col0) is not a key: past the ragged edge (c >= cols)
-    or, causal and bottom-right aligned, a key after the query (col0 + c > row0 + r + N_k - N_q)."""
+    or, causal, a key past the diagonal: col0 + c > row0 + r + off (``off`` the diagonal: row r
+    sees key c iff c <= r + off)."""
     return c >= cols or (causal and col0 + c > row0 + r + off)
 
 
