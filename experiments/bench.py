@@ -17,6 +17,7 @@ import importlib
 from experiments.common import plotting
 from experiments.common.cases import BACKWARD_ALGORITHM, Case
 from experiments.common.context import NO_GPU, RunContext
+from experiments.common.kernels import build_kernels
 from experiments.common.measure import failure_note, timing_or_note
 from experiments.common.timing import tflops
 from experiments.common.torch_sdpa import BACKENDS, time_sdpa, torch_available, unsupported_reason
@@ -74,6 +75,7 @@ def run(ctx: RunContext) -> list[dict]:
         ctx.skip(f"{NAME}: SDPA comparison (torch with CUDA is not installed)")
     rows = []
     jobs = [(shape, label, case) for shape in shapes for label, case in our_cases(*shape)]
+    build_kernels(ctx, NAME, [case for _, _, case in jobs])
     for shape, label, case in ctx.progress(jobs, f"{NAME}: ours"):
         row = _row(label, case, version=_version(case))
         result = timing_or_note(case, ctx)

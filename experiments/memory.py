@@ -16,6 +16,7 @@ import sys
 from experiments.common import model, plotting
 from experiments.common.cases import Case
 from experiments.common.context import NO_GPU, RunContext
+from experiments.common.kernels import build_kernels
 
 NAME = "memory"
 B, H, D = 1, 16, 64
@@ -35,6 +36,7 @@ def predicted_peak_bytes(case: Case, dtype_bytes: int = 4) -> int:
 
 def _measure(ctx: RunContext, cases: list[Case]) -> list[dict]:
     """Run the peak-memory child on the cases; one result dict per case."""
+    build_kernels(ctx, NAME, cases)
     folder = ctx.folder(NAME)
     spec, result = folder / "memory_cases.json", folder / "memory_result.json"
     spec.write_text(json.dumps([c.to_json() for c in cases]))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from experiments.common import model, plotting
 from experiments.common.cases import Case
 from experiments.common.context import NO_GPU, RunContext
+from experiments.common.kernels import build_kernels
 from experiments.common.measure import failure_note, is_out_of_memory, timing_or_note
 from experiments.common.timing import tflops
 from experiments.common.torch_sdpa import BACKENDS, time_sdpa, torch_available, unsupported_reason
@@ -71,6 +72,7 @@ def _sdpa(ctx: RunContext, backend: str, case: Case, out_of_memory: set) -> dict
 def run(ctx: RunContext) -> list[dict]:
     ns = QUICK_NS if ctx.quick else NS
     cases = [Case(method, passes, batch(n), H, n, D) for n in ns for passes in ("fwd", "fwd_bwd") for method in OURS]
+    build_kernels(ctx, NAME, cases)
     out_of_memory: set = set()
     rows = [_ours(ctx, case, out_of_memory) for case in ctx.progress(cases, f"{NAME}: ours")]
     if not ctx.gpu:

@@ -4,7 +4,9 @@ Public API (PyTorch SDPA layout, q (B, H, N_q, d), k and v (B, H, N_k, d), float
 ``flash_attention``, ``flash_attention_backward``, ``standard_attention``,
 ``standard_attention_backward``; ``Tiling`` (block sizes, shared with ``simulator``);
 ``reference`` (float64 NumPy); ``instrument.count_traffic`` (exact global-memory counts under
-Numba's CUDA simulator).
+Numba's CUDA simulator); ``warmup`` of ``KernelConfig``s (compiled kernels are cached on disk:
+``kernel_cache``); ``numba_flash.torch`` (torch's ``scaled_dot_product_attention`` on our
+kernels, differentiable; needs torch).
 """
 from simulator.tiling import Tiling
 
@@ -16,12 +18,14 @@ from .api import (
     standard_attention_backward,
 )
 from .memory import poison_outputs, simulator_enabled
+from .precompile import KernelConfig, warmup
 from .simulator_fixes import install as _race_free_simulator
 
 if simulator_enabled():
     _race_free_simulator()
 
 __all__ = [
+    "KernelConfig",
     "Tiling",
     "flash_attention",
     "flash_attention_backward",
@@ -29,4 +33,5 @@ __all__ = [
     "reference",
     "standard_attention",
     "standard_attention_backward",
+    "warmup",
 ]

@@ -15,7 +15,7 @@ entry's key holds everything that changes the binary:
   numba-cuda and llvmlite versions.
 
 The directory is ``$NUMBA_FLASH_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/numba-flash``
-(``~/.cache/numba-flash``). ``clear()`` (or ``python -m numba_flash.warmup --clear``) empties
+(``~/.cache/numba-flash``). ``clear()`` (or ``python -m numba_flash.precompile --clear``) empties
 it. Under Numba's CUDA simulator nothing is compiled and nothing is cached.
 """
 from __future__ import annotations
@@ -25,6 +25,7 @@ import hashlib
 import os
 import pickle
 import uuid
+from collections import Counter
 from pathlib import Path
 
 from .memory import simulator_enabled
@@ -34,6 +35,8 @@ SUFFIX = ".nfk"
 _PACKAGE = Path(__file__).resolve().parent
 #: The files a kernel binary is built from (globs under the repository root).
 _SOURCES = ("numba_flash/kernels/*.py", "numba_flash/launch.py", "simulator/tiling.py")
+#: Kernels this process "loaded" from the cache and "compiled" (and saved) since it started.
+STATS: Counter = Counter()
 
 
 def cache_dir() -> Path:
@@ -46,8 +49,13 @@ def cache_dir() -> Path:
 
 @functools.lru_cache(maxsize=None)
 def source_digest() -> str:
-    """sha256 over the kernel source files, by relative path and content."""
-    root = _PACKAGE.parent
+    """``digest_of`` this repository, once a process."""
+    return digest_of(_PACKAGE.parent)
+
+
+def digest_of(root: Path) -> str:
+    """sha256 over the kernel source files under ``root`` (a repository), by relative path
+    and content."""
     digest = hashlib.sha256()
     for pattern in _SOURCES:
         for path in sorted(root.glob(pattern)):
@@ -80,6 +88,15 @@ def clear() -> int:
     return len(found)
 
 
+def _rebuild(payload: dict):
+    """numba-cuda's kernel object from its serialised state, as its own disk cache rebuilds it."""
+    from numba.cuda import utils
+    from numba.cuda.dispatcher import _Kernel
+
+    with utils.numba_target_override():
+        return _Kernel._rebuild(**payload)
+
+
 class DiskCache:
     """The cache numba-cuda's dispatcher consults (its ``_cache`` interface: ``load_overload``,
     ``save_overload``, ``flush``, ``cache_path``) for the kernels of one factory call."""
@@ -87,8 +104,6 @@ class DiskCache:
     def __init__(self, factory: str, args: tuple):
         self.factory = factory
         self.args = repr(args)
-        self.hits = 0
-        self.saves = 0
 
     @property
     def cache_path(self) -> str:
@@ -103,9 +118,6 @@ class DiskCache:
 
     def load_overload(self, sig, target_context):
         """The kernel cached for ``sig``, or None (numba-cuda then compiles and saves it)."""
-        from numba.cuda import utils
-        from numba.cuda.dispatcher import _Kernel
-
         target_context.refresh()
         path = self.path(sig, target_context)
         try:
@@ -114,9 +126,8 @@ class DiskCache:
             return None
         except Exception:            # a truncated or foreign file: compile again, overwrite it
             return None
-        with utils.numba_target_override():
-            kernel = _Kernel._rebuild(**payload)
-        self.hits += 1
+        kernel = _rebuild(payload)
+        STATS["loaded"] += 1
         return kernel
 
     def save_overload(self, sig, kernel) -> None:
@@ -131,7 +142,7 @@ class DiskCache:
         tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:12]}.tmp")
         tmp.write_bytes(dumps(kernel._reduce_states()))
         os.replace(tmp, path)
-        self.saves += 1
+        STATS["compiled"] += 1
 
     def enable(self) -> None:
         pass

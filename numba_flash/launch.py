@@ -8,7 +8,8 @@ on the overload numba-cuda is about to launch, through the driver, once per (ove
 from __future__ import annotations
 
 import weakref
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from functools import lru_cache
 
 from numba import cuda
@@ -48,6 +49,19 @@ CAPPED_UP_TO_HEAD_DIM = {"flash_forward_tc": 64}
 #: overload -> {device id: dynamic shared-memory bytes its launches may use}; an overload's
 #: entry goes with it
 _raised: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+#: The stream kernels launch on: 0 (the legacy default stream) unless ``on_stream`` says other.
+_stream: ContextVar = ContextVar("numba_flash_stream", default=0)
+
+
+@contextmanager
+def on_stream(stream):
+    """Launch every kernel inside the block on ``stream`` (a numba stream, e.g. from
+    ``cuda.external_stream``), not on the legacy default stream."""
+    token = _stream.set(stream)
+    try:
+        yield stream
+    finally:
+        _stream.reset(token)
 
 
 def smem_alignment() -> int | None:
@@ -103,10 +117,10 @@ def _opt_in(nbytes: int):
 
 
 def launch(kernel, grid, threads: int, smem_bytes: int, *args) -> None:
-    """``kernel[grid, threads, 0, smem_bytes](*args)``, raising the block's shared-memory limit
-    first when ``smem_bytes`` exceeds the 48 KB every kernel gets by default (on the simulator:
-    with short thread turns, ``simulator_fixes.fast_turns``)."""
-    configured = kernel[grid, threads, 0, smem_bytes]   # numba-cuda caches it: add the callback once
+    """``kernel[grid, threads, stream, smem_bytes](*args)`` on the ``on_stream`` stream, raising
+    the block's shared-memory limit first when ``smem_bytes`` exceeds the 48 KB every kernel
+    gets by default (on the simulator: with short thread turns, ``simulator_fixes.fast_turns``)."""
+    configured = kernel[grid, threads, _stream.get(), smem_bytes]   # cached by numba-cuda: add the callback once
     if smem_bytes > STATIC_SMEM_LIMIT and not simulator_enabled():
         callback = _opt_in(smem_bytes)
         if callback not in configured.pre_launch_callbacks:

@@ -28,6 +28,25 @@ def pytest_collection_modifyitems(config, items):
                 item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _gpu_kernels_built(request):
+    """On a GPU, every kernel the gpu tests launch is built first, in parallel processes
+    (tests/gpu_kernels.py), so the tests load them from the disk cache."""
+    if SIMULATOR or not any("gpu" in item.keywords for item in request.session.items):
+        return
+    import time
+
+    import numba_flash as nf
+
+    from .gpu_kernels import CONFIGS
+
+    start = time.perf_counter()
+    rows = nf.warmup(CONFIGS)
+    compiled = sum(row["compiled"] for row in rows)
+    print(f"\nwarm-up: {len(rows)} configs, {compiled} kernels compiled, "
+          f"{sum(row['loaded'] for row in rows)} loaded, {time.perf_counter() - start:.0f} s")
+
+
 @pytest.fixture
 def rng(request):
     """A generator seeded from the test's name: fresh, non-zero inputs, reproducible failures."""

@@ -60,7 +60,16 @@ def test_standard_against_reference(rng, B, H, n_q, n_k, d, causal):
         assert_close(g, g_ref, GRAD_TOL)
 
 
-@pytest.mark.parametrize("tiling", [nf.Tiling(32, 32), nf.Tiling(64, 128), nf.Tiling(128, 64), nf.Tiling(16, 64)])
+OTHER_TILINGS = [nf.Tiling(32, 32), nf.Tiling(64, 128), nf.Tiling(128, 64), nf.Tiling(16, 64)]
+# (N_q, N_k, d, causal)
+MANY_ROW_BLOCKS = [
+    (1024, 4096, 64, False),
+    (4096, 4096, 64, True),
+    (333, 4099, 128, True),      # the wide-head default tiling, ragged tiles
+]
+
+
+@pytest.mark.parametrize("tiling", OTHER_TILINGS)
 def test_other_tilings(rng, tiling):
     q, k, v, do = qkv(rng, 1, 2, 333, 301, 64)
     o_ref, lse_ref = ref.attention_forward(q, k, v, causal=True)
@@ -114,11 +123,7 @@ def test_long_sequence_stays_at_fp32_accuracy(rng):
         assert np.abs(o - o_ref).max() <= 1e-4 * np.abs(o_ref).max(), algorithm   # the bench's bar
 
 
-@pytest.mark.parametrize("n_q,n_k,d,causal", [
-    (1024, 4096, 64, False),
-    (4096, 4096, 64, True),
-    (333, 4099, 128, True),      # the wide-head default tiling, ragged tiles
-])
+@pytest.mark.parametrize("n_q,n_k,d,causal", MANY_ROW_BLOCKS)
 def test_tensor_core_backward_over_many_row_blocks(rng, n_q, n_k, d, causal):
     """The tensor-core backward at fp32 level with up to 4096 queries: dK and dV sum one
     product per row block from zero on the tensor cores and add it in fp32, so no truncating

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from .cases import Case
 from .context import RunContext
 from .instrumented import count_case
+from .kernels import build_kernels
 from .measure import failure_note
 from .ncu import Counters, profile_cases
 
@@ -38,6 +39,7 @@ class MeasuredTraffic:
 def measure_traffic(ctx: RunContext, name: str, cases: list[Case]) -> dict[Case, MeasuredTraffic | str]:
     """Traffic of each case, or the note saying why it could not be measured."""
     if ctx.gpu:
+        build_kernels(ctx, name, cases)
         bar = ctx.progress(cases, f"{name}: ncu")
         with bar:
             counters = profile_cases(cases, ctx.folder(name) / "ncu", progress=bar)

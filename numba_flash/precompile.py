@@ -1,0 +1,176 @@
+"""Compile kernels ahead of time, in parallel processes, into the disk cache.
+
+    import numba_flash as nf
+    nf.warmup([nf.KernelConfig(d=64, n_q=4096, causal=True), nf.KernelConfig(d=128, n_q=1024)])
+
+    python -m numba_flash.precompile --d 64 128 --n 4096 --causal both   # the same from a shell
+    python -m numba_flash.precompile --info | --clear                    # what is cached; empty it
+
+A ``KernelConfig`` names the calls whose kernels to build: a forward algorithm and a backward
+one at head dim d for N_q queries and N_k keys. The kernels depend on d, causal, the tiling
+(which, when not given, depends on N_q and N_k: ``Tiling.kernel_default``) and the argument
+types, not on the batch, heads or sequence lengths themselves, so a warm-up on one short
+sequence with the config's tilings builds what a call of any batch and heads launches. Each config compiles in its own process (numba compiles
+under a global lock: threads would queue) and saves its kernels to ``kernel_cache``; a later
+process loads them in well under a second. Compiling is mostly single-threaded LLVM and ptxas
+work, so the processes run side by side on the machine's cores.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from multiprocessing import get_context
+
+import numpy as np
+
+from simulator.tiling import BACKWARD_KERNELS, FORWARD_KERNELS, Tiling
+
+from . import kernel_cache
+
+FORWARDS = ("fa2", "fa2_fma", "fa1", "standard")
+BACKWARDS = ("fa2", "fa2_fma", "standard")
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Kernels of ``forward`` (a ``flash_attention`` algorithm or "standard"; None: none) and
+    ``backward`` (a ``flash_attention_backward`` algorithm or "standard"; None: none) at head dim
+    ``d`` for ``n_q`` queries and ``n_k`` keys (default n_q). ``deterministic``: the backward's
+    deterministic kernels; ``tiling``: as passed to the API (None: its default)."""
+
+    d: int
+    n_q: int
+    n_k: int | None = None
+    causal: bool = False
+    forward: str | None = "fa2"
+    backward: str | None = "fa2"
+    deterministic: bool = False
+    tiling: Tiling | None = None
+
+    def __post_init__(self):
+        if self.n_k is None:
+            object.__setattr__(self, "n_k", self.n_q)
+        if self.forward not in FORWARDS + (None,):
+            raise ValueError(f"KernelConfig.forward must be one of {FORWARDS} or None, got {self.forward!r}")
+        if self.backward not in BACKWARDS + (None,):
+            raise ValueError(f"KernelConfig.backward must be one of {BACKWARDS} or None, got {self.backward!r}")
+        if (self.backward == "standard") != (self.forward == "standard") and self.backward:
+            raise ValueError("KernelConfig: the standard backward needs the standard forward (its P), "
+                             "and the flash backwards a flash forward or none")
+
+
+#: Sequence length the warm-up launches at: the binaries do not depend on it, only (through
+#: the default tiling, resolved for the config's own N first) the tiling does.
+WARMUP_N = 64
+
+
+def _tilings(c: KernelConfig) -> tuple[Tiling | None, Tiling | None]:
+    """The forward's and the backward's tilings, as the API resolves them at the config's N."""
+    from . import checks
+
+    def resolve(kernels):
+        return checks.tiling_for(c.tiling, kernels, c.d, c.n_q, c.n_k)
+
+    forward = backward = None
+    if c.forward:
+        forward = resolve(("standard_matmul",) if c.forward == "standard" else (FORWARD_KERNELS[c.forward],))
+    if c.backward == "standard":
+        backward = resolve(("standard_matmul",))
+    elif c.backward:
+        backward = resolve(("flash_backward", "flash_backward_dq") if c.deterministic
+                           else (BACKWARD_KERNELS[c.backward],))
+    return forward, backward
+
+
+def build(config: KernelConfig) -> dict:
+    """Run ``config``'s calls once in this process (compiling, or loading from the disk cache,
+    every kernel they launch) on (1, 1, WARMUP_N, d) zeros with the tilings of the config's N;
+    returns the seconds each pass took, the cache's counts and an error, if one was raised."""
+    import numba_flash as nf
+
+    c = config
+    n_q, n_k = min(c.n_q, WARMUP_N), min(c.n_k, WARMUP_N)
+    q = np.zeros((1, 1, n_q, c.d), np.float32)
+    k = np.zeros((1, 1, n_k, c.d), np.float32)
+    before = dict(kernel_cache.STATS)
+    report = {**asdict(c), "tiling": None if c.tiling is None else (c.tiling.Br, c.tiling.Bc),
+              "forward_s": 0.0, "backward_s": 0.0, "error": ""}
+    try:
+        forward_tiling, backward_tiling = _tilings(c)
+        start = time.perf_counter()
+        if c.forward == "standard":
+            o, p = nf.standard_attention(q, k, k, causal=c.causal, return_probs=True, tiling=forward_tiling)
+        elif c.forward:
+            nf.flash_attention(q, k, k, causal=c.causal, algorithm=c.forward, tiling=forward_tiling)
+        report["forward_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        if c.backward == "standard":
+            nf.standard_attention_backward(q, q, k, k, o, p, causal=c.causal, tiling=backward_tiling)
+        elif c.backward:
+            o, lse = np.zeros_like(q), np.zeros(q.shape[:-1], np.float32)
+            nf.flash_attention_backward(q, q, k, k, o, lse, causal=c.causal, algorithm=c.backward,
+                                        deterministic=c.deterministic, tiling=backward_tiling)
+        report["backward_s"] = time.perf_counter() - start
+    except Exception as exc:      # reported, not raised: the other configs still build
+        report["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    return {**report, **{key: kernel_cache.STATS[key] - before.get(key, 0) for key in ("loaded", "compiled")}}
+
+
+def warmup(configs, processes: int | None = None) -> list[dict]:
+    """Build every config's kernels into the disk cache, ``processes`` at a time (default: one
+    per config, at most the machine's cores); returns ``build``'s report of each, in order.
+    Under the CUDA simulator nothing is compiled: returns [] at once."""
+    from .memory import simulator_enabled
+
+    configs = list(configs)
+    if simulator_enabled() or not configs:
+        return []
+    workers = processes or min(len(configs), os.cpu_count() or 1)
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(build, configs))
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(prog="python -m numba_flash.precompile", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--d", type=int, nargs="+", default=[64], help="head dims")
+    parser.add_argument("--n", type=int, nargs="+", default=[4096], help="sequence lengths (N_q = N_k)")
+    parser.add_argument("--causal", choices=("yes", "no", "both"), default="both")
+    parser.add_argument("--forward", default="fa2", choices=FORWARDS)
+    parser.add_argument("--backward", default="fa2", choices=BACKWARDS + ("none",))
+    parser.add_argument("--processes", type=int, default=None)
+    parser.add_argument("--info", action="store_true", help="list the cache and exit")
+    parser.add_argument("--clear", action="store_true", help="empty the cache and exit")
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
+    if args.info:
+        found = kernel_cache.entries()
+        print(f"{kernel_cache.cache_dir()}: {len(found)} kernels, "
+              f"{sum(p.stat().st_size for p in found) / 1e6:.1f} MB")
+        for path in found:
+            print(f"  {path.name}  {path.stat().st_size / 1e3:.0f} kB")
+        return 0
+    if args.clear:
+        print(f"removed {kernel_cache.clear()} kernels from {kernel_cache.cache_dir()}")
+        return 0
+    causal = {"yes": (True,), "no": (False,), "both": (False, True)}[args.causal]
+    backward = None if args.backward == "none" else args.backward
+    configs = [KernelConfig(d=d, n_q=n, causal=c, forward=args.forward, backward=backward)
+               for d in args.d for n in args.n for c in causal]
+    start = time.perf_counter()
+    for row in warmup(configs, args.processes):
+        print(f"d={row['d']} N={row['n_q']} causal={row['causal']}: forward {row['forward_s']:.1f} s, "
+              f"backward {row['backward_s']:.1f} s ({row['compiled']} compiled, {row['loaded']} loaded)"
+              + (f" ERROR {row['error']}" if row["error"] else ""))
+    print(f"{len(configs)} configs in {time.perf_counter() - start:.1f} s; cache {kernel_cache.cache_dir()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

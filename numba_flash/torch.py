@@ -1,0 +1,197 @@
+"""PyTorch front end: ``scaled_dot_product_attention``, a drop-in for torch's, on our kernels.
+
+    import numba_flash.torch as nft
+    o = nft.scaled_dot_product_attention(q, k, v, is_causal=True)   # q (B, H, N_q, d), float32
+    o.sum().backward()                                               # our backward kernels
+
+Semantics are torch's (``torch.nn.functional.scaled_dot_product_attention``):
+
+- shapes (..., N_q, d) for the query and (..., N_k, d) for key and value, any leading dims
+  (batch, heads); the output is shaped like the query;
+- ``is_causal`` is **top-left aligned**, as torch's: query r sees key c iff c <= r (the
+  kernels' ``causal`` default is bottom-right, c <= r + N_k - N_q; here they are launched
+  with ``diagonal=0``). Every row then sees key 0, so no row is ever fully masked: rows that
+  see no key (which torch's math backend turns into NaN, and only an ``attn_mask`` can make)
+  cannot occur;
+- ``scale`` defaults to 1/sqrt(d); ``enable_gqa`` repeats each key/value head over its group
+  of query heads (a copy: the kernels do not yet read a group's K/V once), as torch does;
+- what the kernels cannot do yet raises ``NotImplementedError``, never a silent fallback to
+  torch: ``attn_mask``, ``dropout_p > 0``, a value head dim other than the query's, dtypes
+  other than float32 (float16 and bfloat16 kernels are on the way).
+
+Both passes are ``torch.library`` custom operators, ``numba_flash::attention_forward`` (o, lse)
+and ``numba_flash::attention_backward`` (dq, dk, dv), with fake (meta) implementations and an
+autograd formula: the forward saves o and lse, the backward recomputes P from lse. So
+``torch.compile(model, fullgraph=True)`` traces through them without a graph break.
+
+CUDA tensors: kernels launch on torch's current stream of the tensors' device, outputs come
+from torch's caching allocator on that stream, results are torch tensors (no copies). CPU
+tensors run on Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1`` set before numba is
+imported): slow, for tests and teaching.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from numba import cuda
+
+from . import api, memory
+from .launch import on_stream
+
+__all__ = ["scaled_dot_product_attention"]
+
+SUPPORTED_DTYPES = (torch.float32,)
+_streams: dict = {}
+
+
+class TorchMemory(memory.Memory):
+    """Placement for one call on CUDA tensors: inputs used in place, outputs from torch's
+    caching allocator on ``device`` (on its current stream, which the kernels launch on),
+    returned as the torch tensors themselves. Arrays are imported without numba's host
+    synchronisation of the producing stream (``sync=False``): that stream is the one the
+    kernels launch on, so it orders them already."""
+
+    def __init__(self, device, poison: bool):
+        self.device, self.poison = device, poison
+        self._tensors = {}
+
+    def input(self, x, name):
+        return cuda.as_cuda_array(x.detach(), sync=False)
+
+    def output(self, shape, dtype, name, like=None):
+        dtype = getattr(torch, np.dtype(dtype).name)
+        tensor = (torch.full(shape, math.nan, dtype=dtype, device=self.device) if self.poison
+                  else torch.empty(shape, dtype=dtype, device=self.device))
+        array = cuda.as_cuda_array(tensor, sync=False)
+        self._tensors[id(array)] = tensor
+        return array
+
+    def result(self, x, on_host):
+        return self._tensors[id(x)]
+
+
+def _stream_of(device):
+    """The numba stream for torch's current stream on ``device`` (one object per handle)."""
+    handle = torch.cuda.current_stream(device).cuda_stream
+    if handle not in _streams:
+        _streams[handle] = cuda.external_stream(handle) if handle else cuda.default_stream()
+    return _streams[handle]
+
+
+def _run(fn, tensors, **kwargs):
+    """``fn(*tensors, **kwargs)`` (an ``api`` entry point) on torch tensors: on the GPU on
+    torch's current stream, on CPU tensors through the CUDA simulator; a tuple of tensors."""
+    first = tensors[0]
+    if first.is_cuda:
+        if memory.simulator_enabled():
+            raise RuntimeError("CUDA tensors, but NUMBA_ENABLE_CUDASIM=1 runs the kernels on the "
+                               "CPU simulator: unset it, or pass CPU tensors")
+        index = first.device.index if first.device.index is not None else torch.cuda.current_device()
+        with cuda.gpus[index], on_stream(_stream_of(first.device)), \
+                memory.using(TorchMemory(first.device, memory.active().poison)):
+            return tuple(fn(*tensors, **kwargs))
+    if not memory.simulator_enabled():
+        raise RuntimeError("CPU tensors run on Numba's CUDA simulator: set NUMBA_ENABLE_CUDASIM=1 "
+                           "before numba is imported (slow; for tests), or move the tensors to a GPU")
+    out = fn(*(t.detach().contiguous().numpy() for t in tensors), **kwargs)
+    return tuple(torch.from_numpy(x) for x in out)
+
+
+@torch.library.custom_op("numba_flash::attention_forward", mutates_args=())
+def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                      causal: bool, diagonal: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse) of FlashAttention on (B, H, N, d) float32 tensors; row r sees key c iff
+    ``not causal or c <= r + diagonal``."""
+    return _run(api.flash_attention, (q, k, v), causal=causal, softmax_scale=scale,
+                return_lse=True, diagonal=diagonal if causal else None)
+
+
+@attention_forward.register_fake
+def _(q, k, v, scale, causal, diagonal):
+    return torch.empty_like(q), q.new_empty(q.shape[:-1])
+
+
+@torch.library.custom_op("numba_flash::attention_backward", mutates_args=())
+def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       o: torch.Tensor, lse: torch.Tensor, scale: float, causal: bool,
+                       diagonal: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv) from the forward's saved o and lse (P recomputed, never stored)."""
+    return _run(api.flash_attention_backward, (do, q, k, v, o, lse), causal=causal,
+                softmax_scale=scale, diagonal=diagonal if causal else None)
+
+
+@attention_backward.register_fake
+def _(do, q, k, v, o, lse, scale, causal, diagonal):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, scale, causal, diagonal = inputs
+    o, lse = output
+    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.scale, ctx.causal, ctx.diagonal = scale, causal, diagonal
+
+
+def _differentiate(ctx, do, _dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = attention_backward(do.contiguous(), q, k, v, o, lse, ctx.scale, ctx.causal,
+                                    ctx.diagonal)
+    return dq, dk, dv, None, None, None
+
+
+attention_forward.register_autograd(_differentiate, setup_context=_setup_context)
+
+
+def _unsupported(what: str) -> NotImplementedError:
+    return NotImplementedError(f"numba_flash.torch.scaled_dot_product_attention: {what}")
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """``torch.nn.functional.scaled_dot_product_attention`` on numba-flash's kernels.
+
+    query (..., N_q, d), key and value (..., N_k, d), the same leading dims (with
+    ``enable_gqa``, heads at dim -3 may divide the query's); float32, on one CUDA device or
+    (under the CUDA simulator) the CPU. Returns the attention output (..., N_q, d). See the
+    module docstring for what is supported."""
+    if attn_mask is not None:
+        raise _unsupported("attn_mask is not supported yet: pass attn_mask=None (is_causal=True "
+                           "for a causal mask), or call torch's SDPA")
+    if dropout_p != 0.0:
+        raise _unsupported(f"dropout_p={dropout_p}: dropout is not supported yet; pass 0.0")
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+        if x.dtype not in SUPPORTED_DTYPES:
+            raise _unsupported(f"{name} is {x.dtype}; the kernels take torch.float32 for now: "
+                               f"convert with {name}.float() (float16/bfloat16 kernels are not "
+                               "there yet)")
+        if x.dim() < 2:
+            raise ValueError(f"{name} must have at least 2 dims (..., seq_len, head_dim), got "
+                             f"shape {tuple(x.shape)}")
+    if not (query.device == key.device == value.device):
+        raise ValueError(f"query, key and value must be on one device, got {query.device}, "
+                         f"{key.device} and {value.device}")
+    if value.shape[-1] != query.shape[-1] or key.shape[-1] != query.shape[-1]:
+        raise _unsupported(f"head dims must be equal (query {query.shape[-1]}, key "
+                           f"{key.shape[-1]}, value {value.shape[-1]})")
+    if enable_gqa and query.dim() >= 3 and key.shape[-3] != query.shape[-3]:
+        heads, kv_heads = query.shape[-3], key.shape[-3]
+        if kv_heads == 0 or heads % kv_heads or value.shape[-3] != kv_heads:
+            raise ValueError(f"enable_gqa: query heads ({heads}) must be a multiple of key and "
+                             f"value heads ({kv_heads}, {value.shape[-3]})")
+        key = key.repeat_interleave(heads // kv_heads, dim=-3)
+        value = value.repeat_interleave(heads // kv_heads, dim=-3)
+    lead = query.shape[:-2]
+    if key.shape[:-2] != lead or value.shape[:-2] != lead:
+        raise ValueError(f"leading dims of key {tuple(key.shape)} and value {tuple(value.shape)} "
+                         f"must match the query's {tuple(query.shape)} (enable_gqa=True for fewer "
+                         "key/value heads)")
+    d = query.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    q4, k4, v4 = (x.reshape(-1, 1, x.shape[-2], d).contiguous() for x in (query, key, value))
+    o, _ = attention_forward(q4, k4, v4, scale, bool(is_causal), 0)
+    return o.reshape(query.shape)

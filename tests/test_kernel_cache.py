@@ -1,0 +1,119 @@
+"""The disk cache's keys and files, without a GPU: a stand-in kernel goes through
+``DiskCache.save_overload`` / ``load_overload`` as numba-cuda's dispatcher would call them.
+(tests/test_gpu.py runs real kernels through it in two processes.)"""
+import shutil
+from pathlib import Path
+
+import pytest
+
+from numba_flash import kernel_cache
+from numba_flash.kernels import flash_forward_fa2_tc
+from simulator.tiling import Tiling
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class FakeCodegen:
+    def __init__(self, cc):
+        self.cc = cc
+
+    def magic_tuple(self):
+        return ("nvptx64-nvidia-cuda", self.cc, "")
+
+
+class FakeContext:
+    def __init__(self, cc=(9, 0)):
+        self._codegen = FakeCodegen(cc)
+
+    def codegen(self):
+        return self._codegen
+
+    def refresh(self):
+        pass
+
+
+class FakeKernel:
+    """What save_overload needs of numba-cuda's _Kernel."""
+
+    launch_config_sensitive = False
+
+    def __init__(self, state, cc=(9, 0)):
+        self.state, self.target_context = state, FakeContext(cc)
+
+    def _reduce_states(self):
+        return self.state
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(tmp_path / "kernels"))
+    monkeypatch.setattr(kernel_cache, "_rebuild", lambda payload: ("rebuilt", payload))
+    return tmp_path / "kernels"
+
+
+def test_cache_dir_from_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(tmp_path / "x"))
+    assert kernel_cache.cache_dir() == tmp_path / "x"
+    monkeypatch.delenv(kernel_cache.CACHE_ENV)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert kernel_cache.cache_dir() == tmp_path / "xdg" / "numba-flash"
+
+
+def test_save_then_load_round_trip_and_clear(cache):
+    disk = kernel_cache.DiskCache("pkg.make_kernel", (Tiling(64, 32), 64, True))
+    sig = ("array(float32, 1d, C)", "float32", "int64")
+    assert disk.load_overload(sig, FakeContext()) is None
+    disk.save_overload(sig, FakeKernel({"cubin": b"\x01\x02"}))
+    assert disk.load_overload(sig, FakeContext()) == ("rebuilt", {"cubin": b"\x01\x02"})
+    assert [p.name for p in kernel_cache.entries()] == [disk.path(sig, FakeContext()).name]
+    assert not list(cache.glob("*.tmp"))                         # written atomically
+    assert kernel_cache.clear() == 1 and kernel_cache.entries() == []
+
+
+def test_key_holds_everything_that_changes_the_binary(cache):
+    base = kernel_cache.DiskCache("pkg.make_kernel", (Tiling(64, 32), 64, True))
+    sig, other_sig = ("array(float32, 1d, C)",), ("array(float16, 1d, C)",)
+    here = base.path(sig, FakeContext())
+    assert base.path(other_sig, FakeContext()) != here                       # argument types
+    assert base.path(sig, FakeContext((8, 0))) != here                       # target
+    for other in (kernel_cache.DiskCache("pkg.make_other", (Tiling(64, 32), 64, True)),
+                  kernel_cache.DiskCache("pkg.make_kernel", (Tiling(64, 16), 64, True)),
+                  kernel_cache.DiskCache("pkg.make_kernel", (Tiling(64, 32), 80, True)),
+                  kernel_cache.DiskCache("pkg.make_kernel", (Tiling(64, 32), 64, False))):
+        assert other.path(sig, FakeContext()) != here                        # factory, arguments
+
+
+def test_entry_of_changed_kernel_source_is_not_used(cache, tmp_path, monkeypatch):
+    """A one-byte change in a kernel file gives another digest, so another file name: the old
+    entry is never loaded."""
+    copy = tmp_path / "repo"
+    for pattern in kernel_cache._SOURCES:
+        for path in REPO.glob(pattern):
+            target = copy / path.relative_to(REPO)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, target)
+    assert kernel_cache.digest_of(copy) == kernel_cache.digest_of(REPO)
+    disk = kernel_cache.DiskCache("pkg.make_kernel", (64,))
+    sig = ("float32",)
+    disk.save_overload(sig, FakeKernel({"version": "old"}))
+    kernel = copy / "numba_flash" / "kernels" / "flash_forward_fa2_tc.py"
+    kernel.write_text(kernel.read_text().replace("VERSION = ", "VERSION = 1 + "))
+    changed = kernel_cache.digest_of(copy)
+    assert changed != kernel_cache.digest_of(REPO)
+    monkeypatch.setattr(kernel_cache, "source_digest", lambda: changed)
+    assert disk.load_overload(sig, FakeContext()) is None
+
+
+def test_corrupt_entry_is_recompiled_not_raised(cache):
+    disk = kernel_cache.DiskCache("pkg.make_kernel", (64,))
+    sig = ("float32",)
+    path = disk.path(sig, FakeContext())
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"not a pickle")
+    assert disk.load_overload(sig, FakeContext()) is None
+
+
+def test_factories_keep_one_dispatcher_per_arguments():
+    a = flash_forward_fa2_tc.make_flash_forward_fa2_tc(Tiling(16, 8), 8, False)
+    assert flash_forward_fa2_tc.make_flash_forward_fa2_tc(Tiling(16, 8), 8, False) is a
+    assert flash_forward_fa2_tc.make_flash_forward_fa2_tc(Tiling(16, 8), 8, True) is not a

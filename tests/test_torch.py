@@ -1,0 +1,144 @@
+"""numba_flash.torch: the drop-in scaled_dot_product_attention against torch's own (math
+backend, float64), its autograd, torch.compile and torch.library checks -- on CPU tensors,
+which run on the CUDA simulator (tests/test_torch_gpu.py: the same on the GPU)."""
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import numba_flash.torch as nft  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+from .helpers import assert_close  # noqa: E402
+
+OUT_TOL, GRAD_TOL = 1e-5, 1e-4
+
+
+def make(shape, generator, scale=1.0):
+    return (scale * torch.randn(shape, generator=generator, dtype=torch.float32)).requires_grad_()
+
+
+@pytest.fixture
+def gen(request):
+    return torch.Generator().manual_seed(hash(request.node.nodeid) % 2**31)
+
+
+def sdpa_float64(q, k, v, **kwargs):
+    """torch's math backend on float64 copies: the reference."""
+    leaves = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    with sdpa_kernel(SDPBackend.MATH):
+        o = torch.nn.functional.scaled_dot_product_attention(*leaves, **kwargs)
+    return o, leaves
+
+
+def check_against_torch(q, k, v, gen, **kwargs):
+    o = nft.scaled_dot_product_attention(q, k, v, **kwargs)
+    o_ref, leaves = sdpa_float64(q, k, v, **kwargs)
+    assert o.shape == o_ref.shape and o.dtype == torch.float32
+    assert_close(o.detach().numpy(), o_ref.detach().numpy(), OUT_TOL)
+    do = torch.randn(o.shape, generator=gen)
+    o.backward(do)
+    o_ref.backward(do.double())
+    for x, x_ref in zip((q, k, v), leaves):
+        assert_close(x.grad.numpy(), x_ref.grad.numpy(), GRAD_TOL)
+
+
+@pytest.mark.parametrize("B,H,n_q,n_k,d,causal", [
+    (1, 2, 17, 17, 24, False),
+    (1, 2, 17, 33, 24, True),      # N_q < N_k: torch's top-left diagonal, keys past N_q unseen
+    (1, 1, 33, 17, 8, True),       # N_q > N_k: later rows see every key, none sees nothing
+    (2, 1, 1, 5, 40, True),
+])
+def test_matches_torch_sdpa(gen, B, H, n_q, n_k, d, causal):
+    q, k, v = make((B, H, n_q, d), gen), make((B, H, n_k, d), gen), make((B, H, n_k, d), gen)
+    check_against_torch(q, k, v, gen, is_causal=causal)
+
+
+def test_large_logits_and_scale(gen):
+    q, k, v = make((1, 1, 9, 16), gen, 30.0), make((1, 1, 12, 16), gen, 1.0), make((1, 1, 12, 16), gen)
+    check_against_torch(q, k, v, gen, scale=0.3)
+
+
+def test_leading_dims_other_than_batch_and_heads(gen):
+    q, k, v = (make((3, 11, 8), gen) for _ in range(3))            # (batch, seq, dim)
+    check_against_torch(q, k, v, gen, is_causal=True)
+    q, k, v = (make((1, 2, 1, 5, 8), gen) for _ in range(3))       # two leading dims
+    check_against_torch(q, k, v, gen)
+
+
+def test_grouped_query_attention(gen):
+    q = make((1, 4, 6, 8), gen)
+    k, v = make((1, 2, 7, 8), gen), make((1, 2, 7, 8), gen)
+    check_against_torch(q, k, v, gen, is_causal=True, enable_gqa=True)
+
+
+class TinyAttention(torch.nn.Module):
+    """One causal self-attention layer, with the attention function as a parameter."""
+
+    def __init__(self, attend, width=16, heads=2):
+        super().__init__()
+        self.attend, self.heads = attend, heads
+        self.qkv = torch.nn.Linear(width, 3 * width)
+        self.out = torch.nn.Linear(width, width)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        q, k, v = self.qkv(x).view(B, N, 3, self.heads, C // self.heads).permute(2, 0, 3, 1, 4)
+        y = self.attend(q, k, v, is_causal=True)
+        return self.out(y.transpose(1, 2).reshape(B, N, C))
+
+
+def test_torch_compile_fullgraph(gen):
+    """No graph break: dynamo traces the wrapper and the custom ops (their fake kernels), AOT
+    autograd the backward; compiled and eager agree with torch's own attention."""
+    torch.manual_seed(0)
+    model = TinyAttention(nft.scaled_dot_product_attention)
+    reference = TinyAttention(torch.nn.functional.scaled_dot_product_attention)
+    reference.load_state_dict(model.state_dict())
+    x = torch.randn(1, 10, 16, generator=gen)
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")
+    y = compiled(x)
+    y_ref = reference(x)
+    assert_close(y.detach().numpy(), y_ref.detach().numpy(), OUT_TOL)
+    y.square().sum().backward()
+    y_ref.square().sum().backward()
+    for p, p_ref in zip(model.parameters(), reference.parameters()):
+        assert_close(p.grad.numpy(), p_ref.grad.numpy(), GRAD_TOL)
+
+
+def test_opcheck_of_the_custom_ops(gen):
+    """torch.library.opcheck: schema, fake tensors, autograd registration, AOT dispatch."""
+    q, k, v = (make((1, 1, 5, 8), gen) for _ in range(3))
+    torch.library.opcheck(nft.attention_forward, (q, k, v, 1 / math.sqrt(8), True, 0))
+    o, lse = nft.attention_forward(q.detach(), k.detach(), v.detach(), 0.5, False, 0)
+    do = torch.randn(o.shape, generator=gen)
+    torch.library.opcheck(nft.attention_backward,
+                          (do, q.detach(), k.detach(), v.detach(), o, lse, 0.5, False, 0))
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(attn_mask=torch.ones(4, 4, dtype=torch.bool)), NotImplementedError, "attn_mask"),
+    (dict(dropout_p=0.1), NotImplementedError, "dropout_p"),
+])
+def test_unsupported_arguments_raise(gen, kwargs, error, match):
+    q = make((1, 1, 4, 8), gen)
+    with pytest.raises(error, match=match):
+        nft.scaled_dot_product_attention(q, q, q, **kwargs)
+
+
+@pytest.mark.parametrize("dtype,name", [(torch.bfloat16, "torch.bfloat16"), (torch.float16, "torch.float16")])
+def test_half_precision_is_named_and_refused(dtype, name):
+    q = torch.zeros(1, 1, 4, 8, dtype=dtype)
+    with pytest.raises(NotImplementedError, match=name):
+        nft.scaled_dot_product_attention(q, q, q)
+
+
+def test_shape_errors_name_the_argument(gen):
+    q = make((1, 2, 4, 8), gen)
+    with pytest.raises(ValueError, match="enable_gqa"):
+        nft.scaled_dot_product_attention(q, make((1, 1, 4, 8), gen), make((1, 1, 4, 8), gen))
+    with pytest.raises(NotImplementedError, match="head dims"):
+        nft.scaled_dot_product_attention(q, q, make((1, 2, 4, 16), gen))
+    with pytest.raises(ValueError, match="multiple"):
+        nft.scaled_dot_product_attention(make((1, 3, 4, 8), gen), q, q, enable_gqa=True)

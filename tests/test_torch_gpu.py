@@ -1,0 +1,113 @@
+"""numba_flash.torch and the kernel disk cache on a real GPU (``pytest -m gpu``)."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import numba_flash.torch as nft  # noqa: E402
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+from .helpers import assert_close  # noqa: E402
+from .test_torch import TinyAttention  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+OUT_TOL, GRAD_TOL = 1e-5, 1e-4
+REPO = Path(__file__).resolve().parents[1]
+
+#: (B, H, N_q, N_k, d, is_causal); tests/test_gpu.py's warm-up builds their kernels first
+SHAPES = [
+    (2, 4, 1024, 1024, 64, True),
+    (1, 3, 255, 97, 80, True),      # N_q > N_k, torch's top-left diagonal
+    (1, 2, 97, 1000, 128, True),    # N_q < N_k
+    (2, 2, 300, 300, 40, False),
+]
+
+
+def _reference(q, k, v, **kwargs):
+    leaves = [x.detach().double().requires_grad_() for x in (q, k, v)]
+    with sdpa_kernel(SDPBackend.MATH):
+        return torch.nn.functional.scaled_dot_product_attention(*leaves, **kwargs), leaves
+
+
+@pytest.mark.parametrize("B,H,n_q,n_k,d,causal", SHAPES)
+def test_matches_torch_sdpa_on_gpu(B, H, n_q, n_k, d, causal):
+    gen = torch.Generator(device="cuda").manual_seed(n_q * 7 + d)
+    q, k, v = (torch.randn(B, H, n, d, device="cuda", generator=gen).requires_grad_()
+               for n in (n_q, n_k, n_k))
+    o = nft.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    o_ref, leaves = _reference(q, k, v, is_causal=causal)
+    assert o.is_cuda and o.dtype == torch.float32
+    assert_close(o.detach().cpu().numpy(), o_ref.detach().cpu().numpy(), OUT_TOL)
+    do = torch.randn(o.shape, device="cuda", generator=gen)
+    o.backward(do)
+    o_ref.backward(do.double())
+    for x, x_ref in zip((q, k, v), leaves):
+        assert_close(x.grad.cpu().numpy(), x_ref.grad.cpu().numpy(), GRAD_TOL)
+
+
+def test_runs_on_the_current_side_stream():
+    """The inputs are written on a side stream after a long sleep there: kernels on any other
+    stream (the legacy default one, as before) would read them unwritten."""
+    B, H, N, d = 1, 2, 256, 64
+    src = [torch.randn(B, H, N, d, device="cuda") for _ in range(3)]
+    o_ref, _ = _reference(*src, is_causal=True)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        q, k, v = (torch.empty_like(x) for x in src)
+        torch.cuda._sleep(200_000_000)                  # ~0.1 s of GPU time on the side stream
+        for dst, x in zip((q, k, v), src):
+            dst.copy_(x)
+        o = nft.scaled_dot_product_attention(q, k, v, is_causal=True)
+    side.synchronize()
+    assert_close(o.cpu().numpy(), o_ref.detach().cpu().numpy(), OUT_TOL)
+
+
+def test_torch_compile_with_inductor():
+    torch.manual_seed(0)
+    model = TinyAttention(nft.scaled_dot_product_attention, width=128, heads=2).cuda()
+    reference = TinyAttention(torch.nn.functional.scaled_dot_product_attention, width=128, heads=2).cuda()
+    reference.load_state_dict(model.state_dict())
+    x = torch.randn(2, 300, 128, device="cuda")
+    compiled = torch.compile(model, fullgraph=True)
+    with sdpa_kernel(SDPBackend.MATH):
+        y_ref = reference(x)
+    y = compiled(x)
+    assert_close(y.detach().cpu().numpy(), y_ref.detach().cpu().numpy(), 1e-4)
+    y.square().sum().backward()
+    with sdpa_kernel(SDPBackend.MATH):
+        y_ref.square().sum().backward()
+    for p, p_ref in zip(model.parameters(), reference.parameters()):
+        assert_close(p.grad.cpu().numpy(), p_ref.grad.cpu().numpy(), 1e-3)
+
+
+_CHILD = textwrap.dedent("""
+    import json, time
+    import numpy as np
+    import numba_flash as nf
+    from numba_flash import kernel_cache
+    q = np.random.default_rng(0).standard_normal((1, 2, 100, 24)).astype(np.float32)
+    start = time.perf_counter()
+    o, lse = nf.flash_attention(q, q, q, causal=True, return_lse=True)
+    nf.flash_attention_backward(q, q, q, q, o, lse, causal=True)
+    print(json.dumps({"seconds": time.perf_counter() - start, **kernel_cache.STATS}))
+""")
+
+
+def test_second_process_loads_compiled_kernels_from_disk(tmp_path):
+    """A fresh cache: the first process compiles the forward, the backward and its D kernel,
+    the second loads all three, its first call within 2 s."""
+    env = {**os.environ, "NUMBA_FLASH_CACHE_DIR": str(tmp_path)}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _CHILD], env=env, check=True,
+                                      capture_output=True, text=True).stdout.splitlines()[-1])
+            for _ in range(2)]
+    first, second = runs
+    assert first.get("compiled") == 3 and not first.get("loaded"), first
+    assert second.get("loaded") == 3 and not second.get("compiled"), second
+    assert second["seconds"] <= 2.0, second
