@@ -16,5 +16,6 @@ EXPERIMENTS = {
     "l2_effect": "experiments.l2_effect",
     "memory": "experiments.memory",
     "runtime": "experiments.runtime",
+    "train_gpt": "experiments.train_gpt",
     "validation": "experiments.validation",
 }
