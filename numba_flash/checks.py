@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,9 +36,25 @@ class Shapes:
     on_host: bool
 
 
+def _torch_tensor(name, x) -> None:
+    """Refuse what torch tensors cannot give the kernels, saying what to use instead (torch is
+    never imported here)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(x, torch.Tensor):
+        return
+    if x.requires_grad:
+        raise TypeError(f"{name} requires grad, and this entry point records no autograd: use "
+                        "numba_flash.torch.scaled_dot_product_attention (differentiable), or pass "
+                        f"{name}.detach()")
+    if not x.is_cuda:
+        raise TypeError(f"{name} is a CPU torch tensor: pass {name}.numpy() or a CUDA tensor, or "
+                        "use numba_flash.torch.scaled_dot_product_attention")
+
+
 def _array_kind(name, x):
     if isinstance(x, np.ndarray):
         return "host"
+    _torch_tensor(name, x)
     if is_device_array(x):
         return "device"
     raise TypeError(
@@ -69,6 +86,19 @@ def _dtype(x):
     return np.dtype(x.__cuda_array_interface__["typestr"])
 
 
+def dtype_name(x) -> str:
+    """x's element type as its users name it: torch's (torch.bfloat16), NumPy's (float16,
+    ml_dtypes' bfloat16), or, for a type only ``__cuda_array_interface__`` describes, its size
+    (its typestr, '<V2' for a bfloat16, names no type)."""
+    dtype = getattr(x, "dtype", None)
+    if dtype is not None and not isinstance(dtype, np.dtype):
+        return str(dtype)                                # torch.float16, cupy's own, ...
+    dtype = _dtype(x)
+    if dtype.kind == "V":
+        return f"an unnamed {dtype.itemsize}-byte type ({dtype.str}: bfloat16, if it is 2 bytes)"
+    return dtype.name
+
+
 def tensors(**named) -> bool:
     """Check kind (all host or all device), dtype (float32) and contiguity; return ``on_host``."""
     kinds = {name: _array_kind(name, x) for name, x in named.items()}
@@ -77,9 +107,8 @@ def tensors(**named) -> bool:
         raise TypeError(f"inputs must be all NumPy arrays or all device arrays, got {detail}: "
                         "move them to the same side")
     for name, x in named.items():
-        dtype = _dtype(x)
-        if dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} has dtype {dtype}; the kernels take float32: "
+        if _dtype(x) not in SUPPORTED_DTYPES:
+            raise TypeError(f"{name} has dtype {dtype_name(x)}; the kernels take float32: "
                             f"convert {name} to float32 first")
         if not _contiguous(x):
             raise ValueError(f"{name} is not C-contiguous: pass a contiguous copy of {name} "

@@ -58,7 +58,7 @@ class TorchMemory(memory.Memory):
         self._tensors = {}
 
     def input(self, x, name):
-        return cuda.as_cuda_array(x.detach(), sync=False)
+        return cuda.as_cuda_array(x, sync=False)
 
     def output(self, shape, dtype, name, like=None):
         dtype = getattr(torch, np.dtype(dtype).name)
@@ -91,7 +91,7 @@ def _run(fn, tensors, **kwargs):
         index = first.device.index if first.device.index is not None else torch.cuda.current_device()
         with cuda.gpus[index], on_stream(_stream_of(first.device)), \
                 memory.using(TorchMemory(first.device, memory.active().poison)):
-            return tuple(fn(*tensors, **kwargs))
+            return tuple(fn(*(t.detach() for t in tensors), **kwargs))
     if not memory.simulator_enabled():
         raise RuntimeError("CPU tensors run on Numba's CUDA simulator: set NUMBA_ENABLE_CUDASIM=1 "
                            "before numba is imported (slow; for tests), or move the tensors to a GPU")
