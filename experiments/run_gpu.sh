@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# All GPU results in one go, within ~11 minutes on one H200 -- more than one 10-minute device call,
-# so split it: `python -m experiments bench --device gpu --quick --out OUT` in one call, and
-# `SKIP_BENCH=1 bash experiments/run_gpu.sh OUT` in the next:
+# All GPU results in one go. Each experiment first builds its kernels in parallel processes into
+# numba_flash's disk cache ($NUMBA_FLASH_CACHE_DIR; keep it between machines to skip compiling).
+# H200, 2026-12-01, a cache filled by the GPU tests: `SKIP_BENCH=1 bash experiments/run_gpu.sh OUT`
+# (without train_gpt) took 157 s, the bench (--quick) 207 s and train_gpt (200 steps) 93 s, in
+# three calls: ~460 s together, inside one 10-minute device call (not yet run as one command):
 #   source .whl/prefix.sh; bash experiments/run_gpu.sh "$OUT"          (--quick point sets)
 #   source .whl/prefix.sh; bash experiments/run_gpu.sh "$OUT" --full   (every point; > 9 min)
 # Each experiment runs in its own process under its own time limit, so one that overruns or
@@ -23,14 +25,14 @@ run() {  # run LIMIT_S ARGS...: one CLI call, limited to LIMIT_S seconds, logged
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >>"$log" 2>&1
 which ncu >>"$log" 2>&1; ncu --version >>"$log" 2>&1
-[ -n "${SKIP_BENCH:-}" ] || run 540 bench   # quick shapes: four took 337 s on 2026-11-29 (forward v7, backward v6);
-                                            # (1,16,16384,128) was added after that run
+[ -n "${SKIP_BENCH:-}" ] || run 400 bench   # quick shapes: 207 s on 2026-12-01 (89 s of it building 14 kernels)
 run 75 run fig2_left
 run 75 run io_scaling
 run 60 run l2_effect
 run 60 run fig2_middle
 run 75 run runtime
 run 50 run memory
+run 200 run train_gpt
 run 20 run validation
 tar -C "$(dirname "$results")" -czf "$dest/results.tar.gz" "$(basename "$results")"
 cp "$log" "$dest/run_gpu.log"
