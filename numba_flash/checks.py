@@ -94,7 +94,7 @@ def dtype_name(x) -> str:
     if dtype is not None and not isinstance(dtype, np.dtype):
         return str(dtype)                                # torch.float16, cupy's own, ...
     dtype = _dtype(x)
-    if dtype.kind == "V":
+    if dtype.type is np.void:                            # (ml_dtypes' bfloat16 has a type of its own)
         return f"an unnamed {dtype.itemsize}-byte type ({dtype.str}: bfloat16, if it is 2 bytes)"
     return dtype.name
 

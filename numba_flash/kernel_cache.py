@@ -9,10 +9,14 @@ entry's key holds everything that changes the binary:
 - the kernel source: a digest of every file the kernels are built from (``numba_flash/kernels/``,
   ``launch.py`` with its register caps, ``simulator/tiling.py`` with the SRAM layouts), so a
   changed line, version or layout never loads an old binary;
-- the factory and its arguments (tiling, head dim, causal, dtype, ...), the argument types of
-  the signature (dtypes, ranks, layouts);
-- the target (compute capability and the features numba-cuda compiles for) and the numba,
-  numba-cuda and llvmlite versions.
+- the factory and its arguments (tiling, head dim, causal, dtype, ...), the dispatcher's jit
+  options (register cap; opt level and debug info, which numba also reads from the
+  environment), the argument types of the signature (dtypes, ranks, layouts);
+- the target (numba-cuda's "magic tuple": CUDA runtime version and compute capability), the
+  NVVM and driver versions (NVVM makes the PTX, the driver's JIT the cubin), numba's bounds
+  checking switch, and the numba, numba-cuda and llvmlite versions.
+
+Entries of older kernel sources are never loaded again but stay until ``clear()``.
 
 The directory is ``$NUMBA_FLASH_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/numba-flash``
 (``~/.cache/numba-flash``). ``clear()`` (or ``python -m numba_flash.precompile --clear``) empties
@@ -20,11 +24,13 @@ it. Under Numba's CUDA simulator nothing is compiled and nothing is cached.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import pickle
 import uuid
+import warnings
 from collections import Counter
 from pathlib import Path
 
@@ -81,9 +87,10 @@ def entries() -> list[Path]:
 
 
 def clear() -> int:
-    """Remove every cached kernel; returns how many there were."""
+    """Remove every cached kernel (and any half-written file); returns how many kernels."""
     found = entries()
-    for path in found:
+    root = cache_dir()
+    for path in found + (sorted(root.glob(f"*{SUFFIX}.*.tmp")) if root.is_dir() else []):
         path.unlink(missing_ok=True)
     return len(found)
 
@@ -99,11 +106,15 @@ def _rebuild(payload: dict):
 
 class DiskCache:
     """The cache numba-cuda's dispatcher consults (its ``_cache`` interface: ``load_overload``,
-    ``save_overload``, ``flush``, ``cache_path``) for the kernels of one factory call."""
+    ``save_overload``, ``flush``, ``cache_path``) for the kernels of one factory call.
+    ``options``: the dispatcher's jit options (register cap, opt level, debug, ...), which
+    numba also takes from the environment (``NUMBA_OPT``, ``NUMBA_CUDA_DEBUGINFO``)."""
 
-    def __init__(self, factory: str, args: tuple):
+    def __init__(self, factory: str, args: tuple, options: dict | None = None):
         self.factory = factory
         self.args = repr(args)
+        self.options = repr(sorted((k, v) for k, v in (options or {}).items()
+                                   if isinstance(v, (bool, int, float, str, type(None)))))
 
     @property
     def cache_path(self) -> str:
@@ -111,47 +122,74 @@ class DiskCache:
 
     def path(self, sig, target_context) -> Path:
         """The file of this factory call's kernel for signature ``sig`` on the current target."""
-        key = (source_digest(), self.factory, self.args, str(sig),
-               target_context.codegen().magic_tuple(), _toolchain())
+        key = (source_digest(), self.factory, self.args, self.options, str(sig),
+               target_context.codegen().magic_tuple(), _toolchain(), _compilers())
         name = hashlib.sha256(repr(key).encode()).hexdigest()[:40]
         return cache_dir() / f"{self.factory.rsplit('.', 1)[-1]}-{name}{SUFFIX}"
 
     def load_overload(self, sig, target_context):
         """The kernel cached for ``sig``, or None (numba-cuda then compiles and saves it)."""
         target_context.refresh()
-        path = self.path(sig, target_context)
         try:
-            payload = pickle.loads(path.read_bytes())
-        except FileNotFoundError:
+            kernel = _rebuild(pickle.loads(self.path(sig, target_context).read_bytes()))
+        except Exception:   # none yet, or a truncated or foreign file: compile, overwrite it
             return None
-        except Exception:            # a truncated or foreign file: compile again, overwrite it
-            return None
-        kernel = _rebuild(payload)
         STATS["loaded"] += 1
         return kernel
 
     def save_overload(self, sig, kernel) -> None:
         """Write ``kernel`` (compiled and bound, so its cubin exists) for ``sig``, atomically:
-        a reader sees the whole file or none."""
-        if getattr(kernel, "launch_config_sensitive", False):
-            return                   # its binary depends on the launch: not keyed here
+        a reader sees the whole file or none. A directory that cannot be written is reported
+        once (a warning) and the process goes on compiling without saving."""
+        if getattr(kernel, "launch_config_sensitive", False) or _unwritable:
+            return                   # (its binary would depend on the launch: not keyed here)
         from numba.cuda.serialize import dumps
 
         path = self.path(sig, kernel.target_context)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{uuid.uuid4().hex[:12]}.tmp")
-        tmp.write_bytes(dumps(kernel._reduce_states()))
-        os.replace(tmp, path)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(dumps(kernel._reduce_states()))
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            _unwritable.append(str(exc))
+            warnings.warn(f"numba_flash: compiled kernels are not saved, the cache directory "
+                          f"{cache_dir()} cannot be written ({exc}); set {CACHE_ENV} to a "
+                          "writable directory", RuntimeWarning, stacklevel=2)
+            return
         STATS["compiled"] += 1
 
-    def enable(self) -> None:
-        pass
-
-    def disable(self) -> None:
-        pass
-
     def flush(self) -> None:
-        pass
+        """(numba-cuda's ``Dispatcher.flush``; entries are cleared with ``clear()``.)"""
+
+
+#: Set (to the error) once the cache directory failed a write in this process.
+_unwritable: list = []
+
+
+@functools.lru_cache(maxsize=None)
+def _compilers() -> tuple:
+    """Versions of what turns our IR into the cubin: NVVM (IR -> PTX), the driver (its PTX JIT
+    -> cubin), and numba's array bounds checking (a global switch that changes the code)."""
+    from numba import config
+
+    def version(get):
+        try:
+            return get()
+        except Exception:           # e.g. no NVVM here: this machine can load, not compile
+            return None
+
+    def nvvm_version():
+        from numba.cuda.cudadrv import nvvm
+        return nvvm.NVVM().get_version()
+
+    def driver_version():
+        from numba.cuda.cudadrv.driver import driver
+        return driver.get_version()
+
+    return version(nvvm_version), version(driver_version), bool(config.BOUNDSCHECK)
 
 
 def kernel_factory(make):
@@ -165,6 +203,6 @@ def kernel_factory(make):
     def cached(*args):
         kernel = make(*args)
         if not simulator_enabled():
-            kernel._cache = DiskCache(name, args)
+            kernel._cache = DiskCache(name, args, kernel.targetoptions)
         return kernel
     return cached

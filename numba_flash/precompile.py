@@ -10,10 +10,11 @@ A ``KernelConfig`` names the calls whose kernels to build: a forward algorithm a
 one at head dim d for N_q queries and N_k keys. The kernels depend on d, causal, the tiling
 (which, when not given, depends on N_q and N_k: ``Tiling.kernel_default``) and the argument
 types, not on the batch, heads or sequence lengths themselves, so a warm-up on one short
-sequence with the config's tilings builds what a call of any batch and heads launches. Each config compiles in its own process (numba compiles
-under a global lock: threads would queue) and saves its kernels to ``kernel_cache``; a later
-process loads them in well under a second. Compiling is mostly single-threaded LLVM and ptxas
-work, so the processes run side by side on the machine's cores.
+sequence with the config's tilings builds what a call of any batch and heads launches. Each
+config compiles in its own process (numba compiles under a global lock: threads would queue)
+and saves its kernels to ``kernel_cache``; a later process loads them in 1-2.5 s (CUDA context
+included; H200, README). Compiling is mostly numba's single-threaded Python front end, so the
+processes run side by side on the machine's cores.
 """
 from __future__ import annotations
 

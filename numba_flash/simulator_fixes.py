@@ -23,8 +23,8 @@ none, each make its own, and then write to different arrays. With short turns th
 the mma emulation's fragment exchange (a wrong d = 256 output, 1 run in the suite).
 ``install()`` replaces the method with one that allocates under a lock. It keys the arrays by
 (file, line) of the caller, as the simulator does, but reads the caller's frame instead of
-formatting the whole stack on every call, and it allocates them zeroed (CUDA leaves shared
-memory undefined; the mma emulation's turn counters rely on starting at 0, no kernel does).
+formatting the whole stack on every call; it allocates them NaN-filled (floats) or zeroed
+(integers: the mma emulation's turn counters), see ``fresh_shared``.
 """
 from __future__ import annotations
 
@@ -126,6 +126,15 @@ def _syncthreads(self):
     self.barrier.wait()
 
 
+def fresh_shared(shape, dtype) -> np.ndarray:
+    """A new static shared array: NaN for floats (CUDA leaves shared memory undefined, and a
+    kernel that reads an element before writing it should show it, as poisoned outputs do),
+    0 for integers (the mma emulation's turn counters count from 0)."""
+    if np.issubdtype(dtype, np.floating):
+        return np.full(shape, np.nan, dtype)
+    return np.zeros(shape, dtype)
+
+
 #: id(module globals) -> the open swap of their ``cuda`` for the running launch's fake module
 _pins: dict = {}
 
@@ -181,7 +190,7 @@ def install() -> None:
         with _LOCK:
             found = self._allocations.get(key)
             if found is None:
-                found = self._allocations[key] = np.zeros(shape, dtype)
+                found = self._allocations[key] = fresh_shared(shape, dtype)
         return found
 
     array.race_free, array.unlocked = True, unlocked

@@ -17,7 +17,9 @@ Semantics are torch's (``torch.nn.functional.scaled_dot_product_attention``):
   of query heads (a copy: the kernels do not yet read a group's K/V once), as torch does;
 - what the kernels cannot do yet raises ``NotImplementedError``, never a silent fallback to
   torch: ``attn_mask``, ``dropout_p > 0``, a value head dim other than the query's, dtypes
-  other than float32 (float16 and bfloat16 kernels are on the way).
+  other than float32 (float16 and bfloat16 kernels are on the way), leading dims that only
+  broadcast, empty inputs, a scale that is not finite and positive, and a second derivative
+  (the backward op has no autograd formula of its own).
 
 Both passes are ``torch.library`` custom operators, ``numba_flash::attention_forward`` (o, lse)
 and ``numba_flash::attention_backward`` (dq, dk, dv), with fake (meta) implementations and an
@@ -91,7 +93,7 @@ def _run(fn, tensors, **kwargs):
         index = first.device.index if first.device.index is not None else torch.cuda.current_device()
         with cuda.gpus[index], on_stream(_stream_of(first.device)), \
                 memory.using(TorchMemory(first.device, memory.active().poison)):
-            return tuple(fn(*(t.detach() for t in tensors), **kwargs))
+            return tuple(fn(*(t.detach().contiguous() for t in tensors), **kwargs))
     if not memory.simulator_enabled():
         raise RuntimeError("CPU tensors run on Numba's CUDA simulator: set NUMBA_ENABLE_CUDASIM=1 "
                            "before numba is imported (slow; for tests), or move the tensors to a GPU")
@@ -102,8 +104,8 @@ def _run(fn, tensors, **kwargs):
 @torch.library.custom_op("numba_flash::attention_forward", mutates_args=())
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                       causal: bool, diagonal: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(o, lse) of FlashAttention on (B, H, N, d) float32 tensors; row r sees key c iff
-    ``not causal or c <= r + diagonal``."""
+    """(o, lse) of FlashAttention: q (B, H, N_q, d), k and v (B, H, N_k, d) float32; o (B, H,
+    N_q, d), lse (B, H, N_q); row r sees key c iff ``not causal or c <= r + diagonal``."""
     return _run(api.flash_attention, (q, k, v), causal=causal, softmax_scale=scale,
                 return_lse=True, diagonal=diagonal if causal else None)
 
@@ -117,7 +119,8 @@ def _(q, k, v, scale, causal, diagonal):
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        o: torch.Tensor, lse: torch.Tensor, scale: float, causal: bool,
                        diagonal: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv) from the forward's saved o and lse (P recomputed, never stored)."""
+    """(dq, dk, dv), shaped like q, k, v, from the forward's saved o (B, H, N_q, d) and lse
+    (B, H, N_q), for the upstream gradient do (B, H, N_q, d); P is recomputed, never stored."""
     return _run(api.flash_attention_backward, (do, q, k, v, o, lse), causal=causal,
                 softmax_scale=scale, diagonal=diagonal if causal else None)
 
@@ -149,6 +152,16 @@ def _unsupported(what: str) -> NotImplementedError:
     return NotImplementedError(f"numba_flash.torch.scaled_dot_product_attention: {what}")
 
 
+def _repeat_heads(name, x, heads):
+    """``x`` (..., H_kv, N, d) with each head repeated over its group of ``heads`` query heads."""
+    if x.shape[-3] == heads:
+        return x
+    if heads % x.shape[-3]:
+        raise ValueError(f"enable_gqa: query heads ({heads}) must be a multiple of {name} heads "
+                         f"({x.shape[-3]})")
+    return x.repeat_interleave(heads // x.shape[-3], dim=-3)
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """``torch.nn.functional.scaled_dot_product_attention`` on numba-flash's kernels.
@@ -178,18 +191,21 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if value.shape[-1] != query.shape[-1] or key.shape[-1] != query.shape[-1]:
         raise _unsupported(f"head dims must be equal (query {query.shape[-1]}, key "
                            f"{key.shape[-1]}, value {value.shape[-1]})")
-    if enable_gqa and query.dim() >= 3 and key.shape[-3] != query.shape[-3]:
-        heads, kv_heads = query.shape[-3], key.shape[-3]
-        if kv_heads == 0 or heads % kv_heads or value.shape[-3] != kv_heads:
-            raise ValueError(f"enable_gqa: query heads ({heads}) must be a multiple of key and "
-                             f"value heads ({kv_heads}, {value.shape[-3]})")
-        key = key.repeat_interleave(heads // kv_heads, dim=-3)
-        value = value.repeat_interleave(heads // kv_heads, dim=-3)
+    if enable_gqa:
+        if query.dim() < 3:
+            raise ValueError(f"enable_gqa: heads are dim -3, but query has shape {tuple(query.shape)}")
+        key, value = (_repeat_heads(name, x, query.shape[-3])
+                      for name, x in (("key", key), ("value", value)))
     lead = query.shape[:-2]
     if key.shape[:-2] != lead or value.shape[:-2] != lead:
-        raise ValueError(f"leading dims of key {tuple(key.shape)} and value {tuple(value.shape)} "
-                         f"must match the query's {tuple(query.shape)} (enable_gqa=True for fewer "
-                         "key/value heads)")
+        raise _unsupported(f"leading dims of key {tuple(key.shape)} and value {tuple(value.shape)} "
+                           f"must equal the query's {tuple(query.shape)} (broadcasting is not "
+                           "supported: expand them first; enable_gqa=True for fewer heads)")
+    if query.numel() == 0 or key.numel() == 0:
+        raise _unsupported(f"empty inputs (query {tuple(query.shape)}, key {tuple(key.shape)}): "
+                           "every dim must be at least 1")
+    if scale is not None and not (math.isfinite(scale) and scale > 0):
+        raise _unsupported(f"scale={scale}: the kernels take a finite, positive scale")
     d = query.shape[-1]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     q4, k4, v4 = (x.reshape(-1, 1, x.shape[-2], d).contiguous() for x in (query, key, value))

@@ -117,3 +117,41 @@ def test_factories_keep_one_dispatcher_per_arguments():
     a = flash_forward_fa2_tc.make_flash_forward_fa2_tc(Tiling(16, 8), 8, False)
     assert flash_forward_fa2_tc.make_flash_forward_fa2_tc(Tiling(16, 8), 8, False) is a
     assert flash_forward_fa2_tc.make_flash_forward_fa2_tc(Tiling(16, 8), 8, True) is not a
+
+
+def test_jit_options_are_in_the_key(cache):
+    """numba takes opt level and debug info from the environment too (NUMBA_OPT,
+    NUMBA_CUDA_DEBUGINFO): a debug or -O0 binary must not load into a normal run."""
+    sig = ("float32",)
+    normal = kernel_cache.DiskCache("pkg.make_kernel", (64,), {"opt": True, "debug": False})
+    debug = kernel_cache.DiskCache("pkg.make_kernel", (64,), {"opt": True, "debug": True})
+    unoptimised = kernel_cache.DiskCache("pkg.make_kernel", (64,), {"opt": False, "debug": False})
+    paths = {d.path(sig, FakeContext()) for d in (normal, debug, unoptimised)}
+    assert len(paths) == 3
+
+
+def test_unwritable_cache_warns_and_compiling_goes_on(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(blocker / "kernels"))   # below a regular file
+    monkeypatch.setattr(kernel_cache, "_unwritable", [])
+    disk = kernel_cache.DiskCache("pkg.make_kernel", (64,))
+    with pytest.warns(RuntimeWarning, match="cannot be written"):
+        disk.save_overload(("float32",), FakeKernel({"cubin": b""}))
+    disk.save_overload(("int64",), FakeKernel({"cubin": b""}))                # once: no second warning
+    assert kernel_cache._unwritable and list(tmp_path.iterdir()) == [blocker]
+
+
+def test_entry_of_the_wrong_structure_is_recompiled(cache, monkeypatch):
+    """A valid pickle that is no kernel's state (numba-cuda's _rebuild raises on it)."""
+    monkeypatch.setattr(kernel_cache, "_rebuild", lambda payload: ("rebuilt", payload["cubin"]))
+    disk = kernel_cache.DiskCache("pkg.make_kernel", (64,))
+    disk.save_overload(("float32",), FakeKernel({"not": "a kernel's state"}))
+    assert disk.load_overload(("float32",), FakeContext()) is None
+
+
+def test_clear_removes_half_written_files(cache):
+    disk = kernel_cache.DiskCache("pkg.make_kernel", (64,))
+    disk.save_overload(("float32",), FakeKernel({}))
+    (cache / f"x{kernel_cache.SUFFIX}.0123.tmp").write_bytes(b"partial")
+    assert kernel_cache.clear() == 1 and list(cache.iterdir()) == []

@@ -8,6 +8,7 @@ import pytest
 from numba import config
 
 import numba_flash  # noqa: F401  (installs the fix under the simulator)
+from numba_flash import simulator_fixes
 from numba_flash.simulator_fixes import fast_turns
 
 pytestmark = pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="the simulator's own classes")
@@ -34,13 +35,16 @@ def test_threads_share_one_static_array_per_line(monkeypatch):
     a new one: the simulator's own method then hands out several arrays; the fix, one."""
     from numba.cuda.simulator.kernelapi import FakeCUDAShared
 
-    empty = np.empty
+    empty, fresh = np.empty, simulator_fixes.fresh_shared
 
-    def slow_empty(*args, **kwargs):
-        time.sleep(1e-3)
-        return empty(*args, **kwargs)
+    def slow(allocate):
+        def allocation(*args, **kwargs):
+            time.sleep(1e-3)
+            return allocate(*args, **kwargs)
+        return allocation
 
-    monkeypatch.setattr(np, "empty", slow_empty)
+    monkeypatch.setattr(np, "empty", slow(empty))                      # the simulator's own
+    monkeypatch.setattr(simulator_fixes, "fresh_shared", slow(fresh))  # the fix's
     for _ in range(5):
         got = first_allocations(FakeCUDAShared(0))
         assert len({id(a) for a in got}) == 1

@@ -2,6 +2,7 @@
 backend, float64), its autograd, torch.compile and torch.library checks -- on CPU tensors,
 which run on the CUDA simulator (tests/test_torch_gpu.py: the same on the GPU)."""
 import math
+import zlib
 
 import pytest
 
@@ -21,7 +22,7 @@ def make(shape, generator, scale=1.0):
 
 @pytest.fixture
 def gen(request):
-    return torch.Generator().manual_seed(hash(request.node.nodeid) % 2**31)
+    return torch.Generator().manual_seed(zlib.crc32(request.node.nodeid.encode()))
 
 
 def sdpa_float64(q, k, v, **kwargs):
@@ -71,6 +72,8 @@ def test_grouped_query_attention(gen):
     q = make((1, 4, 6, 8), gen)
     k, v = make((1, 2, 7, 8), gen), make((1, 2, 7, 8), gen)
     check_against_torch(q, k, v, gen, is_causal=True, enable_gqa=True)
+    q, k, v = make((1, 4, 6, 8), gen), make((1, 4, 7, 8), gen), make((1, 1, 7, 8), gen)
+    check_against_torch(q, k, v, gen, enable_gqa=True)             # key heads = query heads
 
 
 class TinyAttention(torch.nn.Module):
@@ -136,8 +139,15 @@ def test_half_precision_is_named_and_refused(dtype, name):
 
 def test_shape_errors_name_the_argument(gen):
     q = make((1, 2, 4, 8), gen)
-    with pytest.raises(ValueError, match="enable_gqa"):
+    with pytest.raises(NotImplementedError, match="broadcasting is not supported.*enable_gqa"):
         nft.scaled_dot_product_attention(q, make((1, 1, 4, 8), gen), make((1, 1, 4, 8), gen))
+    with pytest.raises(NotImplementedError, match="empty inputs"):
+        nft.scaled_dot_product_attention(q, make((1, 2, 0, 8), gen), make((1, 2, 0, 8), gen))
+    with pytest.raises(NotImplementedError, match="scale=-1.0"):
+        nft.scaled_dot_product_attention(q, q, q, scale=-1.0)
+    with pytest.raises(ValueError, match="heads are dim -3"):
+        nft.scaled_dot_product_attention(make((4, 8), gen), make((4, 8), gen), make((4, 8), gen),
+                                         enable_gqa=True)
     with pytest.raises(NotImplementedError, match="head dims"):
         nft.scaled_dot_product_attention(q, q, make((1, 2, 4, 16), gen))
     with pytest.raises(ValueError, match="multiple"):

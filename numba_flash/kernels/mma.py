@@ -121,8 +121,11 @@ def _turn(turns, tid):
 
     One barrier an exchange suffices with two buffers: a lane writes buffer b only after the
     barrier of the exchange before, which every lane reaches after it has read buffer b the
-    time before that. The counts start at 0 (simulator_fixes allocates static shared arrays
-    zeroed) and every thread of a block makes the same exchanges, so all agree on b."""
+    time before that. The counters live for the whole launch (the simulator keeps one set of
+    static shared arrays per launch, its blocks run one after another) and start at 0
+    (simulator_fixes.fresh_shared); the lanes of a warp agree on b as long as every thread of
+    every block makes the same number of exchanges, which the block-wide barriers here demand
+    anyway (the kernels keep these calls in uniform control flow)."""
     buf = turns[tid]
     turns[tid] = 1 - buf
     return buf
