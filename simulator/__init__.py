@@ -1,7 +1,8 @@
 """A hardware cost model of attention: exact HBM traffic of the numba_flash kernels, a model of
-their shared-memory traffic, FLOPs, workspace, roofline time, an L2 model, and the paper's
-closed forms.  Pure Python and NumPy (no numba); see docs/simulator.md."""
-from . import hardware
+their shared-memory traffic, FLOPs, workspace, roofline time, an L2 model, an occupancy model
+over the kernels' ptxas resources, and the paper's closed forms.  Pure Python and NumPy (no
+numba); see docs/simulator.md."""
+from . import hardware, occupancy
 from .closed_forms import (
     HbmAccesses,
     flash_backward_accesses,
@@ -25,7 +26,7 @@ __all__ = [
     "ALGORITHMS", "Hardware", "HbmAccesses", "L2Phase", "L2Traffic", "ModelTiling",
     "TensorTraffic", "Tiling", "TrafficReport", "Workload", "concurrent_blocks",
     "default_tiling", "flash_backward_accesses", "flash_forward_v1_accesses",
-    "flash_forward_v2_accesses", "hardware", "l2_traffic", "paper_tiling", "predict",
+    "flash_forward_v2_accesses", "hardware", "l2_traffic", "occupancy", "paper_tiling", "predict",
     "predict_dram", "proposition3_lower_bound", "standard_backward_accesses",
     "standard_forward_accesses", "theorem2_flash_forward", "theorem2_standard_forward",
     "theorem5_flash_backward",

@@ -24,7 +24,18 @@ class Hardware:
     smem_per_block: the most dynamic shared memory one block may opt into (bytes).
     l2_bytes: L2 cache capacity.  peak_flops: FLOP/s per precision (``PRECISIONS``).
     max_threads_per_sm, max_blocks_per_sm: residency limits (2048 and 32 on sm_80 and sm_90).
+    registers_per_sm: 32-bit registers of one SM, split evenly over ``register_subpartitions``
+    files (one per warp scheduler); also the most one block may hold.
+    register_granularity: registers a warp is allocated in multiples of.
+    max_registers_per_thread, max_threads_per_block: per-thread and per-block limits.
+    smem_reserved_per_block: shared memory (bytes) the driver adds to every block (sm_80 on).
+    smem_granularity: bytes a block's shared memory is allocated in multiples of.
+    smem_carveouts: the shared-memory sizes (bytes) an SM can be configured to, the rest of
+    its unified L1/shared array going to L1 (the largest is ``smem_per_sm``).
     sources: where each value came from, keyed by field name.
+    The sm_80 / sm_90 defaults are those of CUDA 13.0's ``cuda_occupancy.h`` (the occupancy
+    calculator's code: granularities, sub-partitions, blocks per SM, carveouts) and the CUDA C
+    Programming Guide's compute-capability table (registers, threads, the 1 KB reservation).
     """
 
     name: str
@@ -37,16 +48,30 @@ class Hardware:
     sources: Mapping[str, str] = field(default_factory=dict)
     max_threads_per_sm: int = 2048
     max_blocks_per_sm: int = 32
+    registers_per_sm: int = 65536
+    register_subpartitions: int = 4
+    register_granularity: int = 256
+    max_registers_per_thread: int = 255
+    max_threads_per_block: int = 1024
+    smem_reserved_per_block: int = 1024
+    smem_granularity: int = 128
+    smem_carveouts: tuple[int, ...] = ()
 
     def __post_init__(self):
         for name in ("hbm_bandwidth", "sm_count", "smem_per_sm", "smem_per_block", "l2_bytes",
-                     "max_threads_per_sm", "max_blocks_per_sm"):
+                     "max_threads_per_sm", "max_blocks_per_sm", "registers_per_sm",
+                     "register_subpartitions", "register_granularity",
+                     "max_registers_per_thread", "max_threads_per_block",
+                     "smem_reserved_per_block", "smem_granularity"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise ValueError(f"Hardware.{name} must be a positive number, got {value!r}")
         if self.smem_per_block > self.smem_per_sm:
             raise ValueError(f"Hardware.smem_per_block ({self.smem_per_block}) exceeds "
                              f"smem_per_sm ({self.smem_per_sm})")
+        if self.smem_carveouts and max(self.smem_carveouts) != self.smem_per_sm:
+            raise ValueError(f"Hardware.smem_carveouts: the largest must be smem_per_sm "
+                             f"({self.smem_per_sm}), got {self.smem_carveouts}")
         for precision, rate in self.peak_flops.items():
             if precision not in PRECISIONS:
                 raise ValueError(f"Hardware.peak_flops: unknown precision {precision!r}, "
@@ -87,38 +112,50 @@ class Hardware:
 
 
 def _datasheet(name: str, sheet: str, *, hbm_bandwidth, sm_count, smem_per_sm, smem_per_block,
-               l2_bytes, peak_flops, l2_source: str) -> Hardware:
+               l2_bytes, peak_flops, l2_source: str, smem_carveouts) -> Hardware:
     sources = {key: sheet for key in ("hbm_bandwidth", "sm_count")}
     sources.update({key: "CUDA C Programming Guide, compute capability table"
                     for key in ("smem_per_sm", "smem_per_block", "max_threads_per_sm",
-                                "max_blocks_per_sm")})
+                                "registers_per_sm", "max_registers_per_thread",
+                                "max_threads_per_block", "smem_reserved_per_block")})
+    sources.update({key: "cuda_occupancy.h (CUDA 13.0)"
+                    for key in ("max_blocks_per_sm", "register_subpartitions",
+                                "register_granularity", "smem_granularity", "smem_carveouts")})
     sources["l2_bytes"] = l2_source
     sources.update({f"peak_flops.{p}": sheet + " (dense)" for p in peak_flops})
     return Hardware(name, hbm_bandwidth, sm_count, smem_per_sm, smem_per_block, l2_bytes,
-                    peak_flops, sources)
+                    peak_flops, sources, smem_carveouts=smem_carveouts)
 
 
 _KB, _MIB = 1024, 1024 * 1024
+#: Shared-memory sizes an SM can be configured to (cuda_occupancy.h of CUDA 13.0,
+#: cudaOccAlignUpShmemSizeVoltaPlus): sm_80 up to 164 KB, sm_90 up to 228 KB.
+_AMPERE_CARVEOUTS = tuple(k * _KB for k in (0, 8, 16, 32, 64, 100, 132, 164))
+_HOPPER_CARVEOUTS = _AMPERE_CARVEOUTS + (196 * _KB, 228 * _KB)
 _AMPERE_FLOPS = {"fp32": 19.5e12, "tf32": 156e12, "fp16": 312e12, "bf16": 312e12}
 _HOPPER_FLOPS = {"fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12, "bf16": 989.4e12}
 
 A100_40GB = _datasheet(
     "A100_40GB", "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB)",
     hbm_bandwidth=1555e9, sm_count=108, smem_per_sm=164 * _KB, smem_per_block=163 * _KB,
-    l2_bytes=40 * _MIB, peak_flops=_AMPERE_FLOPS, l2_source="NVIDIA A100 whitepaper: 40 MB L2")
+    l2_bytes=40 * _MIB, peak_flops=_AMPERE_FLOPS, l2_source="NVIDIA A100 whitepaper: 40 MB L2",
+    smem_carveouts=_AMPERE_CARVEOUTS)
 A100_80GB = _datasheet(
     "A100_80GB", "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB)",
     hbm_bandwidth=2039e9, sm_count=108, smem_per_sm=164 * _KB, smem_per_block=163 * _KB,
-    l2_bytes=40 * _MIB, peak_flops=_AMPERE_FLOPS, l2_source="NVIDIA A100 whitepaper: 40 MB L2")
+    l2_bytes=40 * _MIB, peak_flops=_AMPERE_FLOPS, l2_source="NVIDIA A100 whitepaper: 40 MB L2",
+    smem_carveouts=_AMPERE_CARVEOUTS)
 H100_SXM = _datasheet(
     "H100_SXM", "NVIDIA H100 Tensor Core GPU datasheet (SXM5)",
     hbm_bandwidth=3.35e12, sm_count=132, smem_per_sm=228 * _KB, smem_per_block=227 * _KB,
-    l2_bytes=50 * _MIB, peak_flops=_HOPPER_FLOPS, l2_source="NVIDIA H100 whitepaper: 50 MB L2")
+    l2_bytes=50 * _MIB, peak_flops=_HOPPER_FLOPS, l2_source="NVIDIA H100 whitepaper: 50 MB L2",
+    smem_carveouts=_HOPPER_CARVEOUTS)
 H200 = _datasheet(
     "H200", "NVIDIA H200 Tensor Core GPU datasheet (SXM)",
     hbm_bandwidth=4.8e12, sm_count=132, smem_per_sm=228 * _KB, smem_per_block=227 * _KB,
     l2_bytes=60 * _MIB, peak_flops=_HOPPER_FLOPS,
-    l2_source="cudaDeviceProp.l2CacheSize as the device reports it (60 MiB)")
+    l2_source="cudaDeviceProp.l2CacheSize as the device reports it (60 MiB)",
+    smem_carveouts=_HOPPER_CARVEOUTS)
 
 #: Our H200, 2026-11-29: device-to-device copy bandwidth (read + write bytes / time) and an
 #: fp32 SGEMM with TF32 off.

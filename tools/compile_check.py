@@ -64,15 +64,32 @@ def main(argv):
     for kind, kernel in kernels(d):
         if only and kind != only:
             continue
-        ptx, _ = compile_ptx(kernel.py_func, SIGS[kind], cc=(9, 0), fastmath=False)
-        cap = kernel.targetoptions.get("max_registers")
-        print(f"{kernel.py_func.__name__:22s} d={d:<4d} cap={cap or '-':<4} {ptxas_report(ptx, cap)}")
+        cap = register_cap(kernel)
+        print(f"{kernel.py_func.__name__:22s} d={d:<4d} cap={cap or '-':<4} "
+              f"{ptxas_report(sm90_ptx(kind, kernel), cap)}")
 
 
-def ptxas_report(ptx: str, max_registers: int | None = None) -> str:
-    """Registers, spills and stack frame from ``ptxas -v`` (when a CUDA toolkit is installed)."""
-    if shutil.which("ptxas") is None:
-        return f"ptx {len(ptx)} B (no ptxas for a register report)"
+def sm90_ptx(kind: str, kernel) -> str:
+    """PTX of ``kernel`` (its SIGS ``kind``) for sm_90, without fast math, as the API compiles it."""
+    ptx, _ = compile_ptx(kernel.py_func, SIGS[kind], cc=(9, 0), fastmath=False)
+    return ptx
+
+
+def register_cap(kernel) -> int | None:
+    """The ``max_registers`` the kernel was jitted with (launch.jit_options), None if uncapped."""
+    return kernel.targetoptions.get("max_registers")
+
+
+def ptxas_version() -> str:
+    """The release line of ``ptxas --version``, e.g. 'Cuda compilation tools, release 13.0, V13.0.88'."""
+    out = subprocess.run(["ptxas", "--version"], capture_output=True, text=True, check=True).stdout
+    return next(line for line in out.splitlines() if "release" in line).strip()
+
+
+def ptxas_resources(ptx: str, max_registers: int | None = None) -> dict[str, int]:
+    """Registers per thread, static shared memory, stack frame and spill bytes that
+    ``ptxas -arch=sm_90 -v`` reports (``-maxrregcount`` when capped); RuntimeError with
+    ptxas's output when it reports no register use."""
     cap = [f"-maxrregcount={max_registers}"] if max_registers else []
     with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
         f.write(ptx)
@@ -81,8 +98,21 @@ def ptxas_report(ptx: str, max_registers: int | None = None) -> str:
                              capture_output=True, text=True).stderr
     regs = re.search(r"Used (\d+) registers", out)
     frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", out)
-    return (f"registers {regs.group(1) if regs else '?'}, stack frame {frame.group(1)} B, "
-            f"spill stores {frame.group(2)} B, spill loads {frame.group(3)} B") if frame else out
+    if not (regs and frame):
+        raise RuntimeError(f"ptxas reported no register use:\n{out}")
+    smem = re.search(r"(\d+) bytes smem", out)
+    return {"registers": int(regs.group(1)), "static_smem_bytes": int(smem.group(1)) if smem else 0,
+            "stack_frame_bytes": int(frame.group(1)), "spill_store_bytes": int(frame.group(2)),
+            "spill_load_bytes": int(frame.group(3))}
+
+
+def ptxas_report(ptx: str, max_registers: int | None = None) -> str:
+    """Registers, spills and stack frame from ``ptxas -v`` (when a CUDA toolkit is installed)."""
+    if shutil.which("ptxas") is None:
+        return f"ptx {len(ptx)} B (no ptxas for a register report)"
+    r = ptxas_resources(ptx, max_registers)
+    return (f"registers {r['registers']}, stack frame {r['stack_frame_bytes']} B, "
+            f"spill stores {r['spill_store_bytes']} B, spill loads {r['spill_load_bytes']} B")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,143 @@
+"""Registers, spills and shared memory of every kernel the API launches by default, from ptxas:
+writes ``simulator/kernel_resources.csv``, which the occupancy model reads
+(``simulator.occupancy.resources``).
+
+    CUDA_HOME=/usr/local/cuda-13.0 python tools/kernel_resources.py [--d 32 64 ...] [--jobs 2]
+
+Each kernel is compiled to PTX for sm_90 and assembled by ``ptxas -arch=sm_90 -v`` with its
+register cap, as tools/compile_check.py does (and the driver's JIT at launch, which may be a
+different ptxas version: the H200's readings are checked in tests/test_simulator_occupancy.py).
+Configurations: the tensor-core forward and backward and the FFMA forward, backward (dQ by
+atomics, and without for ``deterministic=True``), dQ kernel and Algorithm 1 forward at their
+default tilings (``Tiling.kernel_default``), causal and not, at each ``--d``; the standard
+attention's matmuls (64 x 64; each transpose variant), softmax, dS and D = rowsum(dO * O) kernels
+with the API's 128 threads (D at each --d). A blank d or causal in the CSV: the kernel's code depends on neither.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from compile_check import ptxas_resources, ptxas_version, register_cap, sm90_ptx
+
+from numba_flash.kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
+from numba_flash.kernels.flash_backward_tc import make_flash_backward_tc
+from numba_flash.kernels.flash_forward_alg1 import make_flash_forward_alg1
+from numba_flash.kernels.flash_forward_fa2 import make_flash_forward_fa2
+from numba_flash.kernels.flash_forward_fa2_tc import make_flash_forward_fa2_tc
+from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
+from simulator.tiling import Tiling
+
+OUT = Path(__file__).resolve().parent.parent / "simulator" / "kernel_resources.csv"
+HEAD_DIMS = (32, 64, 80, 128, 256)
+#: Threads a block of the row-wise kernels (softmax, dS, D) on the GPU (numba_flash.api._row_threads).
+ROW_THREADS = 128
+COLUMNS = ("kernel", "function", "variant", "Br", "Bc", "d", "causal", "threads",
+           "dynamic_smem_bytes", "static_smem_bytes", "registers", "register_cap",
+           "spill_store_bytes", "spill_load_bytes", "stack_frame_bytes", "ptxas", "date")
+
+
+@dataclass(frozen=True)
+class Config:
+    """One compiled kernel: its Tiling kernel name (or function name for the row kernels), a
+    variant label, the compile_check SIGS kind, and how to build it. ``d`` or ``causal`` None:
+    the kernel's code does not depend on it."""
+
+    kernel: str
+    variant: str
+    kind: str
+    d: int | None
+    causal: bool | None
+    make: Callable[[Tiling | None], object]
+    tiled: bool = True
+
+    @property
+    def tiling(self) -> Tiling | None:
+        return Tiling.kernel_default(self.kernel, self.d or 0) if self.tiled else None
+
+
+def configurations(head_dims) -> list[Config]:
+    """Every configuration, the slow tensor-core compiles first (so that parallel jobs balance)."""
+    tc, fma = [], []
+    for d in head_dims:
+        for causal in (False, True):
+            tc.append(Config("flash_forward_tc", "", "fa2_tc", d, causal,
+                             lambda t, d=d, c=causal: make_flash_forward_fa2_tc(t, d, c)))
+            tc.append(Config("flash_backward_tc", "", "bwd_tc", d, causal,
+                             lambda t, d=d, c=causal: make_flash_backward_tc(t, d, c)))
+            fma.append(Config("flash_forward_v2", "", "fa2", d, causal,
+                              lambda t, d=d, c=causal: make_flash_forward_fa2(t, d, c)))
+            fma.append(Config("flash_forward_v1", "", "alg1", d, causal,
+                              lambda t, d=d, c=causal: make_flash_forward_alg1(t, d, c)))
+            fma.append(Config("flash_backward", "", "bwd_kv", d, causal,
+                              lambda t, d=d, c=causal: make_flash_backward_kv(t, d, c, True)))
+            fma.append(Config("flash_backward", "no_atomic_dq", "bwd_kv", d, causal,
+                              lambda t, d=d, c=causal: make_flash_backward_kv(t, d, c, False)))
+            fma.append(Config("flash_backward_dq", "", "bwd_dq", d, causal,
+                              lambda t, d=d, c=causal: make_flash_backward_dq(t, d, c)))
+        fma += [Config("row_dot", "zero_dq" if zero else "", "row_dot", d, None,
+                       lambda _, d=d, z=zero: make_row_dot(ROW_THREADS, d, z), tiled=False)
+                for zero in (True, False)]
+    standard = [Config("standard_matmul", variant, "matmul", None, None,
+                       lambda t, a=trans_a, b=trans_b: make_matmul(t, a, b))
+                for variant, trans_a, trans_b in (("", False, False), ("trans_a", True, False),
+                                                  ("trans_b", False, True))]
+    standard += [Config("softmax", "", "softmax", None, causal,
+                        lambda _, c=causal: make_softmax(ROW_THREADS, c), tiled=False)
+                 for causal in (False, True)]
+    standard.append(Config("ds", "", "ds", None, None, lambda _: make_ds(ROW_THREADS), tiled=False))
+    return tc + fma + standard
+
+
+def _blank(value) -> str:
+    return "" if value is None else str(value)
+
+
+def measure(head_dims, index: int) -> dict[str, str]:
+    """Compile configuration ``index`` of ``configurations(head_dims)``; its CSV row (ptxas and
+    date columns left out)."""
+    config = configurations(head_dims)[index]
+    tiling = config.tiling
+    kernel = config.make(tiling)
+    cap = register_cap(kernel)
+    found = ptxas_resources(sm90_ptx(config.kind, kernel), cap)
+    row = {"kernel": config.kernel, "function": kernel.py_func.__name__, "variant": config.variant,
+           "Br": _blank(tiling and tiling.Br), "Bc": _blank(tiling and tiling.Bc),
+           "d": _blank(config.d), "causal": _blank(config.causal),
+           "threads": str(tiling.threads_for(config.kernel) if tiling else ROW_THREADS),
+           "dynamic_smem_bytes": str(tiling.smem_bytes(config.kernel, config.d or 0) if tiling else 0),
+           "register_cap": _blank(cap)}
+    row.update({key: str(value) for key, value in found.items()})
+    print(f"{row['kernel']:18s} {row['variant']:13s} d={row['d']:4s} causal={row['causal']:5s} "
+          f"{row['Br']:>3s}x{row['Bc']:<3s} {row['threads']:>4s} threads  {row['registers']:>3s} "
+          f"registers (cap {row['register_cap'] or '-'}), spills {row['spill_store_bytes']}/"
+          f"{row['spill_load_bytes']} B", flush=True)
+    return row
+
+
+def main(argv) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--d", type=int, nargs="+", default=HEAD_DIMS, help="head dims")
+    parser.add_argument("--jobs", type=int, default=2, help="parallel compiles")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    head_dims = tuple(args.d)
+    count = len(configurations(head_dims))
+    with ProcessPoolExecutor(args.jobs) as pool:
+        rows = list(pool.map(measure, [head_dims] * count, range(count)))
+    stamp = {"ptxas": ptxas_version(), "date": datetime.date.today().isoformat()}
+    with open(args.out, "w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({**row, **stamp} for row in rows)
+    print(f"{count} kernels -> {args.out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
