@@ -172,6 +172,8 @@ class KernelResources:
     function: the compiled Python function (the name ncu shows).  variant: "" or a label of a
     code variant (``trans_a``, ``no_atomic_dq``, ...).  tiling: None for the row kernels.
     d, causal: None where the kernel's code depends on neither.  Bytes for every size.
+    kernel_source: the digest (16 hex digits) of the kernel sources compiled
+    (``numba_flash.kernel_cache.source_digest``; a test holds it to the current sources).
     """
 
     kernel: str
@@ -190,6 +192,7 @@ class KernelResources:
     stack_frame_bytes: int
     ptxas: str
     date: str
+    kernel_source: str
 
     def occupancy(self, hardware: Hardware = H200) -> Occupancy:
         """``occupancy`` of this kernel's blocks on ``hardware``."""
@@ -215,6 +218,7 @@ def kernel_resources(path: Path = RESOURCES_CSV) -> tuple[KernelResources, ...]:
         register_cap=_optional(r["register_cap"], int),
         spill_store_bytes=int(r["spill_store_bytes"]), spill_load_bytes=int(r["spill_load_bytes"]),
         stack_frame_bytes=int(r["stack_frame_bytes"]), ptxas=r["ptxas"], date=r["date"],
+        kernel_source=r["kernel_source"],
     ) for r in rows)
 
 

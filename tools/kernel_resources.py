@@ -26,6 +26,7 @@ from typing import Callable
 
 from compile_check import ptxas_resources, ptxas_version, register_cap, sm90_ptx
 
+from numba_flash import kernel_cache
 from numba_flash.kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
 from numba_flash.kernels.flash_backward_tc import make_flash_backward_tc
 from numba_flash.kernels.flash_forward_alg1 import make_flash_forward_alg1
@@ -40,7 +41,8 @@ HEAD_DIMS = (32, 64, 80, 128, 256)
 ROW_THREADS = 128
 COLUMNS = ("kernel", "function", "variant", "Br", "Bc", "d", "causal", "threads",
            "dynamic_smem_bytes", "static_smem_bytes", "registers", "register_cap",
-           "spill_store_bytes", "spill_load_bytes", "stack_frame_bytes", "ptxas", "date")
+           "spill_store_bytes", "spill_load_bytes", "stack_frame_bytes", "ptxas", "date",
+           "kernel_source")
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,8 @@ def main(argv) -> None:
     count = len(configurations(head_dims))
     with ProcessPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(measure, [head_dims] * count, range(count)))
-    stamp = {"ptxas": ptxas_version(), "date": datetime.date.today().isoformat()}
+    stamp = {"ptxas": ptxas_version(), "date": datetime.date.today().isoformat(),
+             "kernel_source": kernel_cache.source_digest()[:16]}   # tests hold it to the sources
     with open(args.out, "w", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS, lineterminator="\n")
         writer.writeheader()
