@@ -18,11 +18,20 @@ from .api import (
     standard_attention_backward,
 )
 from .memory import poison_outputs, simulator_enabled
-from .precompile import KernelConfig, warmup
 from .simulator_fixes import install as _race_free_simulator
 
 if simulator_enabled():
     _race_free_simulator()
+
+
+def __getattr__(name):
+    """``warmup`` and ``KernelConfig`` from ``precompile``, imported on first use (so that
+    ``python -m numba_flash.precompile`` runs a module the package has not imported yet)."""
+    if name in ("KernelConfig", "warmup"):
+        from . import precompile
+
+        return getattr(precompile, name)
+    raise AttributeError(f"module 'numba_flash' has no attribute {name!r}")
 
 __all__ = [
     "KernelConfig",

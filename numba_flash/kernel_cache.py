@@ -16,7 +16,8 @@ entry's key holds everything that changes the binary:
   NVVM and driver versions (NVVM makes the PTX, the driver's JIT the cubin), numba's bounds
   checking switch, and the numba, numba-cuda and llvmlite versions.
 
-Entries of older kernel sources are never loaded again but stay until ``clear()``.
+Entries of older kernel sources are never loaded again; ``prune()`` removes them (their file
+names carry the sources' digest), ``clear()`` removes everything.
 
 The directory is ``$NUMBA_FLASH_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/numba-flash``
 (``~/.cache/numba-flash``). ``clear()`` (or ``python -m numba_flash.precompile --clear``) empties
@@ -86,6 +87,20 @@ def entries() -> list[Path]:
     return sorted(found, key=lambda p: p.stat().st_mtime)
 
 
+def _source_tag() -> str:
+    """The part of an entry's file name that names the kernel sources it was built from."""
+    return source_digest()[:12]
+
+
+def prune() -> int:
+    """Remove the entries built from other kernel sources than these (never loaded again);
+    returns how many."""
+    stale = [path for path in entries() if f"-{_source_tag()}-" not in path.name]
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return len(stale)
+
+
 def clear() -> int:
     """Remove every cached kernel (and any half-written file); returns how many kernels."""
     found = entries()
@@ -125,7 +140,7 @@ class DiskCache:
         key = (source_digest(), self.factory, self.args, self.options, str(sig),
                target_context.codegen().magic_tuple(), _toolchain(), _compilers())
         name = hashlib.sha256(repr(key).encode()).hexdigest()[:40]
-        return cache_dir() / f"{self.factory.rsplit('.', 1)[-1]}-{name}{SUFFIX}"
+        return cache_dir() / f"{self.factory.rsplit('.', 1)[-1]}-{_source_tag()}-{name}{SUFFIX}"
 
     def load_overload(self, sig, target_context):
         """The kernel cached for ``sig``, or None (numba-cuda then compiles and saves it)."""

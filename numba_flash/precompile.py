@@ -4,7 +4,7 @@
     nf.warmup([nf.KernelConfig(d=64, n_q=4096, causal=True), nf.KernelConfig(d=128, n_q=1024)])
 
     python -m numba_flash.precompile --d 64 128 --n 4096 --causal both   # the same from a shell
-    python -m numba_flash.precompile --info | --clear                    # what is cached; empty it
+    python -m numba_flash.precompile --info | --prune | --clear          # list; drop stale; empty
 
 A ``KernelConfig`` names the calls whose kernels to build: a forward algorithm and a backward
 one at head dim d for N_q queries and N_k keys. The kernels depend on d, causal, the tiling
@@ -145,6 +145,8 @@ def _parse(argv):
     parser.add_argument("--processes", type=int, default=None)
     parser.add_argument("--info", action="store_true", help="list the cache and exit")
     parser.add_argument("--clear", action="store_true", help="empty the cache and exit")
+    parser.add_argument("--prune", action="store_true",
+                        help="remove entries of other kernel sources than these, and exit")
     return parser.parse_args(argv)
 
 
@@ -159,6 +161,9 @@ def main(argv=None) -> int:
         return 0
     if args.clear:
         print(f"removed {kernel_cache.clear()} kernels from {kernel_cache.cache_dir()}")
+        return 0
+    if args.prune:
+        print(f"removed {kernel_cache.prune()} kernels of other sources from {kernel_cache.cache_dir()}")
         return 0
     causal = {"yes": (True,), "no": (False,), "both": (False, True)}[args.causal]
     backward = None if args.backward == "none" else args.backward

@@ -155,3 +155,14 @@ def test_clear_removes_half_written_files(cache):
     disk.save_overload(("float32",), FakeKernel({}))
     (cache / f"x{kernel_cache.SUFFIX}.0123.tmp").write_bytes(b"partial")
     assert kernel_cache.clear() == 1 and list(cache.iterdir()) == []
+
+
+def test_prune_removes_entries_of_other_sources_only(cache, monkeypatch):
+    disk = kernel_cache.DiskCache("pkg.make_kernel", (64,))
+    monkeypatch.setattr(kernel_cache, "source_digest", lambda: "a" * 64)
+    disk.save_overload(("float32",), FakeKernel({}))                   # built from sources "aaa..."
+    monkeypatch.setattr(kernel_cache, "source_digest", lambda: "b" * 64)
+    disk.save_overload(("float32",), FakeKernel({}))                   # and from the current ones
+    assert len(kernel_cache.entries()) == 2
+    assert kernel_cache.prune() == 1
+    assert [p.name for p in kernel_cache.entries()] == [disk.path(("float32",), FakeContext()).name]
