@@ -5,6 +5,8 @@ import math
 import zlib
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
@@ -54,6 +56,16 @@ def check_against_torch(q, k, v, gen, **kwargs):
 def test_matches_torch_sdpa(gen, B, H, n_q, n_k, d, causal):
     q, k, v = make((B, H, n_q, d), gen), make((B, H, n_k, d), gen), make((B, H, n_k, d), gen)
     check_against_torch(q, k, v, gen, is_causal=causal)
+
+
+@settings(max_examples=4)      # each example is a simulated forward and backward (~5 s)
+@given(B=st.integers(1, 2), H=st.integers(1, 2), n_q=st.integers(1, 33), n_k=st.integers(1, 33),
+       d=st.sampled_from([8, 24, 40]), causal=st.booleans(), scale=st.sampled_from([None, 0.05, 2.0]),
+       seed=st.integers(0, 2**16))
+def test_drawn_shapes_match_torch(B, H, n_q, n_k, d, causal, scale, seed):
+    gen = torch.Generator().manual_seed(seed)
+    q, k, v = make((B, H, n_q, d), gen), make((B, H, n_k, d), gen), make((B, H, n_k, d), gen)
+    check_against_torch(q, k, v, gen, is_causal=causal, scale=scale)
 
 
 def test_large_logits_and_scale(gen):

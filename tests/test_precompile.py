@@ -1,0 +1,57 @@
+"""numba_flash.warmup's pieces without a GPU: configs are checked, resolve the tilings the API
+would launch, and ``build`` runs a config's calls (on the simulator, where nothing compiles)."""
+import pytest
+
+import numba_flash as nf
+from numba_flash import checks, precompile
+from experiments.common.cases import Case
+from experiments.common.kernels import kernel_config
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    (dict(forward="fa3"), "KernelConfig.forward"),
+    (dict(backward="fa1"), "KernelConfig.backward"),
+    (dict(forward="fa2", backward="standard"), "standard backward needs the standard forward"),
+])
+def test_bad_configs_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        nf.KernelConfig(d=64, n_q=128, **kwargs)
+
+
+@pytest.mark.parametrize("config,forward,backward", [
+    (nf.KernelConfig(d=64, n_q=4096), ("flash_forward_tc",), ("flash_backward_tc",)),
+    (nf.KernelConfig(d=24, n_q=37, causal=True), ("flash_forward_tc",), ("flash_backward_tc",)),
+    (nf.KernelConfig(d=80, n_q=100, n_k=3000, forward="fa1", backward="fa2_fma", deterministic=True),
+     ("flash_forward_v1",), ("flash_backward", "flash_backward_dq")),
+    (nf.KernelConfig(d=64, n_q=256, forward="standard", backward="standard"),
+     ("standard_matmul",), ("standard_matmul",)),
+])
+def test_tilings_are_the_apis(config, forward, backward):
+    """What the warm-up launches with at its short sequence is what the API picks at the
+    config's own N (the default tilings depend on N)."""
+    c = config
+    assert precompile._tilings(c) == (checks.tiling_for(None, forward, c.d, c.n_q, c.n_k),
+                                      checks.tiling_for(None, backward, c.d, c.n_q, c.n_k))
+
+
+def test_build_runs_the_calls_and_reports():
+    report = precompile.build(nf.KernelConfig(d=8, n_q=20, n_k=9, causal=True))
+    assert report["error"] == "" and report["forward_s"] > 0 and report["backward_s"] > 0
+    assert (report["compiled"], report["loaded"]) == (0, 0)          # the simulator compiles nothing
+    assert report["tiling"] is None and report["n_k"] == 9
+
+
+def test_build_reports_errors_instead_of_raising():
+    report = precompile.build(nf.KernelConfig(d=8, n_q=20, tiling=nf.Tiling(20, 8)))   # not for mma
+    assert "does not suit the tensor-core kernel" in report["error"]
+
+
+def test_warmup_under_the_simulator_builds_nothing():
+    assert nf.warmup([nf.KernelConfig(d=8, n_q=4)]) == []
+
+
+def test_experiment_cases_map_to_configs():
+    case = Case("fa2", "fwd_bwd", 4, 16, 4096, 64, causal=True, deterministic=True)
+    assert kernel_config(case) == nf.KernelConfig(d=64, n_q=4096, causal=True, forward="fa2",
+                                                  backward="fa2", deterministic=True)
+    assert kernel_config(Case("standard", "fwd", 1, 1, 512, 64)).backward is None
