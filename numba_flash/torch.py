@@ -74,12 +74,14 @@ class TorchMemory(memory.Memory):
         return self._tensors[id(x)]
 
 
-def _stream_of(device):
-    """The numba stream for torch's current stream on ``device`` (one object per handle)."""
+def _stream_of(device, index: int):
+    """The numba stream for torch's current stream on ``device`` (GPU ``index``, whose numba
+    context is current): one object per (GPU, handle), since handle 0 means each GPU's own
+    default stream."""
     handle = torch.cuda.current_stream(device).cuda_stream
-    if handle not in _streams:
-        _streams[handle] = cuda.external_stream(handle) if handle else cuda.default_stream()
-    return _streams[handle]
+    if (index, handle) not in _streams:
+        _streams[index, handle] = cuda.external_stream(handle) if handle else cuda.default_stream()
+    return _streams[index, handle]
 
 
 def _run(fn, tensors, **kwargs):
@@ -91,7 +93,7 @@ def _run(fn, tensors, **kwargs):
             raise RuntimeError("CUDA tensors, but NUMBA_ENABLE_CUDASIM=1 runs the kernels on the "
                                "CPU simulator: unset it, or pass CPU tensors")
         index = first.device.index if first.device.index is not None else torch.cuda.current_device()
-        with cuda.gpus[index], on_stream(_stream_of(first.device)), \
+        with cuda.gpus[index], on_stream(_stream_of(first.device, index)), \
                 memory.using(TorchMemory(first.device, memory.active().poison)):
             return tuple(fn(*(t.detach().contiguous() for t in tensors), **kwargs))
     if not memory.simulator_enabled():
