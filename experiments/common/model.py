@@ -64,16 +64,18 @@ def workload(case: Case, dtype_bytes: int = 4):
                     causal=case.causal)
 
 
-def kernel_tiling(algorithm: str, d: int):
-    """The tiling numba_flash launches ``algorithm``'s kernels with when given none."""
+def kernel_tiling(algorithm: str, d: int, n: int):
+    """The tiling numba_flash launches ``algorithm``'s kernels with when given none, for
+    sequences of ``n`` queries and keys (the defaults are cut to short sequences)."""
     from simulator.tiling import Tiling
 
-    return min((Tiling.kernel_default(k, d) for k in KERNELS_OF[algorithm]), key=lambda t: t.Br * t.Bc)
+    return min((Tiling.kernel_default(k, d, n_q=n, n_k=n) for k in KERNELS_OF[algorithm]),
+               key=lambda t: t.Br * t.Bc)
 
 
 def effective_tiling(case: Case):
     """The tiling the case's forward kernel runs with."""
-    return case.tiling_object() or kernel_tiling(case.simulator_algorithms()[0], case.d)
+    return case.tiling_object() or kernel_tiling(case.simulator_algorithms()[0], case.d, case.N)
 
 
 def reports(case: Case, dtype_bytes: int = 4, gpu: str = MEASURED_GPU, tiling: str = "kernels") -> list:
@@ -83,7 +85,7 @@ def reports(case: Case, dtype_bytes: int = 4, gpu: str = MEASURED_GPU, tiling: s
     def chosen(algorithm):
         if case.tiling is not None:
             return case.tiling_object()
-        return kernel_tiling(algorithm, case.d) if tiling == "kernels" else None
+        return kernel_tiling(algorithm, case.d, case.N) if tiling == "kernels" else None
 
     return [simulator.predict(a, workload(case, dtype_bytes), tiling=chosen(a), hardware=hardware(gpu))
             for a in case.simulator_algorithms()]
