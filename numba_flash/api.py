@@ -103,6 +103,14 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     return (o, mem.result(L, shp.on_host)) if return_lse else o
 
 
+def backward_kernels(algorithm: str, deterministic: bool) -> tuple[str, ...]:
+    """The kernels (Tiling kernel names) ``flash_attention_backward`` launches, whose shared
+    memory its tiling must fit: the algorithm's, or the FFMA pair when ``deterministic``."""
+    if deterministic:
+        return ("flash_backward", "flash_backward_dq")
+    return (BACKWARD_ALGORITHMS[algorithm],)
+
+
 def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
                              tiling=None, deterministic=False, algorithm="fa2", diagonal=None):
     """Gradients (dq, dk, dv) of ``flash_attention`` from the saved o and lse (``causal`` and
@@ -126,10 +134,7 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     diagonal = checks.diagonal(diagonal, causal, shp.N_q, shp.N_k)
     deterministic = checks.flag("deterministic", deterministic)
     scale = checks.softmax_scale(softmax_scale, shp.d)
-    if deterministic:
-        kernels = ("flash_backward", "flash_backward_dq")
-    else:
-        kernels = (BACKWARD_ALGORITHMS[algorithm],)
+    kernels = backward_kernels(algorithm, deterministic)
     tiling = checks.tiling_for(tiling, kernels, shp.d, shp.N_q, shp.N_k)
 
     mem = memory.active()

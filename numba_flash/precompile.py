@@ -28,7 +28,7 @@ from multiprocessing import get_context
 
 import numpy as np
 
-from simulator.tiling import BACKWARD_KERNELS, FORWARD_KERNELS, Tiling
+from simulator.tiling import FORWARD_KERNELS, Tiling
 
 from . import kernel_cache
 
@@ -72,6 +72,7 @@ WARMUP_N = 64
 def _tilings(c: KernelConfig) -> tuple[Tiling | None, Tiling | None]:
     """The forward's and the backward's tilings, as the API resolves them at the config's N."""
     from . import checks
+    from .api import backward_kernels
 
     def resolve(kernels):
         return checks.tiling_for(c.tiling, kernels, c.d, c.n_q, c.n_k)
@@ -82,8 +83,7 @@ def _tilings(c: KernelConfig) -> tuple[Tiling | None, Tiling | None]:
     if c.backward == "standard":
         backward = resolve(("standard_matmul",))
     elif c.backward:
-        backward = resolve(("flash_backward", "flash_backward_dq") if c.deterministic
-                           else (BACKWARD_KERNELS[c.backward],))
+        backward = resolve(backward_kernels(c.backward, c.deterministic))
     return forward, backward
 
 
