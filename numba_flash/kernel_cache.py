@@ -16,12 +16,11 @@ entry's key holds everything that changes the binary:
   NVVM and driver versions (NVVM makes the PTX, the driver's JIT the cubin), numba's bounds
   checking switch, and the numba, numba-cuda and llvmlite versions.
 
-Entries of older kernel sources are never loaded again; ``prune()`` removes them (their file
-names carry the sources' digest), ``clear()`` removes everything.
-
 The directory is ``$NUMBA_FLASH_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/numba-flash``
-(``~/.cache/numba-flash``). ``clear()`` (or ``python -m numba_flash.precompile --clear``) empties
-it. Under Numba's CUDA simulator nothing is compiled and nothing is cached.
+(``~/.cache/numba-flash``). Entries of older kernel sources are never loaded again: ``prune()``
+removes them (their file names carry the sources' digest), ``clear()`` everything (also
+``python -m numba_flash.precompile --prune | --clear``). Under Numba's CUDA simulator nothing
+is compiled and nothing is cached.
 """
 from __future__ import annotations
 

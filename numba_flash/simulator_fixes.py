@@ -12,10 +12,10 @@ one thread opens the barrier for the others, which then stop, and is raised from
 Each device-function call also swapped its module's ``cuda`` global for the launch's fake module
 and back, under two locks (30 % of the samples); ``install()`` makes a call inside a launch swap
 its module once and keep it swapped until the launch ends. Python's default 5 ms switch
-interval still makes every hand-over of the GIL slow;
-``fast_turns()`` shortens it for the length of a launch. Measured on the d = 256 tensor-core
-backward of tests/test_kernels.py with the polling simulator (2-core machine, 2026-11-29):
-10.7-21 s at 5 ms, 7.5 s at 1 ms, 5.0 s at 0.2 ms, 193 s at 50 ms.
+interval still makes every hand-over of the GIL slow; ``fast_turns()`` shortens it for the
+length of a launch. Measured on the d = 256 tensor-core backward of tests/test_kernels.py with
+the polling simulator (2-core machine, 2026-11-29): 10.7-21 s at 5 ms, 7.5 s at 1 ms, 5.0 s at
+0.2 ms, 193 s at 50 ms.
 
 The simulator also makes a static shared array (``cuda.shared.array(shape, dtype)``) when one
 of its source lines first asks for it, and it does so without a lock. Two threads can both find
