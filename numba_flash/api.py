@@ -203,7 +203,7 @@ def standard_attention(q, k, v, *, causal=False, softmax_scale=None, return_prob
     fp = _flat(P, n_q, n_k)
     _matmul(tiling, _flat(Q, n_q, d), _flat(K, n_k, d), S, scale, n_q, n_k, d, bh, trans_b=True)
     threads = _row_threads()
-    launch(make_softmax(threads, causal), (n_q, bh), threads, 0, S, fp, n_q, n_k, diagonal)
+    launch(make_softmax(threads, causal), (n_q, bh), threads, 0, S, fp, n_k, diagonal)
     _matmul(tiling, fp, _flat(V, n_k, d), _flat(O, n_q, d), 1.0, n_q, d, n_k, bh)
     o = mem.result(O, shp.on_host)
     return (o, mem.result(P, shp.on_host)) if return_probs else o

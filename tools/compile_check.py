@@ -37,7 +37,7 @@ SIGS = {
     "bwd_dq": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, float32, float32, int64, int64, int64)",
     "row_dot": f"({A3}, {A3}, {A2}, {A3}, int64)",
     "matmul": f"({A3}, {A3}, {A3}, float32, int64, int64, int64)",
-    "softmax": f"({A3}, {A3}, int64, int64, int64)",
+    "softmax": f"({A3}, {A3}, int64, int64)",
     "ds": f"({A3}, {A3}, {A2}, {A3}, int64)",
 }
 

@@ -110,14 +110,14 @@ def make_matmul(tiling: Tiling, trans_a: bool, trans_b: bool):
 
 @kernel_factory
 def make_softmax(threads: int, causal: bool):
-    """Kernel ``(s, p, n_q, n_k, diagonal)``: p[bh, r, :] = softmax(s[bh, r, :]), with
+    """Kernel ``(s, p, n_k, diagonal)``: p[bh, r, :] = softmax(s[bh, r, :]), with
     ``causal`` over the keys c <= r + ``diagonal`` only; one block of ``threads`` threads per
     row, grid (N_q, B*H), no dynamic smem.
     Pass 1 reads each visible score once (online max and sum per thread, then combined);
     pass 2 reads it again and writes P. Masked entries are written 0 and never read."""
 
     @cuda.jit
-    def softmax(s, p, n_q, n_k, diagonal):
+    def softmax(s, p, n_k, diagonal):
         part_m = cuda.shared.array(threads, float32)
         part_l = cuda.shared.array(threads, float32)
         row = cuda.blockIdx.x
