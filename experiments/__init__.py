@@ -14,6 +14,7 @@ EXPERIMENTS = {
     "fig2_middle": "experiments.fig2_middle",
     "io_scaling": "experiments.io_scaling",
     "l2_effect": "experiments.l2_effect",
+    "levels": "experiments.levels",
     "memory": "experiments.memory",
     "runtime": "experiments.runtime",
     "train_gpt": "experiments.train_gpt",

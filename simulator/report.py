@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Mapping
 if TYPE_CHECKING:
     from .hardware import Hardware
     from .l2 import L2Traffic
+    from .levels import Levels
     from .phases import Phase
     from .tiling import Tiling
     from .workload import Workload
@@ -65,6 +66,7 @@ class TrafficReport:
     tiling: "Tiling | None" = None
     hardware: "Hardware | None" = None
     phases: "tuple[Phase, ...]" = ()
+    levels: "Levels | None" = None
 
     @classmethod
     def from_hbm_counts(cls, algorithm: str, reads: dict[str, int], writes: dict[str, int],

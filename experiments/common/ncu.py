@@ -24,30 +24,81 @@ from pathlib import Path
 
 from .cases import Case
 
+#: The counters every profiled kernel gets (docs/hardware-counters.md): ncu name -> our name.
+#: Counts (``.sum``) add up over a case's kernels; the ``pct`` and ``launch`` readings are per
+#: kernel (see ``sum_counters``).
 METRICS = {
     "dram__bytes_read.sum": "dram_read_bytes",
     "dram__bytes_write.sum": "dram_write_bytes",
     "lts__t_sectors_srcunit_tex_op_read.sum": "l2_read_sectors",
     "lts__t_sectors_srcunit_tex_op_write.sum": "l2_write_sectors",
+    "lts__t_sectors_srcunit_tex_op_red.sum": "l2_red_sectors",
+    "lts__t_sectors_srcunit_tex_op_atom.sum": "l2_atom_sectors",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum": "l1_ld_requests",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": "l1_ld_sectors",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld_lookup_hit.sum": "l1_ld_hit_sectors",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum": "l1_st_requests",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum": "l1_st_sectors",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_red.sum": "l1_red_sectors",
+    "l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum": "local_ld_sectors",
+    "l1tex__t_sectors_pipe_lsu_mem_local_op_ld_lookup_hit.sum": "local_ld_hit_sectors",
+    "l1tex__t_sectors_pipe_lsu_mem_local_op_st.sum": "local_st_sectors",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum": "smem_ld_wavefronts",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum": "smem_st_wavefronts",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "smem_ld_conflicts",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "smem_st_conflicts",
+    "smsp__inst_executed_op_shared_ld.sum": "smem_ld_instructions",
+    "smsp__inst_executed_op_shared_st.sum": "smem_st_instructions",
+    "sm__inst_executed.sum": "instructions",
+    "sm__inst_executed_pipe_tensor_op_hmma.sum": "hmma_instructions",
+    "sm__inst_executed_pipe_fma.sum": "fma_instructions",
+    "sm__inst_executed_pipe_alu.sum": "alu_instructions",
+    "sm__inst_executed_pipe_xu.sum": "xu_instructions",
+    "sm__inst_executed_pipe_lsu.sum": "lsu_instructions",
+    "sm__inst_executed_pipe_uniform.sum": "uniform_instructions",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor_pipe_pct",
+    "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active": "fma_pipe_pct",
+    "sm__pipe_alu_cycles_active.avg.pct_of_peak_sustained_active": "alu_pipe_pct",
+    "sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active": "shared_pipe_pct",
+    "sm__inst_executed_pipe_lsu.avg.pct_of_peak_sustained_active": "lsu_pipe_pct",
+    "sm__warps_active.avg.pct_of_peak_sustained_active": "warps_active_pct",
+    "sm__cycles_elapsed.avg": "sm_cycles",
+    "sm__cycles_elapsed.avg.per_second": "sm_clock_hz",
     "gpu__time_duration.sum": "gpu_time_ns",
+    "launch__grid_size": "grid_blocks",
+    "launch__block_size": "block_threads",
+    "launch__registers_per_thread": "registers",
+    "launch__occupancy_limit_registers": "blocks_limit_registers",
+    "launch__occupancy_limit_shared_mem": "blocks_limit_shared_mem",
+    "launch__occupancy_limit_warps": "blocks_limit_warps",
+    "launch__waves_per_multiprocessor": "waves",
 }
+#: Readings of one kernel that do not add up over kernels (percentages, clocks, launch shape).
+PER_KERNEL = {name for ncu_name, name in METRICS.items()
+              if ".pct_" in ncu_name or ncu_name.startswith("launch__") or ncu_name.endswith(".avg")
+              or ncu_name.endswith(".per_second")}
 SECTOR_BYTES = 32
 #: Name of the marker kernel launched before each profiled case (see ncu_target).
 MARKER = "ncu_case_marker"
 TIMEOUT_S = 420
 
 _UNIT_SCALE = {
-    "": 1.0, "byte": 1.0, "sector": 1.0, "sectors": 1.0,
-    "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
+    "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "tbyte": 1e12,
     "kibyte": 2.0**10, "mibyte": 2.0**20, "gibyte": 2.0**30,
     "nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6,
-    "second": 1e9, "s": 1e9,
+    "second": 1e9, "s": 1e9, "hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9,
+    "cycle/second": 1.0, "cycle/nsecond": 1e9, "cycle/usecond": 1e6,
 }
+#: Units read as plain counts (``--print-units base`` prints no prefix on them).
+_COUNT_UNITS = {"", "sector", "sectors", "request", "inst", "cycle", "warp", "block", "thread",
+                "%", "register/thread", "wavefront", "byte/second"}
 
 
 @dataclass(frozen=True)
 class Counters:
-    """Counters summed over every kernel a case launched (bytes, and GPU time in ms)."""
+    """Counters summed over every kernel a case launched (bytes, and GPU time in ms), and each
+    kernel's own readings: ``per_kernel[k]`` maps our metric names (``METRICS`` values) and
+    "name" (the kernel's name) to its values, in launch order."""
 
     dram_read_bytes: float
     dram_write_bytes: float
@@ -55,6 +106,7 @@ class Counters:
     l2_write_bytes: float
     gpu_time_ms: float
     kernels: int
+    per_kernel: tuple[dict, ...] = ()
 
     @property
     def dram_bytes(self) -> float:
@@ -158,8 +210,12 @@ def parse_ncu_csv(text: str) -> list[dict]:
 
 
 def _value(cell: str, unit: str) -> float:
-    scale = _UNIT_SCALE.get(unit.strip().lower())
-    if scale is None:
+    unit = unit.strip().lower()
+    if unit in _UNIT_SCALE:
+        scale = _UNIT_SCALE[unit]
+    elif unit in _COUNT_UNITS:
+        scale = 1.0
+    else:
         raise ValueError(f"unknown ncu unit {unit!r}")
     return float(cell.replace(",", "")) * scale
 
@@ -177,7 +233,10 @@ def split_by_marker(kernels: list[dict]) -> list[list[dict]]:
 
 
 def sum_counters(kernels: list[dict]) -> Counters:
-    total = {metric: sum(k.get(metric, 0.0) for k in kernels) for metric in METRICS.values()}
+    """A case's counters: the sums of its kernels' counts (a metric a kernel lacks counts 0),
+    with every kernel's readings kept in ``per_kernel``."""
+    total = {metric: sum(k.get(metric, 0.0) for k in kernels)
+             for metric in METRICS.values() if metric not in PER_KERNEL}
     return Counters(
         dram_read_bytes=total["dram_read_bytes"],
         dram_write_bytes=total["dram_write_bytes"],
@@ -185,4 +244,5 @@ def sum_counters(kernels: list[dict]) -> Counters:
         l2_write_bytes=total["l2_write_sectors"] * SECTOR_BYTES,
         gpu_time_ms=total["gpu_time_ns"] / 1e6,
         kernels=len(kernels),
+        per_kernel=tuple(dict(k) for k in kernels),
     )

@@ -1,0 +1,238 @@
+"""Every memory level and the runtime of each kernel we ship, measured by ncu beside the model.
+
+For each configuration (a case: method, passes, shape, causal) and each algorithm its calls run
+(the forward, and the backward for fwd_bwd), the levels of ``simulator.levels`` -- SM<->L2 bytes
+by direction, DRAM bytes by direction, the L1 hit rate of global loads, local-memory (spill)
+bytes, shared-memory wavefronts and kernel time -- are read from ncu's counters
+(``experiments.common.ncu``) and predicted by ``simulator.predict``.  ``measure(algorithm,
+workload, tiling)`` does the same for one configuration of anyone's choosing.
+
+Two sets of configurations: DEVELOPMENT, on which the model's structure was worked out, and
+VALIDATION, held out (no model constant is fitted to either; the machine rates come from the
+``calibrate`` microbenchmarks).  Every kernel's raw counters go to ``levels_kernels.csv``.
+CPU mode: the predictions alone (ncu needs the GPU).
+"""
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from experiments.common import model, plotting
+from experiments.common.cases import Case
+from experiments.common.context import NO_GPU, RunContext
+from experiments.common.kernels import build_kernels
+from experiments.common.ncu import Counters, profile_cases
+from experiments.common.results import write_rows
+from simulator.levels import LEVEL_NAMES, UNITS, Levels
+
+NAME = "levels"
+MEASURED_BY = "ncu (--clock-control none, caches flushed before each kernel)"
+
+#: simulator algorithm -> (method, passes, deterministic) of the case whose calls run it.
+CASE_OF_ALGORITHM = {
+    "standard_forward": ("standard", "fwd", False),
+    "standard_backward": ("standard", "fwd_bwd", False),
+    "flash_forward_v1": ("fa1", "fwd", False),
+    "flash_forward_v2": ("fa2_fma", "fwd", False),
+    "flash_forward_tc": ("fa2", "fwd", False),
+    "flash_backward": ("fa2_fma", "fwd_bwd", False),
+    "flash_backward_tc": ("fa2", "fwd_bwd", False),
+    "flash_backward_deterministic": ("fa2_fma", "fwd_bwd", True),
+}
+
+DEVELOPMENT = (
+    Case("fa2", "fwd_bwd", 4, 16, 4096, 64),
+    Case("fa2", "fwd_bwd", 4, 16, 4096, 128),
+    Case("fa2", "fwd_bwd", 4, 16, 4096, 64, causal=True),
+    Case("fa2_fma", "fwd_bwd", 4, 16, 2048, 64),
+    Case("fa2_fma", "fwd_bwd", 2, 16, 1024, 64, deterministic=True),
+    Case("fa1", "fwd", 1, 16, 2048, 64),
+    Case("standard", "fwd_bwd", 1, 16, 1024, 64),
+)
+VALIDATION = (
+    Case("fa2", "fwd_bwd", 2, 8, 2048, 32),
+    Case("fa2", "fwd_bwd", 8, 16, 1024, 64),
+    Case("fa2", "fwd_bwd", 1, 32, 8192, 64),
+    Case("fa2", "fwd_bwd", 2, 16, 2048, 80),
+    Case("fa2", "fwd_bwd", 2, 16, 2048, 128, causal=True),
+    Case("fa2", "fwd_bwd", 1, 8, 4096, 32, causal=True),
+    Case("fa2", "fwd_bwd", 16, 12, 512, 64),
+    Case("fa2_fma", "fwd_bwd", 1, 16, 4096, 32),
+    Case("fa2_fma", "fwd_bwd", 2, 8, 1024, 128),
+    Case("fa1", "fwd", 1, 16, 1024, 32),
+    Case("fa1", "fwd", 1, 8, 4096, 64),
+    Case("standard", "fwd_bwd", 1, 8, 2048, 32),
+    Case("standard", "fwd_bwd", 2, 16, 512, 128),
+)
+#: CPU mode: the model alone, at a few of the same configurations.
+CPU_CASES = DEVELOPMENT[:2] + VALIDATION[:2]
+
+
+def measured_levels(kernels: list[dict]) -> Levels:
+    """``Levels`` of a list of ncu kernel readings (``Counters.per_kernel`` entries)."""
+    def s(key):
+        return float(sum(k.get(key, 0.0) for k in kernels))
+    return Levels(
+        sm_l2_read_bytes=32 * s("l2_read_sectors"),
+        sm_l2_write_bytes=32 * (s("l2_write_sectors") + s("l2_red_sectors") + s("l2_atom_sectors")),
+        dram_read_bytes=s("dram_read_bytes"), dram_write_bytes=s("dram_write_bytes"),
+        l1_requested_sectors=s("l1_ld_sectors"), l1_hit_sectors=s("l1_ld_hit_sectors"),
+        local_bytes=32 * (s("local_ld_sectors") + s("local_st_sectors")),
+        smem_wavefronts=s("smem_ld_wavefronts") + s("smem_st_wavefronts"),
+        time_s=1e-9 * s("gpu_time_ns"))
+
+
+def split_by_algorithm(case: Case, kernels: tuple[dict, ...]) -> dict[str, list[dict]]:
+    """The case's kernel readings, per simulator algorithm: each algorithm launches one kernel
+    per phase of its plan, in order. ValueError if the counts disagree."""
+    reports = model.reports(case)
+    launches = [len(r.phases) for r in reports]
+    if sum(launches) != len(kernels):
+        raise ValueError(f"{case.label}: ncu saw {len(kernels)} kernels "
+                         f"({', '.join(k['name'][:40] for k in kernels)}), the model's plans have "
+                         f"{launches}")
+    out, start = {}, 0
+    for algorithm, n in zip(case.simulator_algorithms(), launches):
+        out[algorithm] = list(kernels[start:start + n])
+        start += n
+    return out
+
+
+def case_for(algorithm: str, workload, tiling=None) -> Case:
+    """The case whose calls run ``algorithm`` on ``workload`` (fp32, N_q = N_k, no custom
+    diagonal: what ``Case`` describes); ValueError naming what is not supported."""
+    if algorithm not in CASE_OF_ALGORITHM:
+        raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(CASE_OF_ALGORITHM)}")
+    if workload.N_q != workload.N_k:
+        raise ValueError(f"measure: N_q ({workload.N_q}) != N_k ({workload.N_k}) is not "
+                         "supported yet: give a workload with N_q == N_k")
+    if workload.dtype_bytes != 4:
+        raise ValueError("measure: the kernels run fp32 only: give dtype_bytes=4")
+    if workload.diagonal is not None:
+        raise ValueError("measure: give diagonal=None (the kernels' default, bottom-right)")
+    method, passes, deterministic = CASE_OF_ALGORITHM[algorithm]
+    pair = None if tiling is None else (tiling.Br, tiling.Bc)
+    return Case(method, passes, workload.B, workload.H, workload.N_q, workload.d,
+                causal=workload.causal, tiling=pair, deterministic=deterministic)
+
+
+def measure(algorithm: str, workload, tiling=None, workdir: Path | None = None) -> Levels:
+    """Measure ``algorithm`` on ``workload`` (a ``simulator.Workload``) with ``tiling`` (None:
+    the kernels' default) on this machine's GPU under ncu: the same ``Levels`` that
+    ``simulator.predict(algorithm, workload, tiling).levels`` predicts. For a backward
+    algorithm the forward runs first (outside the count); with a tiling, both calls take it.
+    RuntimeError with ncu's reason when nothing could be measured."""
+    import numba_flash
+    from experiments.common.kernels import kernel_config
+
+    case = case_for(algorithm, workload, tiling)
+    numba_flash.warmup([kernel_config(case)])
+    with tempfile.TemporaryDirectory() as tmp:
+        counters = profile_cases([case], Path(workdir or tmp))[case]
+    if not isinstance(counters, Counters):
+        raise RuntimeError(f"measure({algorithm!r}, ...): {counters}")
+    return measured_levels(split_by_algorithm(case, counters.per_kernel)[algorithm])
+
+
+def _case_columns(case: Case, report, split: str) -> dict:
+    t = report.tiling
+    return {"split": split, "method": case.method, "passes": case.passes, "B": case.B, "H": case.H,
+            "N": case.N, "d": case.d, "causal": case.causal,
+            "deterministic": case.deterministic, "Br": t.Br if t else None, "Bc": t.Bc if t else None}
+
+
+def rows_for(case: Case, split: str, counters: Counters | str | None) -> tuple[list[dict], list[dict]]:
+    """(level rows, kernel rows) of one case: per algorithm and level, measured beside
+    predicted; per kernel launch, every raw counter."""
+    reports = model.reports(case)
+    measured, note = {}, ""
+    kernel_rows = []
+    if isinstance(counters, Counters):
+        try:
+            by_algorithm = split_by_algorithm(case, counters.per_kernel)
+        except ValueError as exc:
+            note = str(exc)
+        else:
+            for algorithm, kernels in by_algorithm.items():
+                measured[algorithm] = measured_levels(kernels)
+                kernel_rows += [{"case": case.label, "algorithm": algorithm, "launch": i, **k}
+                                for i, k in enumerate(kernels)]
+    else:
+        note = counters or ""
+    rows = []
+    for algorithm, report in zip(case.simulator_algorithms(), reports):
+        predicted = report.levels.as_dict() if report.levels is not None else {}
+        got = measured[algorithm].as_dict() if algorithm in measured else {}
+        for level in LEVEL_NAMES:
+            rows.append({"kernel": algorithm, "quantity": level, "unit": UNITS.get(level, "bytes"),
+                         "measured": got.get(level), "measured_by": MEASURED_BY if got else "",
+                         "predicted": predicted.get(level), **_case_columns(case, report, split),
+                         "note": "" if got else note})
+    return rows, kernel_rows
+
+
+def collect(ctx: RunContext, cases_by_split: dict[str, tuple[Case, ...]]) -> list[dict]:
+    """Level rows of every case (measured on the GPU, predicted always); writes the kernels'
+    raw counters to ``levels_kernels.csv`` beside."""
+    everything = [c for cases in cases_by_split.values() for c in cases]
+    counters: dict = {}
+    if ctx.gpu:
+        build_kernels(ctx, NAME, everything)
+        bar = ctx.progress(everything, f"{NAME}: ncu")
+        with bar:
+            counters = profile_cases(everything, ctx.folder(NAME) / "ncu", progress=bar)
+    else:
+        ctx.skip(f"{NAME}: hardware counters ({NO_GPU})")
+    rows, kernel_rows = [], []
+    for split, cases in cases_by_split.items():
+        for case in cases:
+            got = counters.get(case, NO_GPU if not ctx.gpu else "not profiled")
+            case_rows, case_kernels = rows_for(case, split, got)
+            rows += case_rows
+            kernel_rows += case_kernels
+    if kernel_rows:
+        write_rows(ctx.folder(NAME) / "levels_kernels.csv", kernel_rows, {})
+    _print(rows)
+    return rows
+
+
+def run(ctx: RunContext) -> list[dict]:
+    if not ctx.gpu:
+        return collect(ctx, {"development": CPU_CASES})
+    return collect(ctx, {"development": DEVELOPMENT, "validation": VALIDATION})
+
+
+def _print(rows: list[dict]) -> None:
+    for r in rows:
+        m, p = r["measured"], r["predicted"]
+        error = f"{100 * (p - m) / m:+7.1f} %" if m and p is not None else ""
+        print(f"  {r['split'][:3]} {r['kernel']:28s} {r['B']}x{r['H']}x{r['N']}x{r['d']}"
+              f"{' causal' if r['causal'] else ''}  {r['quantity']:17s} "
+              f"measured {m if m is not None else '-':>12.4g}  predicted "
+              f"{p if p is not None else '-':>12.4g} {error}"
+              if m is not None and p is not None else
+              f"  {r['split'][:3]} {r['kernel']:28s} {r['quantity']:17s} measured {m} predicted {p}")
+
+
+def plot(rows: list[dict], path) -> None:
+    levels = [name for name in LEVEL_NAMES if any(r["quantity"] == name for r in rows)]
+    fig, axes = plotting.figure(4, 2, title="Every level, measured (ncu) vs predicted")
+    for ax, level in zip(axes, levels):
+        pairs = [r for r in rows if r["quantity"] == level and r["measured"] is not None
+                 and r["predicted"] is not None]
+        if not pairs:
+            plotting.annotate_empty(ax, f"{level}: nothing measured in this run")
+            continue
+        kernels = list(dict.fromkeys(r["kernel"] for r in pairs))
+        for i, kernel in enumerate(kernels):
+            mine = [r for r in pairs if r["kernel"] == kernel]
+            ax.plot([r["predicted"] for r in mine], [r["measured"] for r in mine], "o",
+                    markerfacecolor="none", color=f"C{i % 10}", label=kernel)
+        values = [v for r in pairs for v in (r["measured"], r["predicted"]) if v > 0]
+        if values:
+            lo, hi = min(values) / 1.5, max(values) * 1.5
+            ax.plot([lo, hi], [lo, hi], color="black", linewidth=1)
+        plotting.finish(ax, f"predicted {level}", "measured", loglog=level != "l1_hit_rate")
+        ax.legend(fontsize=5)
+    plotting.save(fig, path)
+

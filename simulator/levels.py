@@ -1,0 +1,62 @@
+"""The numbers every memory level and the clock give for one algorithm run: what ``predict``
+reports and what ``experiments.measure`` reads from the GPU's counters, under the same names.
+
+Definitions (one run of an algorithm, all its kernel launches; docs/hardware-counters.md has the
+ncu metric behind each):
+- sm_l2_read_bytes: 32-byte sectors the L2 serves to the SMs (global and local loads that miss
+  in L1) x 32;
+- sm_l2_write_bytes: sectors the SMs send to L2: stores, reductions (atomic adds) and local
+  stores, x 32;
+- dram_read_bytes, dram_write_bytes: bytes between L2 and DRAM;
+- l1_hit_rate: global-load sectors found in L1 / global-load sectors requested (0 when none
+  requested);
+- local_bytes: local-memory (register spill) sectors loaded and stored at L1, x 32;
+- smem_wavefronts: shared-memory wavefronts (loads + stores, bank conflicts included);
+- time_s: kernel time, launches summed.
+Pure Python: no numba.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+#: The level names, in report order: ``Levels``' fields, ``predict``'s and ``measure``'s.
+LEVEL_NAMES = ("sm_l2_read_bytes", "sm_l2_write_bytes", "dram_read_bytes", "dram_write_bytes",
+               "l1_hit_rate", "local_bytes", "smem_wavefronts", "time_s")
+#: Unit of each level, for tables and CSVs.
+UNITS = {"l1_hit_rate": "fraction", "smem_wavefronts": "wavefronts", "time_s": "s"}
+
+
+@dataclass(frozen=True)
+class Levels:
+    """One run's numbers at every level (module docstring). l1_requested_sectors and
+    l1_hit_sectors carry the hit rate's parts, so that runs add up (``+``)."""
+
+    sm_l2_read_bytes: float
+    sm_l2_write_bytes: float
+    dram_read_bytes: float
+    dram_write_bytes: float
+    l1_requested_sectors: float
+    l1_hit_sectors: float
+    local_bytes: float
+    smem_wavefronts: float
+    time_s: float
+
+    @property
+    def l1_hit_rate(self) -> float:
+        return self.l1_hit_sectors / self.l1_requested_sectors if self.l1_requested_sectors else 0.0
+
+    def __add__(self, other: "Levels") -> "Levels":
+        return Levels(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
+
+    def as_dict(self) -> dict[str, float]:
+        """{level name: value} in ``LEVEL_NAMES`` order."""
+        return {name: getattr(self, name) for name in LEVEL_NAMES}
+
+
+def total(parts) -> Levels:
+    """The sum of an iterable of ``Levels`` (at least one)."""
+    parts = list(parts)
+    out = parts[0]
+    for p in parts[1:]:
+        out = out + p
+    return out
