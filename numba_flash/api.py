@@ -47,6 +47,12 @@ def _row_threads() -> int:
     return 16 if memory.simulator_enabled() else 128
 
 
+def _row_dot(d: int, zero_dq: bool, n_q: int, bh: int):
+    """The D = rowsum(dO * O) kernel (one warp a row) and its grid: (kernel, grid, threads)."""
+    threads = 32 if memory.simulator_enabled() else 128
+    return make_row_dot(threads, d, zero_dq), (math.ceil(n_q / (threads // 32)), bh), threads
+
+
 def _flat(x, rows, cols=None):
     """(B, H, N, d) -> (B*H, N, d) view; (B, H, N) -> (B*H, N)."""
     bh = int(x.shape[0]) * int(x.shape[1])
@@ -150,9 +156,8 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     fdo, fo, fl, fdq = _flat(dO, n_q, d), _flat(O, n_q, d), _flat(L, n_q), _flat(dQ, n_q, d)
 
     qscale = F32(scale * LOG2E)
-    threads = _row_threads()
-    row_dot = make_row_dot(threads, d, not deterministic)
-    launch(row_dot, (math.ceil(n_q / threads), bh), threads, 0, fdo, fo, D, fdq, n_q)
+    row_dot, grid, threads = _row_dot(d, not deterministic, n_q, bh)
+    launch(row_dot, grid, threads, 0, fdo, fo, D, fdq, n_q)
     if kernels == ("flash_backward_tc",):   # takes flat views, as the tensor-core forward
         args = tuple(x.reshape(x.size) for x in (Q, K, V, dO, L, D, dQ, dK, dV))
         launch(make_flash_backward_tc(tiling, d, causal), (tiling.Tc(n_k), bh),
@@ -237,9 +242,9 @@ def standard_attention_backward(do, q, k, v, o, p, *, causal=False, softmax_scal
 
     _matmul(tiling, fp, fdo, _flat(dV, n_k, d), 1.0, n_k, d, n_q, bh, trans_a=True)
     _matmul(tiling, fdo, fv, dP, 1.0, n_q, n_k, d, bh, trans_b=True)
+    row_dot, grid, threads = _row_dot(d, False, n_q, bh)
+    launch(row_dot, grid, threads, 0, fdo, _flat(O, n_q, d), D, _flat(dQ, n_q, d), n_q)
     threads = _row_threads()
-    launch(make_row_dot(threads, d, False), (math.ceil(n_q / threads), bh), threads, 0,
-           fdo, _flat(O, n_q, d), D, _flat(dQ, n_q, d), n_q)
     launch(make_ds(threads), (n_q, bh), threads, 0, fp, dP, D, dS, n_k)
     _matmul(tiling, dS, fk, _flat(dQ, n_q, d), scale, n_q, d, n_k, bh)
     _matmul(tiling, dS, fq, _flat(dK, n_k, d), scale, n_k, d, n_q, bh, trans_a=True)

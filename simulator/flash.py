@@ -59,7 +59,8 @@ def flash_forward_v2(w: Workload, t: Tiling) -> Plan:
                  sram_reads=reads, sram_writes=writes,
                  matmul_flops=4 * d * scores,
                  other_flops=FORWARD_SCORE_FLOPS * scores + d * g.active_rows() + d * w.N_q,
-                 blocks_per_unit=g.tr, unit_reread_elements=2 * w.N_k * d)
+                 blocks_per_unit=g.tr, unit_reread_elements=2 * w.N_k * d,
+                 block_trips=g.nb)
     return Plan((main,), workspace={"L": w.tensor_elements("L")})
 
 
@@ -83,6 +84,9 @@ def flash_forward_tc(w: Workload, t: Tiling) -> Plan:
 
     main = dataclasses.replace(
         plan.phases[0], name="forward (FA2 order, tensor cores)", kernel="flash_forward_tc",
+        code=("flash_forward_tc", ""),
+        block_trips=tuple(int(n) for n in g.nb[::-1]) if w.causal else plan.phases[0].block_trips,
+        tile_major=w.causal,
         sram_reads=per_head({"Q": pairs * t.Br * d8 * q_parts, "K": pairs * warps * t.Bc * d8 * 2,
                              "V": pairs * warps * t.Bc * d8 * 2}),
         sram_writes=per_head({"Q": g.tr * t.Br * d8 * q_parts, "K": pairs * t.Bc * d8 * 2,
@@ -111,7 +115,8 @@ def flash_forward_v1(w: Workload, t: Tiling) -> Plan:
                  sram_reads=reads, sram_writes=writes,
                  matmul_flops=4 * d * scores,
                  other_flops=FORWARD_SCORE_FLOPS * scores + 3 * d * visited,
-                 unit_reread_elements=2 * w.N_q * d + 2 * w.N_q)
+                 unit_reread_elements=2 * w.N_q * d + 2 * w.N_q,
+                 block_trips=(g.tc,), inner_trips=(g.active_pairs,))
     return Plan((main,), workspace={name: w.tensor_elements(name) for name in ("l", "m", "L")})
 
 
@@ -121,7 +126,8 @@ def _preprocess(w: Workload, zero_dq: bool) -> Phase:
     writes = {"D": nq, "dQ": nq * d if zero_dq else 0}
     return phase("preprocess D = rowsum(dO * O)", None, bh=w.BH,
                  hbm_reads={"dO": nq * d, "O": nq * d}, hbm_writes=writes,
-                 other_flops=2 * nq * d, units_per_head=nq)
+                 other_flops=2 * nq * d, units_per_head=nq,
+                 code=("row_dot", "zero_dq" if zero_dq else ""))
 
 
 def _backward_kv(w: Workload, t: Tiling, g: BlockGrid, atomic_dq: bool) -> Phase:
@@ -161,7 +167,9 @@ def _backward_kv(w: Workload, t: Tiling, g: BlockGrid, atomic_dq: bool) -> Phase
                  bh=w.BH, hbm_reads=hbm_reads, hbm_writes=hbm_writes,
                  sram_reads=sram_reads, sram_writes=sram_writes,
                  matmul_flops=matmul, other_flops=other,
-                 blocks_per_unit=g.tc, unit_reread_elements=reread)
+                 blocks_per_unit=g.tc, unit_reread_elements=reread,
+                 code=("flash_backward", "" if atomic_dq else "no_atomic_dq"),
+                 block_trips=g.na)
 
 
 def flash_backward(w: Workload, t: Tiling) -> Plan:
@@ -200,6 +208,7 @@ def flash_backward_tc(w: Workload, t: Tiling) -> Plan:
 
     main = dataclasses.replace(
         main, name="main: dK, dV, dQ atomics (tensor cores)", kernel="flash_backward_tc",
+        code=("flash_backward_tc", ""), tile_major=w.causal,
         sram_reads=per_head({"Q": head_reads, "dO": head_reads,
                              "K": pairs * (t.Bc * d8 * 2 + products * t.Bc * 8 * 2),
                              "V": pairs * t.Bc * d8 * 2,
@@ -232,6 +241,6 @@ def flash_backward_deterministic(w: Workload, t: Tiling) -> Plan:
                      "D": g.tr * t.Br, "K": pairs * t.Bc * d, "V": pairs * t.Bc * d,
                      "dS": pairs * t.Br * t.Bc},
         matmul_flops=6 * d * scores, other_flops=BACKWARD_SCORE_FLOPS * scores + w.N_q * d,
-        blocks_per_unit=g.tr, unit_reread_elements=2 * w.N_k * d)
+        blocks_per_unit=g.tr, unit_reread_elements=2 * w.N_k * d, block_trips=g.nb)
     return Plan((_preprocess(w, zero_dq=False), _backward_kv(w, t, g, atomic_dq=False), dq),
                 workspace={"D": w.tensor_elements("D")})

@@ -32,6 +32,7 @@ class Hardware:
     smem_granularity: bytes a block's shared memory is allocated in multiples of.
     smem_carveouts: the shared-memory sizes (bytes) an SM can be configured to, the rest of
     its unified L1/shared array going to L1 (the largest is ``smem_per_sm``).
+    l1_smem_bytes: that unified L1 / shared-memory array of one SM (bytes).
     sources: where each value came from, keyed by field name.
     The sm_80 / sm_90 defaults are those of CUDA 13.0's ``cuda_occupancy.h`` (the occupancy
     calculator's code: granularities, sub-partitions, blocks per SM, carveouts) and the CUDA C
@@ -56,6 +57,7 @@ class Hardware:
     smem_reserved_per_block: int = 1024
     smem_granularity: int = 128
     smem_carveouts: tuple[int, ...] = ()
+    l1_smem_bytes: int = 256 * 1024
 
     def __post_init__(self):
         for name in ("hbm_bandwidth", "sm_count", "smem_per_sm", "smem_per_block", "l2_bytes",
@@ -112,7 +114,7 @@ class Hardware:
 
 
 def _datasheet(name: str, sheet: str, *, hbm_bandwidth, sm_count, smem_per_sm, smem_per_block,
-               l2_bytes, peak_flops, l2_source: str, smem_carveouts) -> Hardware:
+               l2_bytes, peak_flops, l2_source: str, smem_carveouts, l1_smem_bytes) -> Hardware:
     sources = {key: sheet for key in ("hbm_bandwidth", "sm_count")}
     sources.update({key: "CUDA C Programming Guide, compute capability table"
                     for key in ("smem_per_sm", "smem_per_block", "max_threads_per_sm",
@@ -122,9 +124,12 @@ def _datasheet(name: str, sheet: str, *, hbm_bandwidth, sm_count, smem_per_sm, s
                     for key in ("max_blocks_per_sm", "register_subpartitions",
                                 "register_granularity", "smem_granularity", "smem_carveouts")})
     sources["l2_bytes"] = l2_source
+    sources["l1_smem_bytes"] = ("NVIDIA A100 / H100 whitepapers: combined L1 cache and shared "
+                                "memory per SM")
     sources.update({f"peak_flops.{p}": sheet + " (dense)" for p in peak_flops})
     return Hardware(name, hbm_bandwidth, sm_count, smem_per_sm, smem_per_block, l2_bytes,
-                    peak_flops, sources, smem_carveouts=smem_carveouts)
+                    peak_flops, sources, smem_carveouts=smem_carveouts,
+                    l1_smem_bytes=l1_smem_bytes)
 
 
 _KB, _MIB = 1024, 1024 * 1024
@@ -139,23 +144,23 @@ A100_40GB = _datasheet(
     "A100_40GB", "NVIDIA A100 Tensor Core GPU datasheet (SXM4 40GB)",
     hbm_bandwidth=1555e9, sm_count=108, smem_per_sm=164 * _KB, smem_per_block=163 * _KB,
     l2_bytes=40 * _MIB, peak_flops=_AMPERE_FLOPS, l2_source="NVIDIA A100 whitepaper: 40 MB L2",
-    smem_carveouts=_AMPERE_CARVEOUTS)
+    smem_carveouts=_AMPERE_CARVEOUTS, l1_smem_bytes=192 * _KB)
 A100_80GB = _datasheet(
     "A100_80GB", "NVIDIA A100 Tensor Core GPU datasheet (SXM4 80GB)",
     hbm_bandwidth=2039e9, sm_count=108, smem_per_sm=164 * _KB, smem_per_block=163 * _KB,
     l2_bytes=40 * _MIB, peak_flops=_AMPERE_FLOPS, l2_source="NVIDIA A100 whitepaper: 40 MB L2",
-    smem_carveouts=_AMPERE_CARVEOUTS)
+    smem_carveouts=_AMPERE_CARVEOUTS, l1_smem_bytes=192 * _KB)
 H100_SXM = _datasheet(
     "H100_SXM", "NVIDIA H100 Tensor Core GPU datasheet (SXM5)",
     hbm_bandwidth=3.35e12, sm_count=132, smem_per_sm=228 * _KB, smem_per_block=227 * _KB,
     l2_bytes=50 * _MIB, peak_flops=_HOPPER_FLOPS, l2_source="NVIDIA H100 whitepaper: 50 MB L2",
-    smem_carveouts=_HOPPER_CARVEOUTS)
+    smem_carveouts=_HOPPER_CARVEOUTS, l1_smem_bytes=256 * _KB)
 H200 = _datasheet(
     "H200", "NVIDIA H200 Tensor Core GPU datasheet (SXM)",
     hbm_bandwidth=4.8e12, sm_count=132, smem_per_sm=228 * _KB, smem_per_block=227 * _KB,
     l2_bytes=60 * _MIB, peak_flops=_HOPPER_FLOPS,
     l2_source="cudaDeviceProp.l2CacheSize as the device reports it (60 MiB)",
-    smem_carveouts=_HOPPER_CARVEOUTS)
+    smem_carveouts=_HOPPER_CARVEOUTS, l1_smem_bytes=256 * _KB)
 
 #: Our H200, 2026-11-29: device-to-device copy bandwidth (read + write bytes / time) and an
 #: fp32 SGEMM with TF32 off.

@@ -35,12 +35,17 @@ from .workload import Workload
 
 @dataclass(frozen=True)
 class L2Phase:
-    """The L2 model's view of one kernel launch (bytes)."""
+    """The L2 model's view of one kernel launch (bytes): its DRAM reads and writes and their
+    compulsory floors (assumption 5)."""
 
     name: str
     concurrent_blocks: int
     working_set_bytes: int
     hit_fraction: float
+    dram_read_bytes: float = 0.0
+    dram_write_bytes: float = 0.0
+    compulsory_read_bytes: int = 0
+    compulsory_write_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,9 @@ def _phase_l2(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> tuple[L2Ph
             floor = min(n, w.tensor_elements(name))
             totals[k] += floor
             totals[2 + k] += floor + (n - floor) * (1.0 - hit)
-    return L2Phase(p.name, blocks, working_set, hit), totals
+    b = w.dtype_bytes
+    return L2Phase(p.name, blocks, working_set, hit, totals[2] * b, totals[3] * b,
+                   int(totals[0]) * b, int(totals[1]) * b), totals
 
 
 def l2_traffic(phases: tuple[Phase, ...], workload: Workload, tiling: Tiling,

@@ -18,6 +18,14 @@ class Phase:
     ``blocks_per_unit`` blocks; the blocks of one group re-read the same
     ``unit_reread_elements`` elements (e.g. a head's K and V for the FA2 forward).  Used only by
     the L2 model.
+    code: (kernel, variant) of the compiled kernel this launch runs, as
+    ``simulator.occupancy.resources`` and ``simulator.sass.sass`` name it (row kernels too:
+    "row_dot", "softmax", "ds").
+    block_trips: for the tiled kernels, the trips of the main loop (``simulator.sass``'s
+    ``main_loop``) of each block of ONE (batch, head) pair, in the order the blocks start;
+    ``tile_major``: blocks start tile by tile over all heads (``tile_major_block``: the causal
+    tensor-core kernels), else head by head. inner_trips: trips of the loop nested in the main
+    loop, per block of one head (Algorithm 1's i loop), else empty. Used by the runtime model.
     """
 
     name: str
@@ -31,18 +39,31 @@ class Phase:
     units: int
     blocks_per_unit: int
     unit_reread_elements: int
+    code: tuple[str, str] = ("", "")
+    block_trips: tuple[int, ...] = ()
+    tile_major: bool = False
+    inner_trips: tuple[int, ...] = ()
+
+    @property
+    def blocks_per_head(self) -> int:
+        return len(self.block_trips)
 
 
 def phase(name: str, kernel: str | None, *, bh: int, hbm_reads: dict, hbm_writes: dict,
           sram_reads: dict | None = None, sram_writes: dict | None = None,
           matmul_flops: int = 0, other_flops: int = 0, units_per_head: int = 1,
-          blocks_per_unit: int = 1, unit_reread_elements: int = 0) -> Phase:
-    """A Phase from counts of ONE (batch, head) pair, scaled by ``bh``; zero entries dropped."""
+          blocks_per_unit: int = 1, unit_reread_elements: int = 0,
+          code: tuple[str, str] | None = None, block_trips=(), tile_major: bool = False,
+          inner_trips=()) -> Phase:
+    """A Phase from counts of ONE (batch, head) pair, scaled by ``bh``; zero entries dropped.
+    ``code`` defaults to (kernel, "")."""
     def scaled(counts):
         return {t: int(n) * bh for t, n in (counts or {}).items() if n}
     return Phase(name, kernel, scaled(hbm_reads), scaled(hbm_writes), scaled(sram_reads),
                  scaled(sram_writes), int(matmul_flops) * bh, int(other_flops) * bh,
-                 units_per_head * bh, blocks_per_unit, unit_reread_elements)
+                 units_per_head * bh, blocks_per_unit, unit_reread_elements,
+                 code or (kernel or "", ""), tuple(int(n) for n in block_trips), tile_major,
+                 tuple(int(n) for n in inner_trips))
 
 
 @dataclass(frozen=True)

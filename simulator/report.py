@@ -108,14 +108,53 @@ class TrafficReport:
         """Peak device memory beyond inputs and outputs (bytes): the whole workspace."""
         return None if self.workspace is None else sum(self.workspace.values()) * self.dtype_bytes
 
+    # ---- every memory level and the time (``simulator.levels``; None without a model) -----
+    def _level(self, name: str):
+        return None if self.levels is None else getattr(self.levels, name)
+
     @property
-    def dram_read_bytes(self) -> int | None:
-        """DRAM bytes read according to the L2 model (None without one)."""
+    def sm_l2_read_bytes(self) -> float | None:
+        """Sectors the L2 serves the SMs (global and local loads that miss L1) x 32."""
+        return self._level("sm_l2_read_bytes")
+
+    @property
+    def sm_l2_write_bytes(self) -> float | None:
+        """Sectors the SMs send L2 (stores, atomic adds, local stores) x 32."""
+        return self._level("sm_l2_write_bytes")
+
+    @property
+    def dram_read_bytes(self) -> float | None:
+        """DRAM bytes read (``simulator.levels``; the L2 model's alone without levels)."""
+        if self.levels is not None:
+            return self.levels.dram_read_bytes
         return None if self.l2 is None else self.l2.dram_read_bytes
 
     @property
-    def dram_write_bytes(self) -> int | None:
+    def dram_write_bytes(self) -> float | None:
+        """DRAM bytes written during the run (dirty data still in L2 at the end not counted)."""
+        if self.levels is not None:
+            return self.levels.dram_write_bytes
         return None if self.l2 is None else self.l2.dram_write_bytes
+
+    @property
+    def l1_hit_rate(self) -> float | None:
+        """Global-load sectors found in L1 / requested."""
+        return self._level("l1_hit_rate")
+
+    @property
+    def local_bytes(self) -> float | None:
+        """Local-memory (spill) bytes loaded and stored at L1, in whole sectors."""
+        return self._level("local_bytes")
+
+    @property
+    def smem_wavefronts(self) -> float | None:
+        """Shared-memory wavefronts, loads and stores."""
+        return self._level("smem_wavefronts")
+
+    @property
+    def time_s(self) -> float | None:
+        """The runtime model's kernel time (``simulator.runtime``)."""
+        return self._level("time_s")
 
     def hbm_counts(self) -> dict[str, tuple[int, int]]:
         """{tensor: (read elements, write elements)}, tensors with neither omitted."""
@@ -145,7 +184,8 @@ class TrafficReport:
             workload=self.workload or other.workload,
             tiling=self.tiling if self.tiling == other.tiling else None,
             hardware=self.hardware if self.hardware == other.hardware else None,
-            phases=self.phases + other.phases)
+            phases=self.phases + other.phases,
+            levels=_add_optional(self.levels, other.levels))
 
     # ---- output ---------------------------------------------------------------------------
     def record(self) -> dict:
@@ -163,6 +203,8 @@ class TrafficReport:
                    extra_memory_bytes=self.extra_memory_bytes,
                    roofline_seconds=self.roofline_seconds,
                    dram_read_bytes=self.dram_read_bytes, dram_write_bytes=self.dram_write_bytes)
+        if self.levels is not None:
+            row.update(self.levels.as_dict())
         for name, t in self.hbm.items():
             row[f"hbm_{name}_reads"] = t.reads
             row[f"hbm_{name}_writes"] = t.writes

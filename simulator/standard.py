@@ -16,7 +16,7 @@ SOFTMAX_FLOPS = 5
 
 
 def matmul_phase(name: str, a: str, b: str, c: str, m: int, n: int, k: int, tiling: Tiling,
-                 bh: int, scaled: bool) -> Phase:
+                 bh: int, scaled: bool, variant: str = "") -> Phase:
     """C (m x n) = alpha opA(A) opB(B), inner dim k.
 
     HBM: each of the ceil(m/Br) x ceil(n/Bc) output tiles reads its rows of A and columns of B
@@ -24,6 +24,7 @@ def matmul_phase(name: str, a: str, b: str, c: str, m: int, n: int, k: int, tili
     of B; each of the tiling's threads reads its rows_per_thread A values and cols_per_thread B
     values once per k step of every chunk.  FLOPs: 2mnk, plus m*n for alpha when ``scaled``.
     Re-read per (batch, head): A if there is more than one column tile, B if more than one row tile.
+    variant: the kernel's transpose variant ("", "trans_a", "trans_b"; ``Phase.code``).
     """
     tiles_r, tiles_c, chunks = ceil_div(m, tiling.Br), ceil_div(n, tiling.Bc), ceil_div(k, MATMUL_BK)
     steps = tiles_r * tiles_c * chunks
@@ -36,7 +37,8 @@ def matmul_phase(name: str, a: str, b: str, c: str, m: int, n: int, k: int, tili
                     b: steps * MATMUL_BK * t.threads * t.cols_per_thread},
         matmul_flops=2 * m * n * k, other_flops=m * n if scaled else 0,
         blocks_per_unit=tiles_r * tiles_c,
-        unit_reread_elements=(m * k if tiles_c > 1 else 0) + (k * n if tiles_r > 1 else 0))
+        unit_reread_elements=(m * k if tiles_c > 1 else 0) + (k * n if tiles_r > 1 else 0),
+        code=("standard_matmul", variant), block_trips=(chunks,) * (tiles_r * tiles_c))
 
 
 def standard_forward(w: Workload, tiling: Tiling) -> Plan:
@@ -46,9 +48,10 @@ def standard_forward(w: Workload, tiling: Tiling) -> Plan:
     visible = unmasked_scores(nq, nk, w.causal, w.causal_diagonal)
     softmax = phase("softmax", None, bh=bh, hbm_reads={"S": 2 * visible}, hbm_writes={"P": nq * nk},
                     other_flops=SOFTMAX_FLOPS * visible, units_per_head=nq,
-                    unit_reread_elements=nk)
+                    unit_reread_elements=nk, code=("softmax", ""))
     return Plan(
-        (matmul_phase("S = scale Q K^T", "Q", "K", "S", nq, nk, d, tiling, bh, scaled=True),
+        (matmul_phase("S = scale Q K^T", "Q", "K", "S", nq, nk, d, tiling, bh, scaled=True,
+                      variant="trans_b"),
          softmax,
          matmul_phase("O = P V", "P", "V", "O", nq, d, nk, tiling, bh, scaled=False)),
         workspace={"S": w.tensor_elements("S")})
@@ -59,15 +62,19 @@ def standard_backward(w: Workload, tiling: Tiling) -> Plan:
     dK = scale dS^T Q.  Workspace: dP, dS and D (all allocated for the whole backward)."""
     nq, nk, d, bh = w.N_q, w.N_k, w.d, w.BH
     rowsum = phase("D = rowsum(dO * O)", None, bh=bh, hbm_reads={"dO": nq * d, "O": nq * d},
-                   hbm_writes={"D": nq}, other_flops=2 * nq * d, units_per_head=nq)
+                   hbm_writes={"D": nq}, other_flops=2 * nq * d, units_per_head=nq,
+                   code=("row_dot", ""))
     ds = phase("dS = P (dP - D)", None, bh=bh,
                hbm_reads={"P": nq * nk, "dP": nq * nk, "D": nq}, hbm_writes={"dS": nq * nk},
-               other_flops=2 * nq * nk, units_per_head=nq)
+               other_flops=2 * nq * nk, units_per_head=nq, code=("ds", ""))
     return Plan(
-        (matmul_phase("dV = P^T dO", "P", "dO", "dV", nk, d, nq, tiling, bh, scaled=False),
-         matmul_phase("dP = dO V^T", "dO", "V", "dP", nq, nk, d, tiling, bh, scaled=False),
+        (matmul_phase("dV = P^T dO", "P", "dO", "dV", nk, d, nq, tiling, bh, scaled=False,
+                      variant="trans_a"),
+         matmul_phase("dP = dO V^T", "dO", "V", "dP", nq, nk, d, tiling, bh, scaled=False,
+                      variant="trans_b"),
          rowsum, ds,
          matmul_phase("dQ = scale dS K", "dS", "K", "dQ", nq, d, nk, tiling, bh, scaled=True),
-         matmul_phase("dK = scale dS^T Q", "dS", "Q", "dK", nk, d, nq, tiling, bh, scaled=True)),
+         matmul_phase("dK = scale dS^T Q", "dS", "Q", "dK", nk, d, nq, tiling, bh, scaled=True,
+                      variant="trans_a")),
         workspace={"dP": w.tensor_elements("dP"), "dS": w.tensor_elements("dS"),
                    "D": w.tensor_elements("D")})

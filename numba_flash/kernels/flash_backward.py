@@ -38,6 +38,7 @@ from simulator.tiling import Tiling
 
 from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
+from .mma import warp_ops
 from .tiles import LN2, ONE, POS_INF, ZERO, active_blocks, lse_base2, masked, tile_ops
 
 VERSION = 3
@@ -46,20 +47,27 @@ VERSION = 3
 @kernel_factory
 def make_row_dot(threads: int, d: int, zero_dq: bool):
     """Kernel ``(do, o, dvec, dq, n_q)``: D[bh, r] = sum_x dO[bh, r, x] O[bh, r, x], and, with
-    ``zero_dq``, dq[bh, r, :] = 0. One thread per row; grid (ceil(N_q/threads), B*H)."""
+    ``zero_dq``, dq[bh, r, :] = 0. One warp per row, its lanes on consecutive columns (so that a
+    warp's loads and stores fill whole 32-byte sectors), summed by shuffles: ``threads`` (a
+    multiple of 32) make ``threads // 32`` rows a block; grid (ceil(N_q / rows), B*H).
+    v1 (one thread per row) touched a sector per element: 8x the sectors, 2.5x the DRAM reads."""
+    rows = threads // 32
+    warp_sum = warp_ops().warp_sum
 
     @cuda.jit
     def row_dot(do, o, dvec, dq, n_q):
-        r = cuda.blockIdx.x * threads + cuda.threadIdx.x
+        lane = cuda.threadIdx.x % 32
+        r = cuda.blockIdx.x * rows + cuda.threadIdx.x // 32
         bh = cuda.blockIdx.y
+        acc = ZERO
         if r < n_q:
-            acc = ZERO
-            for x in range(d):
+            for x in range(lane, d, 32):
                 acc += do[bh, r, x] * o[bh, r, x]
-            dvec[bh, r] = acc
-            if zero_dq:
-                for x in range(d):
+                if zero_dq:
                     dq[bh, r, x] = 0.0
+        acc = warp_sum(acc)            # every lane, also past n_q: the shuffles are warp-wide
+        if r < n_q and lane == 0:
+            dvec[bh, r] = acc
 
     return row_dot
 

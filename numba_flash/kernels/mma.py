@@ -208,7 +208,8 @@ def warp_ops(lo_truncated: bool = False) -> SimpleNamespace:
     - ``mma_3xtf32(ah0..ah3, al0..al3, bh0, bh1, bl0, bl1, c0..c3)`` -> C + A B at fp32-level
       accuracy from split fragments: three TF32 mma, the two small cross terms first, so that
       they are not lost below the large term's rounding;
-    - ``quad_max(x)`` (NaN sticky), ``quad_sum(x)`` over the 4 lanes that share fragment rows.
+    - ``quad_max(x)`` (NaN sticky), ``quad_sum(x)`` over the 4 lanes that share fragment rows;
+      ``warp_sum(x)`` over all 32 lanes.
 
     ``lo_truncated``: the splits return lo with its low 13 bits cleared, as the mma reads it
     (hi + lo then within 2^-21 of x, not exact): one instruction more, for kernels that also add
@@ -252,5 +253,14 @@ def warp_ops(lo_truncated: bool = False) -> SimpleNamespace:
         x += shfl_xor(x, 1)
         return x + shfl_xor(x, 2)
 
+    @cuda.jit(device=True)
+    def warp_sum(x):
+        """Sum over the 32 lanes of a warp (a butterfly: every lane gets the sum)."""
+        x += shfl_xor(x, 16)
+        x += shfl_xor(x, 8)
+        x += shfl_xor(x, 4)
+        return quad_sum(x)
+
     return SimpleNamespace(split=split, split_finite=split_finite, clamp=clamp, exp2_ftz=base.exp2_ftz,
-                           mma_3xtf32=base.mma_3xtf32, quad_max=quad_max, quad_sum=quad_sum)
+                           mma_3xtf32=base.mma_3xtf32, quad_max=quad_max, quad_sum=quad_sum,
+                           warp_sum=warp_sum)
