@@ -69,12 +69,15 @@ CPU_CASES = DEVELOPMENT[:2] + VALIDATION[:2]
 
 
 def measured_levels(kernels: list[dict]) -> Levels:
-    """``Levels`` of a list of ncu kernel readings (``Counters.per_kernel`` entries)."""
+    """``Levels`` of a list of ncu kernel readings (``Counters.per_kernel`` entries). SM<->L2
+    bytes are the SMs' side of the crossbar (what their L1s fetch and send): the L2 slices count
+    fewer read sectors, as the L2's request coalescer merges reads of one sector from several SMs
+    (``lts_read_bytes`` in levels_kernels.csv keeps that count)."""
     def s(key):
         return float(sum(k.get(key, 0.0) for k in kernels))
     return Levels(
-        sm_l2_read_bytes=32 * s("l2_read_sectors"),
-        sm_l2_write_bytes=32 * (s("l2_write_sectors") + s("l2_red_sectors") + s("l2_atom_sectors")),
+        sm_l2_read_bytes=32 * s("xbar_ld_sectors"),
+        sm_l2_write_bytes=32 * (s("xbar_st_sectors") + s("xbar_red_sectors") + s("xbar_atom_sectors")),
         dram_read_bytes=s("dram_read_bytes"), dram_write_bytes=s("dram_write_bytes"),
         l1_requested_sectors=s("l1_ld_sectors"), l1_hit_sectors=s("l1_ld_hit_sectors"),
         local_bytes=32 * (s("local_ld_sectors") + s("local_st_sectors")),

@@ -25,6 +25,9 @@ run() {  # run LIMIT_S ARGS...: one CLI call, limited to LIMIT_S seconds, logged
 }
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >>"$log" 2>&1
 which ncu >>"$log" 2>&1; ncu --version >>"$log" 2>&1
+run 90 run calibrate     # the machine rates; the model's time predictions below use them
+[ -s "$results/calibrate/calibrate.csv" ] && export NUMBA_FLASH_RATES_CSV=$results/calibrate/calibrate.csv
+run 200 run levels       # every level of every shipped kernel: development and held-out configurations
 [ -n "${SKIP_BENCH:-}" ] || run 400 bench   # quick shapes: 207 s on 2026-12-01 (89 s of it building 14 kernels)
 run 75 run fig2_left
 run 75 run io_scaling
@@ -32,7 +35,7 @@ run 60 run l2_effect
 run 60 run fig2_middle
 run 75 run runtime
 run 50 run memory
-run 200 run train_gpt
+[ -n "${SKIP_TRAIN:-}" ] || run 200 run train_gpt
 run 20 run validation
 tar -C "$(dirname "$results")" -czf "$dest/results.tar.gz" "$(basename "$results")"
 cp "$log" "$dest/run_gpu.log"

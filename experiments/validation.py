@@ -101,7 +101,7 @@ def level_of(quantity: str, measured_by: str) -> str:
         return "sm_l2_bytes"
     if "dram" in by:
         return "dram_bytes"
-    if "sm<->l2" in by or "count_traffic" in by:
+    if "sm<->l2" in by or "crossbar" in by or "count_traffic" in by:
         return "sm_l2_bytes"
     if "runtime" in q or "cuda events" in by:
         return "time_s"

@@ -60,3 +60,50 @@ def total(parts) -> Levels:
     for p in parts[1:]:
         out = out + p
     return out
+
+
+def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
+    """The model of every level for an algorithm's launches ``phases`` (``simulator.phases``)
+    with the L2 model's per-launch view ``l2`` (``simulator.l2.L2Traffic``):
+
+    - global loads, stores and atomic adds in sectors, and L1 hits: ``simulator.sectors``;
+    - local memory: ``simulator.local`` (the compiled kernel's spill instructions x how often
+      they run; misses where the blocks' spill footprint overflows L1);
+    - DRAM: the L2 model's reads; its writes less what L2 still holds dirty when the launch
+      ends (``simulator.local.dirty_residue``);
+    - shared memory: the SRAM model's bytes / 128 (wavefronts of conflict-free 128-byte
+      transfers; bank conflicts are not modelled);
+    - time: ``simulator.runtime``.
+    A kernel whose resources were never recorded (``simulator.occupancy.resources``: a tiling
+    or head dim tools/kernel_resources.py did not compile) gets NaN for what needs them: its
+    local bytes, SM<->L2 bytes (spill misses go there) and time; so does one that cannot launch
+    on ``hardware`` (``simulator.occupancy`` raises: too much shared memory). Without rates for
+    ``hardware`` (``simulator.runtime.rates_for``), time is NaN and no dirty residue is taken."""
+    from .local import dirty_residue, local_traffic
+    from .runtime import launch_seconds, rates_for
+    from .sectors import SECTOR_BYTES, sector_traffic
+
+    rates = rates_for(hardware)
+    nan = float("nan")
+    parts = []
+    for p, view in zip(phases, l2.phases):
+        sec = sector_traffic(p, workload)
+        sram = sum(p.sram_reads.values()) + sum(p.sram_writes.values())
+        written = view.dram_write_bytes
+        if rates is not None and rates.l2_dirty_residue_bytes:
+            written -= dirty_residue(view, hardware, rates.l2_dirty_residue_bytes)
+        try:
+            loc = local_traffic(p, workload, tiling, hardware)
+            seconds = launch_seconds(p, workload, tiling, hardware,
+                                     (view.dram_read_bytes, written))
+        except (LookupError, ValueError):    # never compiled, or cannot launch on this GPU
+            loc, seconds = None, nan
+        parts.append(Levels(
+            sm_l2_read_bytes=sec.missed * SECTOR_BYTES + (loc.missed_bytes if loc else nan),
+            sm_l2_write_bytes=(sec.stored + sec.reduced) * SECTOR_BYTES + (loc.store_bytes if loc else nan),
+            dram_read_bytes=view.dram_read_bytes, dram_write_bytes=written,
+            l1_requested_sectors=sec.requested, l1_hit_sectors=sec.requested - sec.missed,
+            local_bytes=loc.load_bytes + loc.store_bytes if loc else nan,
+            smem_wavefronts=sram * workload.dtype_bytes / 128,
+            time_s=seconds))
+    return total(parts)

@@ -16,6 +16,8 @@ Counting conventions (all exact integers; HBM counts are docs/traffic-contract.m
   returned); Algorithm 1: l, m, L; flash backward: D.
 - Roofline: ``Hardware.roofline_seconds(hbm bytes, all FLOPs, workload.precision)``.
 - L2: ``simulator.l2`` applied to the algorithm's kernel launches.
+- Every memory level as the GPU's counters see it, and the time: ``simulator.levels``
+  (``report.levels``; ``report.sm_l2_read_bytes``, ``dram_read_bytes``, ..., ``time_s``).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ from .flash import (flash_backward, flash_backward_deterministic, flash_backward
                     flash_forward_v1, flash_forward_v2)
 from .hardware import H200, Hardware
 from .l2 import L2Traffic, l2_traffic
+from .levels import predict_levels
 from .report import TensorTraffic, TrafficReport, ordered_tensors
 from .standard import standard_backward, standard_forward
 from .tiling import ModelTiling, Tiling
@@ -88,7 +91,8 @@ def predict(algorithm: str, workload: Workload, tiling: Tiling | None = None,
                            hardware=hardware, phases=plan.phases)
     seconds = hardware.roofline_seconds(report.hbm_bytes, matmul + other, workload.precision)
     l2 = l2_traffic(plan.phases, workload, tiling, hardware)
-    return dataclasses.replace(report, roofline_seconds=seconds, l2=l2)
+    levels = predict_levels(plan.phases, workload, tiling, hardware, l2)
+    return dataclasses.replace(report, roofline_seconds=seconds, l2=l2, levels=levels)
 
 
 def predict_dram(algorithm: str, workload: Workload, tiling: Tiling | None = None,

@@ -141,11 +141,11 @@ NCU_LONG = '''==PROF== Connected to process 7 (python3)
 "ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size","Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"
 "0","7","python3","h","ncu_case_marker","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","byte","64"
 "1","7","python3","h","flash_forward_fa2","1","7","(256, 1, 1)","(16, 16, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","byte","1,048,576"
-"1","7","python3","h","flash_forward_fa2","1","7","(256, 1, 1)","(16, 16, 1)","0","9.0","Command line profiler metrics","lts__t_sectors_srcunit_tex_op_read.sum","sector","100"
+"1","7","python3","h","flash_forward_fa2","1","7","(256, 1, 1)","(16, 16, 1)","0","9.0","Command line profiler metrics","l1tex__m_xbar2l1tex_read_sectors_mem_lg_op_ld.sum","sector","100"
 "1","7","python3","h","flash_forward_fa2","1","7","(256, 1, 1)","(16, 16, 1)","0","9.0","Command line profiler metrics","gpu__time_duration.sum","usecond","2.5"
 "2","7","python3","h","row_dot","1","7","(128, 1, 1)","(8, 16, 1)","0","9.0","Command line profiler metrics","dram__bytes_write.sum","Kbyte","2"
 "3","7","python3","h","ncu_case_marker","1","7","(1, 1, 1)","(1, 1, 1)","0","9.0","Command line profiler metrics","dram__bytes_read.sum","byte","0"
-"4","7","python3","h","standard_matmul","1","7","(256, 1, 1)","(4, 4, 1)","0","9.0","Command line profiler metrics","lts__t_sectors_srcunit_tex_op_write.sum","sector","3"
+"4","7","python3","h","standard_matmul","1","7","(256, 1, 1)","(4, 4, 1)","0","9.0","Command line profiler metrics","l1tex__m_l1tex2xbar_write_sectors_mem_lg_op_st.sum","sector","3"
 '''
 
 

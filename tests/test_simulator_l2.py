@@ -69,4 +69,5 @@ def test_concurrent_blocks_by_shared_memory_threads_and_block_limits():
 def test_report_renders_the_l2_line():
     r = predict("standard_forward", Workload(1, 1, 64, 64, 16))
     assert "L2 model (60 MiB)" in str(r)
-    assert r.dram_read_bytes == r.l2.dram_read_bytes and r.dram_write_bytes == r.l2.dram_write_bytes
+    # the level model reads what the L2 model reads; it writes less what stays dirty in L2
+    assert r.dram_read_bytes == r.l2.dram_read_bytes and r.dram_write_bytes <= r.l2.dram_write_bytes

@@ -10,6 +10,7 @@ such as fp16.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from simulator.tiling import FORWARD_KERNELS
@@ -40,11 +41,11 @@ FORWARD_KERNEL = {"standard": "standard_matmul", **FORWARD_KERNELS}
 class Prediction:
     """The simulator's prediction for all calls of a case (bytes, FLOPs, seconds)."""
 
-    read_bytes: float        # SM <-> global memory, the tiled count
+    read_bytes: float        # SM <-> L2 bytes (the level model's; else the tiled count)
     write_bytes: float
-    dram_bytes: float        # the L2 model's DRAM reads + writes
+    dram_bytes: float        # DRAM reads + writes
     flops: float
-    time_s: float            # roofline time on the chosen hardware
+    time_s: float            # the runtime model's time (else the roofline)
 
     @property
     def total_bytes(self) -> float:
@@ -92,14 +93,24 @@ def reports(case: Case, dtype_bytes: int = 4, gpu: str = MEASURED_GPU, tiling: s
 
 
 def predict_case(case: Case, dtype_bytes: int = 4, gpu: str = MEASURED_GPU, tiling: str = "kernels") -> Prediction:
-    """Sum of the predictions of the case's calls (forward, and backward for fwd_bwd)."""
+    """Sum of the predictions of the case's calls (forward, and backward for fwd_bwd): the SMs'
+    global-memory bytes and DRAM bytes as the level model has them (``simulator.levels``), and
+    its time; where the model lacks a kernel's resources or the GPU's rates (NaN), the tiled
+    count, the L2 model's DRAM bytes and the roofline."""
     parts = reports(case, dtype_bytes, gpu, tiling)
     total = parts[0]
     for part in parts[1:]:
         total = total + part
-    return Prediction(read_bytes=float(total.hbm_read_bytes), write_bytes=float(total.hbm_write_bytes),
-                      dram_bytes=float(total.l2.dram_bytes), flops=float(total.flops),
-                      time_s=float(total.roofline_seconds))
+
+    def level(value, fallback):
+        return float(value) if value is not None and math.isfinite(value) else float(fallback)
+
+    return Prediction(read_bytes=level(total.sm_l2_read_bytes, total.hbm_read_bytes),
+                      write_bytes=level(total.sm_l2_write_bytes, total.hbm_write_bytes),
+                      dram_bytes=level(total.dram_read_bytes + total.dram_write_bytes,
+                                       total.l2.dram_bytes),
+                      flops=float(total.flops),
+                      time_s=level(total.time_s, total.roofline_seconds))
 
 
 def touched_tensors(case: Case) -> list[list[str]]:

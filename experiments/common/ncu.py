@@ -8,7 +8,10 @@ marker and the next are that case's kernels; their counters are summed.
 
 ncu's default ``--cache-control all`` flushes the caches before every profiled kernel, so each
 kernel starts with a cold L2: DRAM bytes are those of the kernel alone.  ``--clock-control
-none`` leaves the clocks as they are.  SM<->L2 bytes are the L2's sectors from the SMs x 32.
+none`` leaves the clocks as they are.  SM<->L2 bytes are the SMs' side of the crossbar: sectors
+their L1s fetch (global and local loads that miss) and send (stores, reductions), x 32. The L2
+slices count fewer read sectors (``l2_read_sectors``): the L2's request coalescer merges reads
+of one sector by several SMs at once.
 """
 from __future__ import annotations
 
@@ -246,8 +249,9 @@ def sum_counters(kernels: list[dict]) -> Counters:
     return Counters(
         dram_read_bytes=total["dram_read_bytes"],
         dram_write_bytes=total["dram_write_bytes"],
-        l2_read_bytes=total["l2_read_sectors"] * SECTOR_BYTES,
-        l2_write_bytes=total["l2_write_sectors"] * SECTOR_BYTES,
+        l2_read_bytes=total["xbar_ld_sectors"] * SECTOR_BYTES,
+        l2_write_bytes=(total["xbar_st_sectors"] + total["xbar_red_sectors"]
+                        + total["xbar_atom_sectors"]) * SECTOR_BYTES,
         gpu_time_ms=total["gpu_time_ns"] / 1e6,
         kernels=len(kernels),
         per_kernel=tuple(dict(k) for k in kernels),

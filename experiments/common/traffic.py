@@ -11,7 +11,7 @@ from .kernels import build_kernels
 from .measure import failure_note
 from .ncu import Counters, profile_cases
 
-BY_NCU = "ncu: SM<->L2 sectors x 32"
+BY_NCU = "ncu: SM-side crossbar sectors x 32 (L1 fetches and sends)"
 BY_SIMULATOR = "count_traffic (CUDA simulator)"
 
 

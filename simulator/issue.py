@@ -1,0 +1,569 @@
+"""A static issue simulator of a kernel's main loop on one SM sub-partition (a warp scheduler):
+the cycles a trip takes when several warps run the loop side by side, dependency latencies
+included, which pure throughput bounds (simulator/runtime.py) leave out.
+
+Input: the loop body's instructions with their registers (``Op``), recorded per compiled kernel
+by tools/kernel_loops.py in ``kernel_loops.json.gz`` (``stream_for``); hand-built streams work
+alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cycle by cycle:
+
+- every warp issues its instructions in program order, the body ``trips`` times back to back
+  (registers carry over, so loop-carried dependencies count); a scheduler issues at most one
+  instruction a cycle, from the oldest ready warp (lowest index: ``policy="oldest"``) or the
+  last one to issue while it stays ready (``policy="gto"``, greedy then oldest);
+- an instruction is ready when its source registers (general R, predicates P, uniform UR/UP)
+  are: the producer's issue cycle + its latency. Measured latencies (``MachineRates``): HMMA
+  ``mma_tf32_latency_cycles``, FMA pipe ``ffma_latency_cycles``, ALU ``alu_latency_cycles``,
+  MUFU and the other XU conversions ``mufu_ex2_latency_cycles`` (FMA-pipe integer work
+  such as IMAD at the FFMA latency: an assumption). Unmeasured ones are the named
+  assumptions below (shared-memory loads, shuffles, constants, S2R, uniform datapath, FP64);
+  global and local loads take ``memory_latency`` (the caller's: L1 hit by default). A write to a
+  register whose last producer had a variable latency (memory, shuffle, XU, HMMA, S2R) waits
+  for that write (the scoreboard); reads before a later write (WAR) are free;
+- pipes limit throughput per scheduler, each SM rate shared by its 4 schedulers: the tensor
+  pipe takes an HMMA every ``4 / mma_tf32_per_cycle`` cycles; FP32 goes to either half of the
+  FMA pipe (fmaheavy, fmalite: each a warp instruction every ``2 x 4 / ffma_per_cycle``), the
+  integer part of the FMA class (IMAD, VIADD, ...) to fmaheavy only (ncu's assignment); ALU
+  ``4 / alu_per_cycle``; XU ``4 / mufu_ex2_per_cycle``; FP64 at half the FP32 rate (assumed).
+  A dispatch waits for its pipe. Shared memory is a queue instead: a load or store of w
+  wavefronts (LDS.32 1, .64 2, .128 4; LDSM .x1/.x2/.x4 1/2/4) issues at once, is served by
+  the SM's wavefront rate / 4 in order, and its data is ready ``latency`` after its service
+  starts. Global and local accesses and atomics use that queue as well (assumed: the L1 data
+  path is the same 128-byte-a-cycle SRAM port), at a wavefront per 32 bits of width; shuffles
+  a queue of their own at ``shfl_per_cycle / 4``. Queues are unbounded (an assumption: the MIO
+  queue's depth is not measured);
+- ``BAR.SYNC`` / ``BAR.RED``: a warp waits until every simulated warp of its block has arrived
+  (the block's warps spread evenly over the 4 schedulers, the other schedulers progressing
+  alike), then resumes ``barrier_cycles_at(4 x warps of the block here)`` after the last
+  arrival issued (a loop of barriers alone takes that a barrier, as it was measured); with ``blocks`` > 1
+  the scheduler's warps are split round-robin into that many blocks, each barrier its own;
+- instructions are taken as the static stream: every instruction of the body once a trip,
+  whichever way its branches go (as simulator/sass.py counts), predicated-off ones issued too;
+  branches, NOPs, BSSY/BSYNC cost an issue slot and nothing else.
+
+Time is continuous (latencies and pipe intervals are measured fractions of a cycle), the
+scheduler's issue slots a cycle apart; the simulation goes from issue to issue. The result is
+the steady state ``(t(trips) - t(1)) / (trips - 1)``, t(k) the cycle after the scheduler has
+issued k trips' worth of instructions (k x len(stream) x warps, whichever warps issued them:
+with strict oldest-first priority and no barrier, one warp may run ahead of the others). The 4 schedulers of an SM run in parallel,
+so a scheduler's cycles per trip are the SM's. Pure Python: no numba.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from .rates import MachineRates
+from .sass import access_bytes, opcode_key, parse, pipe_class, regions, INNER_LOOP, MAIN_LOOP
+from .tiling import Tiling
+
+#: Per-kernel main-loop instruction streams: written by tools/kernel_loops.py, read by ``stream_for``.
+LOOPS_JSON = Path(__file__).with_name("kernel_loops.json.gz")
+#: The version of the file's encoding (``encode_loop``).
+FORMAT = 1
+
+# ---- latencies not measured by calibrate: assumptions -------------------------------------
+#: Cycles from an LDS.32 (1 wavefront) to its data, where the rates have no measured
+#: ``lds_latency_cycles``; a wider access adds a cycle a further wavefront. Published microbenchmarks put Hopper/Ampere shared-memory load latency at 23-33
+#: cycles (e.g. Luo et al. 2024, "Benchmarking and Dissecting the Nvidia Hopper GPU
+#: Architecture": ~29 on H800); not measured on our H200.
+LDS_LATENCY = 29
+#: Cycles from a SHFL to its result where the rates have no measured ``shfl_latency_cycles``
+#: (assumed ~23, as published for Volta-Hopper).
+SHFL_LATENCY = 23
+#: Global / local load latency presets (cycles; assumptions from published microbenchmarks):
+#: an L1 hit, an L2 hit, DRAM. ``loop_cycles`` takes one as ``memory_latency`` (L1 hit default).
+L1_HIT_LATENCY = 33
+L2_HIT_LATENCY = 270
+DRAM_LATENCY = 500
+#: LDC (kernel parameters from the constant cache, a hit: assumed like an L1 hit).
+LDC_LATENCY = 33
+#: S2R (a special register, e.g. %tid: assumed).
+S2R_LATENCY = 20
+#: FP64 (DFMA, DMUL, ...): assumed twice the FFMA latency.
+FP64_LATENCY_FACTOR = 2
+#: Schedulers (SM sub-partitions) of an SM, each issuing one instruction a cycle.
+SCHEDULERS = 4
+
+#: Classes whose results a scoreboard tracks (variable latency): a later write waits for them.
+_VARIABLE = {"hmma", "xu", "ldsm", "lds32", "lds64", "lds128", "ldg32", "ldg64", "ldg128",
+             "ldl", "atom", "shfl", "ldc", "other"}
+_SHARED = {"lds32", "lds64", "lds128", "ldsm", "sts32", "sts64", "sts128"}
+_GLOBAL = {"ldg32", "ldg64", "ldg128", "stg32", "stg64", "stg128", "ldl", "stl", "atom", "ldgsts"}
+
+
+@dataclass(frozen=True)
+class Op:
+    """One instruction of a stream: its ``opcode_key``, ``pipe_class``, the registers it writes
+    and reads (``R4``, ``P0``, ``UR6``, ``UP1``; zero registers left out), whether it waits for
+    the block (``BAR.SYNC``), and its shared-memory / L1 wavefronts (0 for other pipes)."""
+
+    key: str
+    pipe: str
+    dests: tuple[str, ...] = ()
+    srcs: tuple[str, ...] = ()
+    barrier: bool = False
+    wavefronts: int = 0
+
+
+def op(key: str, dests=(), srcs=(), barrier: bool | None = None) -> Op:
+    """An ``Op`` from an ``opcode_key`` (its pipe class and wavefronts derived), e.g.
+    ``op("HMMA.1688.F32.TF32", ["R0"], ["R0", "R4"])``."""
+    pipe = pipe_class(key)
+    return Op(key, pipe, tuple(dests), tuple(srcs),
+              key.startswith("BAR") if barrier is None else barrier, _wavefronts(key, pipe))
+
+
+def _wavefronts(key: str, pipe: str) -> int:
+    if pipe == "ldsm":
+        last = key.split(".")[-1]
+        return int(last) if last.isdigit() else 4
+    if pipe in _SHARED or pipe in _GLOBAL:
+        return max(1, access_bytes(key) // 4)
+    return 0
+
+
+# ---- reading operands from nvdisasm text -----------------------------------------------
+_LINE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(@!?(U?P(?:T|\d))\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+_REGISTER = re.compile(r"(?<![A-Z_0-9])(UR|R)(\d+)(?:\.(64|128))?")
+_PREDICATE = re.compile(r"(?<![A-Z_0-9])(UP|P)(\d)(?![0-9A-Z_])")
+_ALL_PREDICATES = tuple(f"P{n}" for n in range(7))
+#: Opcodes that write no register (stores, reductions, barriers, control).
+_NO_DEST = {"STS", "STG", "ST", "STL", "RED", "REDG", "BAR", "NOP", "DEPBAR", "MEMBAR", "ERRBAR",
+            "CCTL", "CCTLL", "LDGSTS", "LDGDEPBAR", "ARRIVES", "FENCE", "WARPSYNC"}
+_LOADS = {"LDS", "LDG", "LD", "LDL", "LDSM", "LDC", "ULDC", "ATOMS", "ATOMG", "ATOM", "LDGSTS"}
+_STORES = {"STS", "STG", "ST", "STL", "RED", "REDG", "ATOMS", "ATOMG", "ATOM"}
+_WIDE_TYPES = {"F64", "S64", "U64"}
+_CONVERSIONS = {"F2F", "I2F", "F2I", "I2I", "FRND"}
+_FP64 = {"DFMA", "DMUL", "DADD", "DSETP", "DMNMX", "DSET"}
+#: HMMA shape and types -> registers of (D, A, B, C).
+_HMMA_WIDTHS = {"1688.F32.TF32": (4, 4, 2, 4), "1684.F32.TF32": (4, 2, 1, 4),
+                "16816.F32": (4, 4, 2, 4), "16816.F32.BF16": (4, 4, 2, 4), "16816.F16": (2, 4, 2, 2),
+                "1688.F32": (4, 2, 1, 4), "1688.F16": (2, 2, 1, 2), "16832.S32.S8": (4, 4, 2, 4)}
+
+
+def _width_of(modifiers: list[str]) -> int:
+    """Registers of a memory access by its mnemonic (``LDS.128`` 4, ``.64`` 2, LDSM ``.4`` 4)."""
+    if "128" in modifiers:
+        return 4
+    if "64" in modifiers:
+        return 2
+    if modifiers and modifiers[-1] in ("2", "4"):
+        return int(modifiers[-1])
+    return 1
+
+
+def _registers(token: str, width: int = 1) -> list[str]:
+    """The registers token ``token`` names: ``R4`` (``width`` of them from R4, unless the token
+    says ``.64``), every register in an address ``[R2.64+0x10]``, predicates, ``PR`` = all."""
+    out = []
+    for kind, n, suffix in _REGISTER.findall(token):
+        w = {"64": 2, "128": 4}.get(suffix, width if "[" not in token else 1)
+        out += [f"{kind}{int(n) + k}" for k in range(w)]
+    out += [f"{kind}{n}" for kind, n in _PREDICATE.findall(token)]
+    if re.search(r"(?<![A-Z_])PR(?![A-Z_0-9])", token):
+        out += _ALL_PREDICATES
+    return out
+
+
+def _is_predicate(token: str) -> bool:
+    return re.fullmatch(r"!?U?P(T|\d)", token.strip()) is not None
+
+
+def _is_register(token: str) -> bool:
+    return re.fullmatch(r"[-|~]*U?R(Z|\d+)(\.\w+)*\|?", token.strip()) is not None
+
+
+def decode_instruction(mnemonic: str, operands: str, guard: str | None = None) -> Op:
+    """The ``Op`` of one SASS instruction from its mnemonic and operand text (as nvdisasm
+    prints them, ``.reuse`` flags and all) and its guard predicate (``P0`` of ``@!P0``).
+    Destinations: the first operand, and a second one where it is a predicate (``IADD3 R0, P0,
+    ...``, ``ISETP P0, PT, ...``) or follows a predicate destination (``LOP3.LUT P1, R2, ...``,
+    ``SHFL.BFLY PT, R3, ...``), a third predicate for IADD3's second carry; none for stores,
+    reductions, barriers and control flow. Widths: memory accesses by their width (a 128-bit
+    load writes, a 128-bit store reads 4 registers), HMMA by shape, IMAD.WIDE, CS2R, FP64 and
+    64-bit conversions by their types, ``R2.64`` in an address as 2 registers."""
+    key = opcode_key(mnemonic)
+    pipe = pipe_class(key)
+    base, *modifiers = mnemonic.split(".")
+    tokens = [t.strip() for t in operands.replace(".reuse", "").split(",") if t.strip()]
+    no_dest = base in _NO_DEST or pipe == "branch"
+    n_dest = 0
+    if tokens and not no_dest:
+        n_dest = 1
+        if len(tokens) > 1 and (_is_predicate(tokens[1]) or
+                                (_is_predicate(tokens[0]) and _is_register(tokens[1]))):
+            n_dest = 2
+            if base in ("IADD3", "UIADD3") and len(tokens) > 2 and _is_predicate(tokens[2]):
+                n_dest = 3
+    widths = [1] * len(tokens)     # registers each operand names
+    if base == "HMMA":
+        shape = ".".join(modifiers)
+        widths[:4] = _HMMA_WIDTHS.get(shape, (4, 4, 2, 4))
+    elif base in ("IMAD", "UIMAD") and "WIDE" in modifiers:
+        widths[0] = 2
+        if len(widths) > 3:
+            widths[3] = 2
+    elif base == "CS2R" and "32" not in modifiers:
+        widths[0] = 2
+    elif base in _FP64:
+        widths = [1 if _is_predicate(t) else 2 for t in tokens]
+    elif base in _CONVERSIONS:
+        types = [m for m in modifiers if re.fullmatch(r"[FSU](8|16|32|64)", m)]
+        if types and types[0] in _WIDE_TYPES:
+            widths[0] = 2
+        if len(types) > 1 and types[1] in _WIDE_TYPES and len(widths) > 1:
+            widths[1] = 2
+    if base in _LOADS and n_dest and not no_dest:
+        widths[n_dest - 1] = _width_of(modifiers)
+    if base in _STORES:
+        data = [i for i, t in enumerate(tokens) if i >= n_dest and "[" not in t and _is_register(t)]
+        for i in data:
+            widths[i] = _width_of(modifiers)
+    dests, srcs = [], []
+    for i, token in enumerate(tokens):
+        names = _registers(token, widths[i])
+        if i < n_dest and token.strip() != "PR":
+            dests += names
+        elif i < n_dest:
+            dests += _ALL_PREDICATES
+        else:
+            srcs += names
+    if guard:
+        srcs.append(guard)
+    barrier = base == "BAR" and ("SYNC" in modifiers or "RED" in modifiers)
+    return Op(key, pipe, tuple(dict.fromkeys(dests)), tuple(dict.fromkeys(srcs)), barrier,
+              _wavefronts(key, pipe))
+
+
+def decode_text(text: str) -> dict[int, Op]:
+    """Address -> ``Op`` of every instruction of ``nvdisasm -c`` output."""
+    out = {}
+    for line in text.splitlines():
+        found = _LINE.match(line)
+        if found:
+            guard = found.group(3)
+            out[int(found.group(1), 16)] = decode_instruction(found.group(4), found.group(5), guard)
+    return out
+
+
+# ---- the file's encoding -----------------------------------------------------------------
+def _format_registers(names) -> str:
+    """``("R4", "R5", "R6", "P0")`` -> ``"R4-6 P0"``."""
+    parts, run = [], None
+    for name in names:
+        kind, n = re.fullmatch(r"([A-Z]+?)(\d+)", name).groups()
+        n = int(n)
+        if run and run[0] == kind and n == run[2] + 1:
+            run[2] = n
+        else:
+            if run:
+                parts.append(run)
+            run = [kind, n, n]
+    if run:
+        parts.append(run)
+    return " ".join(f"{k}{a}" if a == b else f"{k}{a}-{b}" for k, a, b in parts)
+
+
+def _parse_registers(text: str) -> tuple[str, ...]:
+    out = []
+    for part in text.split():
+        kind, a, b = re.fullmatch(r"([A-Z]+?)(\d+)(?:-(\d+))?", part).groups()
+        out += [f"{kind}{n}" for n in range(int(a), int(b or a) + 1)]
+    return tuple(out)
+
+
+def encode_loop(text: str) -> dict | None:
+    """The main loop of a kernel's ``nvdisasm -c`` text, for the JSON file (None without a
+    loop): its address range; ``opcodes``: [opcode_key, pipe_class] of each distinct opcode;
+    ``instructions``: one string an instruction, ``"<opcode index>;<dests>;<srcs>;<flags>"``
+    with registers as runs (``R24-27 P0``) and flags ``B`` (BAR.SYNC: waits for the block);
+    ``inner_loops``: each loop nested in it, as indices of its first and last instruction,
+    depth, and trips (null: not known statically, ``stream_for`` inlines it once)."""
+    instructions = parse(text)
+    found = {r.name: r for r in regions(instructions)} if instructions else {}
+    main = found.get(MAIN_LOOP)
+    if main is None:
+        return None
+    ops = decode_text(text)
+    index = {i.address: k for k, i in enumerate(main.instructions)}
+    opcodes, encoded = {}, []
+    for i in main.instructions:
+        o = ops[i.address]
+        if o.key != i.key:
+            raise ValueError(f"{i.address:x}: {o.key} is {i.key} to simulator.sass")
+        k = opcodes.setdefault((o.key, o.pipe), len(opcodes))
+        encoded.append(f"{k};{_format_registers(o.dests)};{_format_registers(o.srcs)};"
+                       f"{'B' if o.barrier else ''}")
+    inner = [{"first": index[r.instructions[0].address], "last": index[r.instructions[-1].address],
+              "depth": r.depth, "trips": None}
+             for name, r in found.items() if name.startswith(INNER_LOOP)]
+    return {"start": f"{main.start:x}", "end": f"{main.end:x}",
+            "opcodes": [list(k) for k in opcodes], "instructions": encoded, "inner_loops": inner}
+
+
+def decode_loop(loop: dict, inner_trips=None) -> tuple[Op, ...]:
+    """The stream of an ``encode_loop`` record: its body once, each nested loop's body inlined
+    ``trips`` times (``inner_trips``: a list, one count a nested loop in address order,
+    overriding the recorded ones; a count unknown on both sides: once)."""
+    table = [(key, pipe) for key, pipe in loop["opcodes"]]
+    ops = []
+    for item in loop["instructions"]:
+        k, dests, srcs, flags = item.split(";")
+        key, pipe = table[int(k)]
+        ops.append(Op(key, pipe, _parse_registers(dests), _parse_registers(srcs), "B" in flags,
+                      _wavefronts(key, pipe)))
+    inner = loop["inner_loops"]
+    trips = [(n if n is not None else 1) for n in
+             (inner_trips if inner_trips is not None else [r["trips"] for r in inner])]
+    if len(trips) != len(inner):
+        raise ValueError(f"{len(inner)} nested loops, {len(trips)} trip counts given")
+
+    def expand(first: int, last: int, skip=None) -> list[Op]:
+        out, k = [], first
+        while k <= last:
+            nested = [(j, r) for j, r in enumerate(inner) if r["first"] == k and j != skip
+                      and r["last"] <= last and not (r["first"] == first and r["last"] == last)]
+            if nested:
+                j, r = min(nested, key=lambda jr: jr[1]["depth"])
+                out += expand(r["first"], r["last"], j) * trips[j]
+                k = r["last"] + 1
+            else:
+                out.append(ops[k])
+                k += 1
+        return out
+
+    return tuple(expand(0, len(ops) - 1))
+
+
+@lru_cache(maxsize=None)
+def kernel_loops(path: Path = LOOPS_JSON) -> dict:
+    """The whole JSON document (read once per path)."""
+    with gzip.open(path, "rt") as f:
+        return json.load(f)
+
+
+def loop_record(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant: str = "",
+                path: Path = LOOPS_JSON) -> dict:
+    """The recorded main loop of ``kernel`` (as ``simulator.sass.sass`` keys it); LookupError
+    listing what was compiled if none."""
+    rows = [r for r in kernel_loops(path)["loops"]
+            if r["kernel"] == kernel and r["variant"] == variant]
+    br, bc = (str(tiling.Br), str(tiling.Bc)) if tiling else ("", "")
+    for r in rows:
+        if (r["Br"], r["Bc"]) == (br, bc) and r["d"] in ("", str(d)) and r["causal"] in ("", str(causal)):
+            return r
+    compiled = sorted({((r["Br"], r["Bc"]), r["d"], r["causal"]) for r in rows})
+    raise LookupError(
+        f"{kernel}{f' ({variant})' if variant else ''} with tiling={tiling}, d={d}, "
+        f"causal={causal} has no recorded main loop; {path.name} has ((Br, Bc), d, causal) = "
+        f"{compiled or 'none of this kernel'}: add it to tools/kernel_resources.py and rerun "
+        "tools/kernel_loops.py (it needs a CUDA toolkit's ptxas and nvdisasm)")
+
+
+@lru_cache(maxsize=None)
+def stream_for(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant: str = "",
+               inner_trips: tuple[int, ...] | None = None, path: Path = LOOPS_JSON) -> tuple[Op, ...]:
+    """The main loop's instruction stream of ``kernel`` compiled for ``tiling``, ``d``,
+    ``causal`` (``decode_loop``; ``inner_trips`` overrides the nested loops' trip counts)."""
+    return decode_loop(loop_record(kernel, tiling, d, causal, variant, path), inner_trips)
+
+
+# ---- the simulator -----------------------------------------------------------------------
+def _latency(o: Op, r: MachineRates, memory_latency: float) -> float:
+    pipe = o.pipe
+    if pipe == "hmma":
+        return r.mma_tf32_latency_cycles
+    if pipe == "fma":
+        return r.ffma_latency_cycles
+    if pipe == "alu":
+        return r.alu_latency_cycles
+    if pipe == "xu":
+        return r.mufu_ex2_latency_cycles
+    if pipe == "fp64":
+        return FP64_LATENCY_FACTOR * r.ffma_latency_cycles
+    if pipe in _SHARED:
+        return (r.lds_latency_cycles or LDS_LATENCY) + max(o.wavefronts, 1) - 1
+    if pipe in _GLOBAL:
+        return memory_latency
+    if pipe == "shfl":
+        return r.shfl_latency_cycles or SHFL_LATENCY
+    if pipe == "ldc":
+        return LDC_LATENCY
+    if pipe == "other":
+        return S2R_LATENCY
+    return r.alu_latency_cycles     # uniform datapath (assumed like the ALU), anything else
+
+
+_FP32_KEYS = {"FFMA", "FMUL", "FADD", "FFMA32I", "FMUL32I", "FADD32I", "FSWZADD"}
+
+
+def _unit(o: Op) -> str | None:
+    """The dispatch unit an instruction waits for (None: the issue slot only, or a queue)."""
+    if o.pipe == "fma":
+        return "fp32" if o.key in _FP32_KEYS else "fmaheavy"
+    if o.pipe in ("hmma", "alu", "xu", "fp64"):
+        return o.pipe
+    return None
+
+
+def _queue(o: Op) -> str | None:
+    if o.pipe in _SHARED or o.pipe in _GLOBAL:
+        return "mio"
+    if o.pipe == "shfl":
+        return "shfl"
+    return None
+
+
+def _service(o: Op, r: MachineRates) -> float:
+    """Cycles of a scheduler's share of its queue an access takes (0: no queue)."""
+    bits = {1: 32, 2: 64}.get(o.wavefronts, 128)
+    if o.pipe.startswith("sts"):
+        return o.wavefronts * SCHEDULERS / r.sts_wavefronts_per_cycle[bits]
+    if _queue(o) == "mio":
+        return o.wavefronts * SCHEDULERS / r.lds_wavefronts_per_cycle[bits]
+    if o.pipe == "shfl":
+        return SCHEDULERS / r.shfl_per_cycle
+    return 0.0
+
+
+def _rates_key(r: MachineRates) -> tuple:
+    return (r.source, r.mma_tf32_per_cycle, r.mma_tf32_latency_cycles, r.ffma_per_cycle,
+            r.ffma_latency_cycles, r.alu_per_cycle, r.alu_latency_cycles, r.mufu_ex2_per_cycle,
+            r.mufu_ex2_latency_cycles, r.shfl_per_cycle,
+            tuple(sorted(r.lds_wavefronts_per_cycle.items())),
+            tuple(sorted(r.sts_wavefronts_per_cycle.items())), tuple(sorted(r.barrier_cycles.items())),
+            r.lds_latency_cycles, r.shfl_latency_cycles)
+
+
+_CACHE: dict = {}
+
+
+def loop_cycles(stream, warps_per_scheduler: int, rates: MachineRates, trips: int = 3,
+                memory_latency: float = L1_HIT_LATENCY, blocks: int = 1,
+                policy: str = "oldest") -> float:
+    """Cycles one scheduler needs a trip of the loop ``stream`` (a sequence of ``Op``) when
+    ``warps_per_scheduler`` warps run it, in steady state over ``trips`` trips (module
+    docstring). ``memory_latency``: cycles of a global or local load (``L1_HIT_LATENCY``,
+    ``L2_HIT_LATENCY``, ``DRAM_LATENCY`` or any); ``blocks``: co-resident blocks the warps
+    belong to (each barrier waits for its own block's); ``policy``: "oldest" or "gto"."""
+    stream = tuple(stream)
+    key = (stream, warps_per_scheduler, _rates_key(rates), trips, memory_latency, blocks, policy)
+    if key not in _CACHE:
+        _CACHE[key] = simulate(stream, warps_per_scheduler, rates, trips, memory_latency,
+                               blocks, policy).cycles_per_trip
+    return _CACHE[key]
+
+
+@dataclass(frozen=True)
+class Simulation:
+    """What ``simulate`` found: trip_ends[k - 1] = t(k), the cycle after the scheduler issued
+    its k x len(stream) x warps-th instruction (k trips' worth, whichever warps issued them);
+    issued, instructions issued by all warps; cycles_per_trip, the steady state."""
+
+    trip_ends: tuple[float, ...]
+    issued: int
+    cycles_per_trip: float
+
+
+def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
+             memory_latency: float = L1_HIT_LATENCY, blocks: int = 1,
+             policy: str = "oldest") -> Simulation:
+    """The cycle-by-cycle simulation behind ``loop_cycles``."""
+    stream = tuple(stream)
+    if not stream:
+        return Simulation((0.0,) * trips, 0, 0.0)
+    if warps < 1 or trips < 1 or blocks < 1 or warps % blocks:
+        raise ValueError(f"{warps} warps in {blocks} blocks, {trips} trips")
+    if policy not in ("oldest", "gto"):
+        raise ValueError(f"policy {policy!r}")
+    # registers -> small ints; per-op constants
+    names: dict[str, int] = {}
+    srcs = [tuple(names.setdefault(s, len(names)) for s in o.srcs) for o in stream]
+    dests = [tuple(names.setdefault(s, len(names)) for s in o.dests) for o in stream]
+    latency = [_latency(o, r, memory_latency) for o in stream]
+    variable = [o.pipe in _VARIABLE or o.pipe in _GLOBAL for o in stream]
+    units = [_unit(o) for o in stream]
+    queues = [_queue(o) for o in stream]
+    per = SCHEDULERS
+    interval = {"hmma": per / r.mma_tf32_per_cycle, "alu": per / r.alu_per_cycle,
+                "xu": per / r.mufu_ex2_per_cycle, "fmaheavy": 2 * per / r.ffma_per_cycle,
+                "fmalite": 2 * per / r.ffma_per_cycle, "fp64": 2 * per / r.ffma_per_cycle}
+    service = [_service(o, r) for o in stream]
+    warps_per_block = warps // blocks
+    barrier_cost = r.barrier_cycles_at(SCHEDULERS * warps_per_block) if any(o.barrier for o in stream) else 0.0
+    n, total = len(stream), len(stream) * trips
+    ready = [[0.0] * len(names) for _ in range(warps)]        # register -> cycle its value is ready
+    tracked = [[False] * len(names) for _ in range(warps)]    # its last write is scoreboarded
+    pc = [0] * warps
+    resume = [0.0] * warps                                     # barrier release
+    unit_free = dict.fromkeys(interval, 0.0)
+    queue_free = {"mio": 0.0, "shfl": 0.0}
+    arrived: list[list[int]] = [[] for _ in range(blocks)]
+    trip_end: list[float] = []                               # t(k), k = 1 .. trips
+    waiting = [False] * warps
+    last = None
+    t = 0.0                                  # the scheduler's next free issue slot
+
+    def earliest(w: int) -> float:
+        k = pc[w] % n
+        rw = ready[w]
+        e = resume[w]
+        for s in srcs[k]:
+            if rw[s] > e:
+                e = rw[s]
+        tw = tracked[w]
+        for d in dests[k]:
+            if tw[d] and rw[d] > e:
+                e = rw[d]
+        unit = units[k]
+        if unit == "fp32":
+            e = max(e, min(unit_free["fmaheavy"], unit_free["fmalite"]))
+        elif unit is not None:
+            e = max(e, unit_free[unit])
+        return e
+
+    issued = 0
+    while issued < total * warps:
+        live = [w for w in range(warps) if pc[w] < total and not waiting[w]]
+        times = {w: earliest(w) for w in live}
+        if not times:
+            raise RuntimeError("every warp waits at a barrier that cannot release")
+        t = max(t, min(times.values()))
+        ready_now = [w for w in live if times[w] <= t + 1e-9]
+        w = last if policy == "gto" and last in ready_now else ready_now[0]
+        k = pc[w] % n
+        unit = units[k]
+        if unit == "fp32":
+            unit = "fmaheavy" if unit_free["fmaheavy"] <= unit_free["fmalite"] else "fmalite"
+        if unit is not None:
+            unit_free[unit] = max(unit_free[unit], t) + interval[unit]
+        start = t
+        queue = queues[k]
+        if queue is not None:
+            start = max(t, queue_free[queue])
+            queue_free[queue] = start + service[k]
+        for d in dests[k]:
+            ready[w][d] = start + latency[k]
+            tracked[w][d] = variable[k]
+        pc[w] += 1
+        issued += 1
+        last = w
+        if issued % (n * warps) == 0:
+            trip_end.append(t + 1)
+        if stream[k].barrier:
+            group = arrived[w % blocks]
+            group.append(w)
+            waiting[w] = True
+            if len(group) == warps_per_block:
+                for v in group:
+                    waiting[v] = False
+                    resume[v] = t + barrier_cost
+                group.clear()
+        t += 1
+    ends = tuple(trip_end)
+    per_trip = (ends[-1] - ends[0]) / (trips - 1) if trips > 1 else ends[0]
+    return Simulation(ends, issued, per_trip)

@@ -1,0 +1,104 @@
+"""Local memory (register spills) and the dirty data L2 still holds when a launch ends.
+
+Local traffic of a launch, from the compiled kernel (never guessed):
+- bytes: each thread runs its kernel's spill instructions (``simulator.sass``: ``ldl_bytes``,
+  ``stl_bytes``, the sum of their access widths) once per trip of the region they sit in: the
+  main loop's once per trip (``Phase.block_trips``), a nested loop's once per its trips
+  (``Phase.inner_trips``), the rest once per block. A warp's local access is laid out lane by
+  lane in consecutive words, so it fills whole sectors: bytes = per-thread bytes x threads.
+- misses: a block's spill slots are reused every trip. Between two uses the block streams its
+  K/V (or Q/dO) tiles through L1 as well; if the spill footprint of the blocks resident on an SM
+  (``stack_frame_bytes`` x threads x blocks) plus one trip's tile loads fits the L1 left beside
+  shared memory (``Hardware.l1_smem_bytes - Occupancy.carveout``), the loads hit (LRU keeps
+  what is reused within its capacity); otherwise every reuse comes after more distinct lines
+  than L1 holds and misses. Stores go on to L2 (L1 writes through).
+Dirty residue: L2 writes back lazily, so a launch's DRAM writes miss what is still dirty in L2
+when it ends: the share of L2 holding written (not read) lines, ``written / (read + written)``
+of the launch's compulsory bytes, times the dirty capacity a streaming copy leaves behind
+(measured by the ``calibrate`` experiment, ``MachineRates.l2_dirty_residue_bytes``; a copy
+writes half of what it moves).
+Pure Python: no numba.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .hardware import Hardware
+from .l2 import L2Phase
+from .occupancy import resources
+from .phases import Phase
+from .sass import MAIN_LOOP, sass
+from .tiling import Tiling
+from .workload import Workload
+
+
+@dataclass(frozen=True)
+class LocalTraffic:
+    """Local-memory bytes of one launch at L1 (whole sectors) and those L2 serves."""
+
+    load_bytes: float
+    store_bytes: float
+    missed_bytes: float
+
+
+NONE = LocalTraffic(0.0, 0.0, 0.0)
+
+
+def compiled_tiling(p: Phase, tiling: Tiling) -> Tiling | None:
+    """The tiling a launch's kernel was compiled for (None for the row kernels)."""
+    return tiling if p.block_trips else None
+
+
+def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalTraffic:
+    """The local traffic (module docstring) of launch ``p``."""
+    kernel, variant = p.code
+    t = compiled_tiling(p, tiling)
+    res = resources(kernel, t, w.d, w.causal, variant)
+    if not (res.spill_load_bytes or res.spill_store_bytes):
+        return NONE
+    whole = sass(kernel, t, w.d, w.causal, variant, region="kernel")
+    blocks = len(p.block_trips) * w.BH
+    trips = sum(p.block_trips) * w.BH
+    if p.block_trips:
+        loop = sass(kernel, t, w.d, w.causal, variant, region=MAIN_LOOP)
+        inner = _inner(kernel, t, w, variant)
+        inner_trips = sum(p.inner_trips) * w.BH
+        loads = ((whole.ldl_bytes - loop.ldl_bytes) * blocks
+                 + (loop.ldl_bytes - inner[0]) * trips + inner[0] * inner_trips)
+        stores = ((whole.stl_bytes - loop.stl_bytes) * blocks
+                  + (loop.stl_bytes - inner[1]) * trips + inner[1] * inner_trips)
+    else:
+        loads, stores = whole.ldl_bytes * blocks, whole.stl_bytes * blocks
+    loads, stores = loads * res.threads, stores * res.threads
+    occ = res.occupancy(hw)
+    footprint = res.stack_frame_bytes * res.threads * occ.blocks_per_sm
+    streamed = _tile_bytes_per_trip(p, w, trips) * occ.blocks_per_sm
+    fits = footprint + streamed <= hw.l1_smem_bytes - occ.carveout
+    return LocalTraffic(float(loads), float(stores), 0.0 if fits else float(loads))
+
+
+def _inner(kernel: str, t: Tiling | None, w: Workload, variant: str) -> tuple[int, int]:
+    """(ldl, stl) bytes a thread of the loops nested in the main loop (all of them)."""
+    from .sass import kernel_sass
+
+    rows = [r for r in kernel_sass() if r.kernel == kernel and r.variant == variant
+            and r.tiling == t and r.d in (None, w.d) and r.causal in (None, w.causal)
+            and r.region.startswith("inner_loop_")]
+    return sum(r.ldl_bytes for r in rows), sum(r.stl_bytes for r in rows)
+
+
+def _tile_bytes_per_trip(p: Phase, w: Workload, trips: int) -> float:
+    """Global bytes one block loads per main-loop trip (its tile loads, through L1)."""
+    if not trips:
+        return 0.0
+    return sum(p.hbm_reads.values()) * w.dtype_bytes / trips
+
+
+def dirty_residue(view: L2Phase, hw: Hardware, residue_bytes: float) -> float:
+    """DRAM write bytes still dirty in L2 when the launch of ``view`` ends (module docstring);
+    ``residue_bytes``: what a streaming copy leaves dirty (``MachineRates``)."""
+    moved = view.compulsory_read_bytes + view.compulsory_write_bytes
+    if not moved:
+        return 0.0
+    share = view.compulsory_write_bytes / moved
+    return min(view.dram_write_bytes, 2 * share * residue_bytes)

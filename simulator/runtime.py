@@ -1,0 +1,205 @@
+"""How long a kernel launch runs: per-block work on each pipe, occupancy, waves and the tail,
+barriers and the launch, at machine rates the ``calibrate`` microbenchmarks measured.
+
+Tiled kernels (a ``Phase`` with ``block_trips``), from the compiled kernel (``simulator.sass``:
+warp instructions per pipe class in the main loop and outside it; ``simulator.occupancy``:
+blocks an SM from ptxas's registers and the shared memory):
+
+1. A trip of the main loop. Where the loop's instruction stream is recorded and the trips of
+   the loops nested in it are known (``INNER_TRIPS``: the tensor-core kernels), the issue
+   simulator (``simulator.issue.loop_cycles``) gives the cycles the SM's schedulers need for
+   one trip of each resident block: the resident warps interleaved on each scheduler,
+   dependency latencies, pipe rates and barriers, all at measured rates. Otherwise (the FFMA
+   kernels, whose nested copy and product loops' trips are not recorded) a throughput bound,
+   one trip of one block costing the SM
+   ``t_trip = max(t_smem, t_rest) + overlap x min(t_smem, t_rest) + barriers``, where
+   - ``t_smem``: the block's shared-memory wavefronts of one trip (the SRAM model's bytes / 128,
+     as ``simulator.levels``) at the measured LDS rate (wavefronts a cycle an SM);
+   - ``t_rest = max(t_mma, t_issue, t_fma, t_alu, t_xu, t_shfl)``: the block's warp
+     instructions on each pipe at its measured rate; mma at the rate measured for the SM's
+     resident warps (``MachineRates.mma_tf32_at``, 4 independent chains: our kernels keep at
+     least Bc/8 or d/8 accumulators in flight), issue at one instruction a cycle per scheduler;
+   - ``overlap``: how much shared-memory loads and the tensor pipe serialise, measured
+     (``mma_lds_overlap``: 0 = hidden under each other, 1 = one after the other), taken for
+     every pipe;
+   - barriers: the main loop's ``BAR.SYNC`` count x the measured cycles of a barrier of the
+     block's warps.
+   nested loops' instructions counted once a trip: a lower bound where they run more often.
+   Outside the main loop (prologue, epilogue) the throughput bound, once a block.
+2. ``blocks_per_sm`` co-resident blocks share the SM: with the issue simulator, each block's
+   trip takes the simulated cycles (they run side by side); with the throughput bound, each
+   runs at 1/blocks_per_sm of the SM's throughput: blocks_per_sm x (trips x t_trip + t_outside).
+3. Blocks start in launch order (``Phase.block_trips``, ``tile_major``) on the first free of the
+   sm_count x blocks_per_sm slots (greedy list scheduling): the launch lasts until the last
+   slot is done -- waves, and for causal grids the tail, follow from the block sizes.
+4. Cycles at the clock measured under the kernel's kind of load (the mma benchmark's clock for
+   tensor-core kernels, the FFMA one's for the others), plus the launch gap.
+Row kernels (no loops modelled): streaming, DRAM bytes at the measured read and write bandwidths.
+Pure Python: no numba.
+"""
+from __future__ import annotations
+
+import heapq
+import os
+from functools import lru_cache
+
+from .hardware import Hardware
+from .occupancy import resources
+from .phases import Phase
+from .rates import RATES_CSV, MachineRates, load_rates
+from .sass import MAIN_LOOP, KernelSass, sass
+from .tiling import Tiling
+from .workload import Workload
+
+#: Independent mma accumulator chains a warp of our tensor-core kernels keeps (at least).
+MMA_CHAINS = 4
+
+
+def _tc_backward_copies(t: Tiling, d: int) -> tuple[int, ...]:
+    """Trips of the tensor-core backward's nested loops, in address order: the strided copies
+    of Qi and dOi (``load_twice``: Br/2 x D8/2 element quads over the block's threads) and of
+    L_i, D_i (``load_row_stats``: Br rows)."""
+    threads = t.threads_for("flash_backward_tc")
+    quads = -(-(t.Br // 2) * (t.mma_depth(d) // 2) // threads)
+    return (quads, quads, -(-t.Br // threads))
+
+
+#: Kernel -> the trips of its main loop's nested loops (address order), from its code.
+INNER_TRIPS = {"flash_forward_tc": lambda t, d: (), "flash_backward_tc": _tc_backward_copies}
+
+
+#: Environment variable naming a calibrate CSV to use instead of the committed H200 rates (a
+#: run that has just measured its GPU: experiments/run_gpu.sh).
+RATES_ENV = "NUMBA_FLASH_RATES_CSV"
+
+
+@lru_cache(maxsize=None)
+def h200_rates() -> MachineRates:
+    """The H200 rates: ``$NUMBA_FLASH_RATES_CSV`` if set, else the committed
+    ``simulator.rates.RATES_CSV``."""
+    return load_rates(os.environ.get(RATES_ENV) or RATES_CSV)
+
+
+def rates_for(hardware: Hardware) -> MachineRates | None:
+    """The measured rates of ``hardware``, or None where none were measured (then no time)."""
+    return h200_rates() if hardware.name.upper().startswith("H200") else None
+
+
+def _pipe_cycles(c: dict[str, float], warps_on_sm: float, r: MachineRates) -> tuple[float, float]:
+    """(t_rest, t_barrier-free mma-side) for warp-instruction counts ``c`` (already x warps)."""
+    t_mma = c["hmma"] / r.mma_tf32_at(warps_on_sm, MMA_CHAINS) if c["hmma"] else 0.0
+    return max(t_mma, c["total"] / 4.0, c["fma"] / r.ffma_per_cycle, c["alu"] / r.alu_per_cycle,
+               c["xu"] / r.mufu_ex2_per_cycle, c["shfl"] / r.shfl_per_cycle), t_mma
+
+
+_KEYS = ("hmma", "total", "fma", "alu", "xu", "shfl", "bar")
+
+
+def _counts(s: KernelSass, minus: list[KernelSass], warps: int) -> dict[str, float]:
+    """Warp instructions of region ``s`` less the regions ``minus``, x ``warps``."""
+    return {k: (getattr(s, k) - sum(getattr(m, k) for m in minus)) * warps for k in _KEYS}
+
+
+def _add(regions: list[KernelSass], warps: int) -> dict[str, float]:
+    return {k: sum(getattr(m, k) for m in regions) * warps for k in _KEYS}
+
+
+def _cost(c: dict[str, float], smem: float, warps_on_sm: float, warps_b: int, r: MachineRates,
+          overlap: float) -> float:
+    rest, _ = _pipe_cycles(c, warps_on_sm, r)
+    t_smem = smem / r.lds_wavefronts_per_cycle[128]
+    barrier = c["bar"] / warps_b * r.barrier_cycles_at(warps_b)
+    return max(t_smem, rest) + overlap * min(t_smem, rest) + barrier
+
+
+def makespan(durations: list[float], slots: int) -> float:
+    """Blocks of ``durations`` (in launch order) started on the first free of ``slots``."""
+    free = [0.0] * min(slots, len(durations))
+    heapq.heapify(free)
+    end = 0.0
+    for d in durations:
+        start = heapq.heappop(free)
+        end = max(end, start + d)
+        heapq.heappush(free, start + d)
+    return end
+
+
+def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_bytes=None) -> float:
+    """The model's time of launch ``p`` (module docstring); NaN without measured rates.
+    ``dram_bytes``: (read, write) DRAM bytes of the launch, for the row kernels."""
+    r = rates_for(hw)
+    if r is None:
+        return float("nan")
+    if not p.block_trips:
+        read, write = dram_bytes or (0.0, 0.0)
+        return read / r.dram_read_bytes_per_s + write / r.dram_write_bytes_per_s + r.launch_gap_s
+    kernel, variant = p.code
+    res = resources(kernel, tiling, w.d, w.causal, variant)
+    occ = res.occupancy(hw)
+    warps_b = occ.warps_per_block
+    warps_on_sm = occ.warps_per_sm
+    loop = sass(kernel, tiling, w.d, w.causal, variant, region=MAIN_LOOP)
+    whole = sass(kernel, tiling, w.d, w.causal, variant, region="kernel")
+    inner = _inner_loops(kernel, tiling, w, variant) if p.inner_trips else []
+    overlap = r.mma_lds_overlap
+    # shared-memory wavefronts go with the innermost trips
+    trips = sum(p.inner_trips or p.block_trips) * w.BH
+    smem = _smem_wavefronts(p, w) / trips if trips else 0.0
+    cost = lambda counts, wavefronts: _cost(counts, wavefronts, warps_on_sm, warps_b, r, overlap)  # noqa: E731
+    t_out = cost(_counts(whole, [loop], warps_b), 0.0)
+    if inner:
+        t_trip = cost(_counts(loop, inner, warps_b), 0.0)
+        t_inner = cost(_add(inner, warps_b), smem)
+    else:
+        t_trip, t_inner = cost(_counts(loop, [], warps_b), smem), 0.0
+    share = occ.blocks_per_sm
+    simulated = _simulated_trip(kernel, variant, tiling, w, occ, r)
+    if simulated is not None:
+        t_trip, t_inner, share = simulated / share, 0.0, occ.blocks_per_sm
+    inner_order = _launch_order(p, w.BH, inner=True) if inner else None
+    durations = [share * (n * t_trip + (inner_order[b] * t_inner if inner else 0.0) + t_out)
+                 for b, n in enumerate(_launch_order(p, w.BH))]
+    cycles = makespan(durations, occ.blocks_per_sm * hw.sm_count)
+    clock = r.mma_clock_hz if loop.hmma else r.clock_hz
+    return cycles / clock + r.launch_gap_s
+
+
+def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: MachineRates):
+    """Cycles of one main-loop trip of every resident block by the issue simulator, or None
+    where it cannot run (no recorded stream, nested loops of unknown trips)."""
+    from .issue import loop_cycles, loop_record, stream_for
+
+    if kernel not in INNER_TRIPS:
+        return None
+    try:
+        record = loop_record(kernel, t, w.d, w.causal, variant)
+    except LookupError:
+        return None
+    trips = INNER_TRIPS[kernel](t, w.d)
+    if len(record["inner_loops"]) != len(trips):
+        return None
+    stream = stream_for(kernel, t, w.d, w.causal, variant, trips or None)
+    per_scheduler = max(1, round(occ.warps_per_sm / 4))
+    return loop_cycles(stream, per_scheduler, r, blocks=occ.blocks_per_sm)
+
+
+def _smem_wavefronts(p: Phase, w: Workload) -> float:
+    return (sum(p.sram_reads.values()) + sum(p.sram_writes.values())) * w.dtype_bytes / 128
+
+
+def _launch_order(p: Phase, bh: int, inner: bool = False) -> list[int]:
+    """Main-loop (``inner``: nested-loop) trips of every block of the launch, in the order
+    blocks start."""
+    trips = p.inner_trips if inner else p.block_trips
+    if p.tile_major:
+        return [n for n in trips for _ in range(bh)]
+    return list(trips) * bh
+
+
+def _inner_loops(kernel: str, t: Tiling, w: Workload, variant: str) -> list[KernelSass]:
+    """The loops nested in the main loop (``inner_loop_<k>`` regions)."""
+    from .sass import kernel_sass
+
+    return [s for s in kernel_sass() if s.kernel == kernel and s.variant == variant
+            and s.tiling == t and s.d in (None, w.d) and s.causal in (None, w.causal)
+            and s.region.startswith("inner_loop_")]

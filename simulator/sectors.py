@@ -1,0 +1,99 @@
+"""Global memory as the L1 sees it: 32-byte sectors requested, found in L1, and sent to L2.
+
+A warp's load or store touches whole sectors (a partly filled sector costs a whole one). Our
+kernels move tiles row by row, each row's segment by whole warps, so a tensor of rows of ``n``
+elements costs, per row, the sectors its byte range [r n b, (r + 1) n b) overlaps (``b`` bytes an
+element): ``row_sectors``. One-dimensional tensors (L, D, l, m) are read as contiguous runs.
+
+Per kernel (``Phase.kernel``), from its code:
+- ``LOAD_REQUESTS``: times each distinct sector of a tensor is requested. The tensor-core kernels
+  move column pairs (2u, 2u + 1) of some tiles with two 4-byte loads (even columns, then odd):
+  both instructions touch the same sectors, the second finds them in L1 (``l1_hits``);
+- ``STORE_REQUESTS``: the same for stores: the tensor-core kernels store an mma C fragment's
+  column pairs (2t, 2t + 1) with two 4-byte stores; L1 writes through, so L2 receives each
+  sector twice, half-filled each time;
+- ``ATOMIC``: tensors updated by ``atomic.add`` (dQ in the backward with atomics): the
+  traffic contract counts an atomic as a read and a write, but the SM only sends the update (a
+  reduction, done in L2): no load;
+- ``RED_SECTORS``: sectors one warp-wide atomic add touches per sector of data it updates. The
+  tensor-core backward adds an mma C fragment (rows g, columns 2t + e of an 8-column tile) one
+  element a lane: 8 rows x 4 of every other column, so each touched sector gets 4 of its 8
+  floats: 2 sectors per sector of dQ.
+No reuse between thread blocks is counted: on the H200, co-resident blocks of one head showed no
+L1 hits (ncu, results/h200/levels); reads of one sector by several SMs at once are merged
+further on, by the L2's request coalescer, which the SM-side counts do not see.
+Pure Python: no numba.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import gcd
+
+from .phases import Phase
+from .workload import Workload
+
+SECTOR_BYTES = 32
+
+LOAD_REQUESTS = {
+    "flash_forward_tc": {"K": 2},
+    "flash_backward_tc": {"K": 2, "V": 2, "Q": 2, "dO": 2},
+}
+STORE_REQUESTS = {"flash_forward_tc": {"O": 2}, "flash_backward_tc": {"dK": 2, "dV": 2}}
+ATOMIC = {"flash_backward_tc": ("dQ",), "flash_backward": ("dQ",)}
+RED_SECTORS = {"flash_backward_tc": 2}
+
+#: The row length (a Workload dimension) of every two-dimensional tensor of the contract.
+_ROW = {**{t: "d" for t in ("Q", "K", "V", "O", "dO", "dQ", "dK", "dV")},
+        **{t: "N_k" for t in ("S", "P", "dP", "dS")}}
+
+
+def row_sectors(n: int, element_bytes: int) -> float:
+    """Mean sectors one row of ``n`` elements overlaps, rows laid end to end from an aligned
+    start (exact over the rows' period)."""
+    row = n * element_bytes
+    period = SECTOR_BYTES // gcd(row, SECTOR_BYTES)      # rows until the pattern repeats
+    total = sum(-(-(r + 1) * row // SECTOR_BYTES) - r * row // SECTOR_BYTES
+                for r in range(period))
+    return total / period
+
+
+def tensor_sectors(name: str, elements: int, w: Workload) -> float:
+    """Sectors of ``elements`` elements of tensor ``name`` moved as whole rows."""
+    if name not in _ROW:
+        return elements * w.dtype_bytes / SECTOR_BYTES
+    n = getattr(w, _ROW[name])
+    return elements / n * row_sectors(n, w.dtype_bytes)
+
+
+@dataclass(frozen=True)
+class SectorTraffic:
+    """One launch's global accesses at the L1, in sectors.
+
+    requested: load sectors the warps ask L1 for; missed: those L1 fetches from L2 (distinct
+    sectors, ``requested - missed`` hit); stored: sectors of stores sent on to L2; reduced:
+    sectors of atomic adds sent to L2."""
+
+    requested: float
+    missed: float
+    stored: float
+    reduced: float
+
+
+def sector_traffic(p: Phase, w: Workload) -> SectorTraffic:
+    """The sector model (module docstring) of launch ``p``."""
+    atomic = ATOMIC.get(p.kernel, ())
+    factors = LOAD_REQUESTS.get(p.kernel, {})
+    requested = missed = stored = reduced = 0.0
+    for name, n in p.hbm_reads.items():
+        if name in atomic:
+            continue
+        s = tensor_sectors(name, n, w)
+        missed += s
+        requested += s * factors.get(name, 1)
+    for name, n in p.hbm_writes.items():
+        s = tensor_sectors(name, n, w)
+        if name in atomic:
+            reduced += s * RED_SECTORS.get(p.kernel, 1)
+        else:
+            stored += s * STORE_REQUESTS.get(p.kernel, {}).get(name, 1)
+    return SectorTraffic(requested, missed, stored, reduced)

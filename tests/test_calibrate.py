@@ -1,0 +1,283 @@
+"""The calibrate experiment without a GPU: every microbenchmark kernel runs under the CUDA
+simulator and no value is reported; the arithmetic that turns timing tables into rates and
+placements, on hand-made tables; ``simulator.rates`` reads back what the experiment writes."""
+import math
+import time
+
+import numpy as np
+import pytest
+from numba import config
+
+from experiments import calibrate
+from experiments.common import microbench as mb
+from experiments.common.context import RunContext
+from experiments.common.metadata import METADATA_COLUMNS
+from experiments.common.results import read_rows, write_rows
+from simulator import rates
+
+SIM_ONLY = pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="runs the kernels under NUMBA_ENABLE_CUDASIM=1")
+METADATA = {column: "" for column in METADATA_COLUMNS} | {"experiment": "calibrate", "device": "test GPU",
+                                                           "date": "2026-12-01"}
+
+
+def _table(rows):
+    """A timing table from (smid, clock_start, clock_end, ns_start, ns_end) tuples."""
+    return np.array(rows, dtype=np.int64)
+
+
+# ---- the experiment on the CPU ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cpu_rows(tmp_path_factory):
+    out = tmp_path_factory.mktemp("out")
+    ctx = RunContext(device="cpu", quick=True, out=out, command="test")
+    return ctx, calibrate.run(ctx)
+
+
+@SIM_ONLY
+def test_cpu_run_executes_every_kernel_and_reports_no_value(cpu_rows):
+    ctx, rows = cpu_rows
+    assert rows and all(r["value"] is None for r in rows)
+    assert {r["note"] for r in rows} == {"simulator: not a measurement"}
+    assert any("calibrate" in s for s in ctx.skipped)
+    assert not (ctx.out / calibrate.NAME / calibrate.PLACEMENT_CSV).exists()   # no made-up map
+    quantities = {r["quantity"] for r in rows}
+    needed = set(rates._SCALARS.values()) | {rates.MMA, rates.BARRIER} | {
+        f"{op}{bits}_wavefronts_per_cycle_per_sm" for op in ("lds", "sts") for bits in rates.WIDTHS}
+    assert needed <= quantities
+    mma = {(r["warps_per_sm"], r["ilp"]) for r in rows if r["quantity"] == rates.MMA}
+    assert mma == {(w, c) for w in (4, 8, 16) for c in (1, 2, 4)}
+    assert {r["warps_per_sm"] for r in rows if r["quantity"] == rates.BARRIER} == {4, 8, 16}
+    assert {r["blocks_per_sm"] for r in rows if r["quantity"] == "placement_repeatable"} == {1, 2, 4}
+
+
+@SIM_ONLY
+def test_cpu_csv_and_plot(cpu_rows, tmp_path):
+    _, rows = cpu_rows
+    path = tmp_path / "calibrate.csv"
+    write_rows(path, rows, METADATA)
+    assert list(read_rows(path)[0])[:3] == ["quantity", "value", "unit"]
+    with pytest.raises(ValueError, match="simulator: not a measurement"):
+        rates.load_rates(path)
+    calibrate.plot(rows, tmp_path / "calibrate.png")
+    png = tmp_path / "calibrate.png"
+    assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000   # as tests/test_experiments.py asks
+
+
+@SIM_ONLY
+def test_a_gpu_context_under_the_simulator_stays_simulated(monkeypatch, tmp_path):
+    """(as tests/test_experiments_gpu_paths.py runs every experiment): no 2 GiB buffers, no values"""
+    monkeypatch.setattr(mb, "MEASUREMENTS", (mb.measure_device, mb.measure_global))
+    ctx = RunContext(device="gpu", quick=True, out=tmp_path, command="test")
+    rows = calibrate.run(ctx)
+    assert rows and all(r["value"] is None for r in rows)
+
+
+class _Event:
+    """cuda.event for the simulator (whose events take no arguments and keep no time)."""
+
+    def __init__(self, timing=True):
+        self.at = None
+
+    def record(self, stream=0):
+        self.at = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+    def query(self):
+        return True          # "the spin already ended": the launch-gap row must say so
+
+
+class _HostPathBench(mb.Bench):
+    """The GPU branch's host code (sizing aside) on simulated kernels: 2 SMs, a warp a block, n = 1."""
+
+    def __init__(self, simulated=False, quick=True):
+        super().__init__(simulated=True, quick=True)
+        self.simulated = False
+
+    def threads(self, warps):
+        return mb.WARP
+
+    def size(self, go, n0, target_s):
+        return 1
+
+
+@SIM_ONLY
+def test_the_gpu_branch_host_code_on_simulated_kernels(monkeypatch, tmp_path):
+    monkeypatch.setattr(mb.cuda, "event", _Event)
+    monkeypatch.setattr(mb.cuda, "event_elapsed_time", lambda a, b: (b.at - a.at) * 1e3, raising=False)
+    monkeypatch.setattr(calibrate.microbench, "Bench", _HostPathBench)
+    monkeypatch.setattr("experiments.common.metadata.device_name", lambda device: "fake GPU")
+    for name, value in (("LAUNCHES", 3), ("PLACEMENT_THREADS", 32), ("PLACEMENT_SPIN_NS", 1000),
+                        ("GLOBAL_THREADS", 32), ("L2_BYTES_READ", 8192), ("DRAM_BYTES", 8192)):
+        monkeypatch.setattr(mb, name, value)
+    ctx = RunContext(device="gpu", quick=True, out=tmp_path, command="test")
+    rows = calibrate.run(ctx)
+    unmeasured = {r["quantity"]: r["note"] for r in rows if r["value"] is None}
+    assert unmeasured == {"placement_coresident_stride": "no co-resident blocks",   # blocks run one by one
+                          "l2_dirty_residue_bytes": "simulator: not a measurement"}  # ncu: a real GPU
+    gap = next(r for r in rows if r["quantity"] == "launch_gap_s")
+    assert gap["note"] == "in 3 of 3 repeats the GPU ran out of queued launches"
+    assert next(r for r in rows if r["quantity"] == "sm_count")["value"] == 2
+    assert all(r["repeats"] >= 1 and r["spread"] >= 0 for r in rows if r["value"] is not None)
+    path = tmp_path / "calibrate.csv"
+    write_rows(path, rows, METADATA)
+    measured = rates.load_rates(path)
+    assert measured.sm_count == 2 and measured.clock_hz > 0 and len(measured.mma_tf32_by_config) == 9
+    placement_csv = tmp_path / calibrate.NAME / calibrate.PLACEMENT_CSV
+    raw = read_rows(placement_csv)
+    assert len(raw) == sum(mb.PLACEMENT_WAVES * k * 2 for k in (1, 2, 4))
+    assert raw[0]["device"] == "fake GPU" and raw[0]["experiment"] == "calibrate"
+    assert set(rates.load_placement(placement_csv)) == {1, 2, 4}
+
+
+def test_size_grows_tenfold_then_in_proportion():
+    class Timed(mb.Bench):
+        def __init__(self):
+            super().__init__(simulated=True)
+
+        def seconds(self, go):
+            return go()
+
+    # a kernel of 1 us of launch overhead and 1 us an iteration
+    assert Timed().size(lambda n: 1e-6 + n * 1e-6, 3, target_s=2e-3) == math.ceil(300 * 2e-3 / 301e-6)
+    assert Timed().size(lambda n: n * 1e-6, 5000, target_s=2e-3) == 5000      # never below n0
+
+
+def test_import_needs_no_gpu():
+    assert calibrate.NAME == "calibrate" and callable(calibrate.run) and callable(calibrate.plot)
+
+
+# ---- analysis -----------------------------------------------------------------------------------
+def test_sm_rates_sum_the_blocks_of_an_sm_over_its_span():
+    # SM 3 ran two blocks between cycles 100 and 1100; SM 7 one block of 500 cycles
+    table = _table([(3, 100, 600, 0, 10), (7, 50, 550, 0, 10), (3, 400, 1100, 0, 10)])
+    assert mb.sm_rates(table, 250).tolist() == [2 * 250 / 1000, 250 / 500]
+    assert mb.rate_per_sm(table, 250) == pytest.approx((0.5 + 0.5) / 2)
+    # latency: one warp, 64 dependent ops in 2048 cycles -> 32 cycles each
+    assert 1 / mb.rate_per_sm(_table([(0, 0, 2048, 0, 1)]), 64) == 32
+
+
+def test_clock_is_ticks_over_nanoseconds():
+    table = _table([(0, 0, 1_980_000, 1000, 1_001_000), (1, 5, 1_900_005, 0, 1_000_000),
+                    (2, 0, 2_000_000, 0, 1_000_000)])
+    assert mb.clock_hz(table) == pytest.approx(1.98e9)
+
+
+def test_all_resident_and_spread():
+    assert mb.all_resident(_table([(0, 0, 1, 0, 100), (1, 0, 1, 99, 200)]))
+    assert not mb.all_resident(_table([(0, 0, 1, 0, 100), (1, 0, 1, 100, 200)]))
+    assert mb.median_and_spread([1.0, 2.0, 4.0]) == (2.0, 1.5)
+    assert mb.median_and_spread([0, 0]) == (0.0, 0.0)
+
+
+def test_shared_memory_that_forces_blocks_per_sm_on_an_h200():
+    per_sm, reserved, optin = 228 * 1024, 1024, 227 * 1024
+    got = {k: mb.smem_for_blocks_per_sm(k, per_sm, reserved, optin) for k in (1, 2, 4)}
+    assert got == {1: 170 * 1024, 2: 94 * 1024, 4: 50 * 1024}
+    for k, nbytes in got.items():
+        allocated = nbytes + reserved                     # a multiple of 128 B already
+        assert k * allocated <= per_sm < (k + 1) * allocated
+    assert mb.ONE_BLOCK_SMEM + reserved > per_sm // 2     # the compute benchmarks: one block an SM
+
+
+def test_placement_of_a_synthetic_two_wave_grid():
+    # 4 SMs, 2 blocks an SM: blocks 0-7 first, block b on SM b % 4; blocks 8-11 start only
+    # after block 0 ended at t = 100
+    smid = [0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3]
+    start = [0, 1, 1, 2, 3, 3, 4, 5, 100, 101, 130, 140]
+    end = [100, 101, 120, 130, 140, 150, 160, 170, 200, 210, 220, 230]
+    p = mb.placement(smid, start, end, 2)
+    assert p.first_wave == (0, 1, 2, 3, 4, 5, 6, 7)
+    assert p.groups == {0: (0, 4), 1: (1, 5), 2: (2, 6), 3: (3, 7)}
+    assert p.resident == (2, 2) and p.in_order and p.stride == 4
+    assert p.describe().startswith("SM 0: [0, 4]; SM 1: [1, 5]; SM 2: [2, 6]; SM 3: [3, 7]; "
+                                   "blocks 0-7 on SMs [0, 1, 2, 3, 0, 1, 2, 3]; strides {4: 4}")
+    # ties in start time go by block index
+    assert mb.start_ranks([5, 0, 5, 1]).tolist() == [2, 0, 3, 1]
+
+
+def test_placement_out_of_order_and_uneven():
+    p = mb.placement([0, 0, 1, 1], [0, 50, 0, 1], [40, 90, 60, 61], 2)
+    assert p.first_wave == (0, 2, 3)                 # block 1 waited for block 0's slot
+    assert not p.in_order and p.resident == (1, 2) and p.stride == 1
+    assert mb.placement([0, 1], [0, 0], [5, 5], 1).stride is None
+
+
+# ---- MachineRates -------------------------------------------------------------------------------
+def _measured_rows() -> list[dict]:
+    """Rows as the experiment writes them, with made-up values (hand-checkable)."""
+    m = mb.Measurement
+    scalars = {q: float(i + 1) for i, q in enumerate(rates._SCALARS.values())}
+    scalars["sm_count"] = 132.0
+    out = [m(q, v, "u", "test") for q, v in scalars.items()]
+    out += [m(rates.MMA, 0.1 * w * c, "mma/cycle/SM", "test", warps_per_sm=w, ilp=c)
+            for w in (4, 8, 16) for c in (1, 2, 4)]
+    out += [m(rates.BARRIER, 10.0 + w, "cycles", "test", warps_per_sm=w) for w in (4, 8, 16)]
+    out += [m(f"{op}{bits}_wavefronts_per_cycle_per_sm", bits / 128 + (op == "sts"), "wavefronts/cycle/SM", "test")
+            for op in ("lds", "sts") for bits in rates.WIDTHS]
+    out += [m("placement_coresident_stride", 132.0, "blocks", "test", blocks_per_sm=2),
+            m("ffma_flops_per_cycle_per_sm", None, "FLOP/cycle/SM", "test", note="not measured")]
+    out += [m("mma_lds_overlap", v, "fraction", "test", detail=f"{n} LDS.128 an mma")
+            for n, v in ((1, 0.1), (2, 0.3))]
+    out += [m("l2_dirty_residue_bytes", v, "bytes", "test") for v in (24e6, 26e6, 30e6)]
+    out += [m("lds_latency_cycles", 29.5, "cycles", "test")]
+    return [calibrate.row(x) for x in out]
+
+
+def test_load_rates_round_trips_the_csv(tmp_path):
+    path = tmp_path / "calibrate.csv"
+    write_rows(path, _measured_rows(), METADATA)
+    r = rates.load_rates(path)
+    assert r.device == "test GPU" and str(path) in r.source and "2026-12-01" in r.source
+    assert r.sm_count == 132 and isinstance(r.sm_count, int)
+    scalars = list(rates._SCALARS)
+    for name in scalars[1:]:
+        assert getattr(r, name) == scalars.index(name) + 1, name
+    assert r.mma_tf32_by_config[(8, 2)] == pytest.approx(1.6)
+    assert r.mma_tf32_per_cycle == pytest.approx(0.1 * 16 * 4)
+    assert r.barrier_cycles == {4: 14.0, 8: 18.0, 16: 26.0}
+    assert r.lds_wavefronts_per_cycle == {32: 0.25, 64: 0.5, 128: 1.0}
+    assert r.sts_wavefronts_per_cycle == {32: 1.25, 64: 1.5, 128: 2.0}
+    assert r.ffma_flops_per_cycle == 64 * r.ffma_per_cycle
+    assert r.seconds(r.clock_hz * 3) == pytest.approx(3)
+    assert r.mma_lds_overlap == pytest.approx(0.2) and r.l2_dirty_residue_bytes == 26e6  # medians
+    assert r.lds_latency_cycles == 29.5 and r.shfl_latency_cycles is None           # optional
+
+
+def test_load_rates_names_what_is_missing(tmp_path):
+    path = tmp_path / "calibrate.csv"
+    dropped = ("clock_hz", "lds64_wavefronts_per_cycle_per_sm")
+    write_rows(path, [r for r in _measured_rows() if r["quantity"] not in dropped], METADATA)
+    with pytest.raises(ValueError, match="clock_hz, lds64_wavefronts_per_cycle_per_sm"):
+        rates.load_rates(path)
+
+
+def test_interpolation_of_mma_and_barrier(tmp_path):
+    path = tmp_path / "calibrate.csv"
+    write_rows(path, _measured_rows(), METADATA)
+    r = rates.load_rates(path)
+    # chains: 2 measured -> exact; 3 -> the 2-chain values; 8 -> the 4-chain values
+    assert r.mma_tf32_at(8, 2) == pytest.approx(1.6)
+    assert r.mma_tf32_at(12, 3) == pytest.approx((1.6 + 3.2) / 2)
+    assert r.mma_tf32_at(32, 8) == pytest.approx(6.4)       # flat above 16 warps
+    assert r.mma_tf32_at(2, 1) == pytest.approx(0.4 * 2 / 4)  # proportional below 4 warps
+    assert r.barrier_cycles_at(6) == pytest.approx(16.0)
+    assert r.barrier_cycles_at(1) == 14.0 and r.barrier_cycles_at(32) == 26.0
+
+
+def test_load_placement_groups_the_first_wave(tmp_path):
+    raw = [{"blocks_per_sm": k, "block": b, "smid": sm, "start_rank": b, "start_ns": 0, "end_ns": 1,
+            "first_wave": int(first), "smem_bytes": 0}
+           for k, b, sm, first in [(1, 0, 4, True), (1, 1, 2, True), (1, 2, 4, False),
+                                   (2, 0, 2, True), (2, 1, 4, True), (2, 2, 2, True), (2, 3, 4, True),
+                                   (2, 4, 2, False)]]
+    path = tmp_path / "placement.csv"
+    write_rows(path, raw, METADATA)
+    assert rates.load_placement(path) == {1: ((1,), (0,)), 2: ((0, 2), (1, 3))}
+
+
+def test_defaults_point_into_the_simulator_package():
+    assert rates.RATES_CSV.name == "rates_h200.csv" and rates.RATES_CSV.parent.name == "simulator"
+    assert rates.PLACEMENT_CSV.name == "placement_h200.csv"
+    assert math.isclose(rates._interpolate([(1, 1), (3, 5)], 2, through_origin=False), 3)

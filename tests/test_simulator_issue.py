@@ -1,0 +1,143 @@
+"""The issue simulator (simulator/issue.py): operand decoding of nvdisasm lines, hand-built
+streams whose cycles follow from the measured rates by hand, and the recorded main loops
+(simulator/kernel_loops.json.gz) held to the kernel sources and to kernel_sass.csv."""
+import pytest
+
+from simulator.issue import (LOOPS_JSON, SCHEDULERS, decode_instruction, decode_loop,
+                             kernel_loops, loop_cycles, op, simulate, stream_for)
+from simulator.rates import load_rates
+from simulator.sass import sass
+from simulator.tiling import Tiling
+
+N = 60
+
+
+@pytest.fixture(scope="module")
+def rates():
+    return load_rates()
+
+
+def _hmma(chain: int):
+    acc = [f"R{4 * chain + k}" for k in range(4)]
+    return op("HMMA.1688.F32.TF32", acc, acc + ["R200", "R201"])
+
+
+# ---- decoding --------------------------------------------------------------------------
+@pytest.mark.parametrize("mnemonic, operands, guard, dests, srcs", [
+    ("HMMA.1688.F32.TF32", "R24, R8.reuse, R16, R24", None,
+     "R24 R25 R26 R27", "R8 R9 R10 R11 R16 R17 R24 R25 R26 R27"),
+    ("LDS.128", "R8, [R2+0x100]", None, "R8 R9 R10 R11", "R2"),
+    ("LDS.64", "R8, [R2]", None, "R8 R9", "R2"),
+    ("STS.128", "[R3+0x10], R8", None, "", "R3 R8 R9 R10 R11"),
+    ("ISETP.GE.AND", "P0, PT, R2, R3, PT", None, "P0", "R2 R3"),
+    ("BRA", "`(.L_x_6)", "P0", "", "P0"),
+    ("IADD3", "R0, P0, R10, -R3, RZ", None, "R0 P0", "R10 R3"),
+    ("IMAD.X", "R7, RZ, RZ, R8, P0", None, "R7", "R8 P0"),
+    ("LOP3.LUT", "P1, RZ, R3, 0x1ff, RZ, 0xc0, !PT", None, "P1", "R3"),
+    ("LDG.E", "R4, desc[UR20][R16.64+0x100]", "P4", "R4", "UR20 R16 R17 P4"),
+    ("SHFL.BFLY", "PT, R3, R2, 0x1, 0x1f", None, "R3", "R2"),
+    ("CS2R", "R4, SRZ", None, "R4 R5", ""),
+    ("IMAD.WIDE.U32", "R2, R3, 0x4, R4", None, "R2 R3", "R3 R4 R5"),
+    ("FSEL", "R5, R2, -3.40116213421465348979e+38, P3", "P1", "R5", "R2 P3 P1"),
+    ("PLOP3.LUT", "P2, PT, PT, PT, UP0, 0x80, 0x0", None, "P2", "UP0"),
+    ("P2R", "R16, PR, RZ, 0x4", None, "R16", "P0 P1 P2 P3 P4 P5 P6"),
+    ("REDG.E.ADD.F32.FTZ.RN.STRONG.GPU", "desc[UR10][R4.64+0x820], R9", None, "", "UR10 R4 R5 R9"),
+])
+def test_decode_instruction(mnemonic, operands, guard, dests, srcs):
+    o = decode_instruction(mnemonic, operands, guard)
+    assert (" ".join(o.dests), " ".join(o.srcs)) == (dests, srcs)
+
+
+def test_decode_flags_barriers_and_wavefronts():
+    assert decode_instruction("BAR.SYNC.DEFER_BLOCKING", "0x0").barrier
+    assert not decode_instruction("BAR.ARV", "0x0, 0x100").barrier
+    assert [decode_instruction(m, "R8, [R2]").wavefronts for m in ("LDS", "LDS.64", "LDS.U.128")] == [1, 2, 4]
+
+
+def test_nested_loops_are_inlined_their_trips():
+    loop = {"opcodes": [["NOP", "nop"], ["FADD", "fma"]],
+            "instructions": ["0;;;", "1;R0;R0;", "1;R1;R1;", "0;;;"],
+            "inner_loops": [{"first": 1, "last": 2, "depth": 2, "trips": None}]}
+    assert [o.key for o in decode_loop(loop)] == ["NOP", "FADD", "FADD", "NOP"]
+    assert [o.key for o in decode_loop(loop, [3])] == ["NOP"] + ["FADD"] * 6 + ["NOP"]
+
+
+# ---- hand-built streams ----------------------------------------------------------------
+def test_a_dependent_alu_chain_takes_its_latency_each(rates):
+    chain = [op("LOP3", ["R0"], ["R0"])] * N
+    assert loop_cycles(chain, 1, rates) == pytest.approx(N * rates.alu_latency_cycles)
+
+
+def test_four_warps_of_a_chain_overlap(rates):
+    """4 warps of an FADD chain: each waits its latency (~4 cycles), the others issue in the
+    gaps: about the one warp's time, bounded by the FMA pipe (4 warps x 1/ffma rate share)."""
+    chain = [op("FADD", ["R0"], ["R0"])] * N
+    one = loop_cycles(chain, 1, rates)
+    four = loop_cycles(chain, 4, rates)
+    bound = 4 * N * SCHEDULERS / rates.ffma_per_cycle
+    assert one == pytest.approx(N * rates.ffma_latency_cycles)
+    assert max(one, bound) <= four + 1e-6 and four < 1.1 * max(one, bound)
+    # the ALU pipe's half rate binds 4 warps of an ALU chain
+    alu = [op("LOP3", ["R0"], ["R0"])] * N
+    assert loop_cycles(alu, 4, rates) == pytest.approx(4 * N * SCHEDULERS / rates.alu_per_cycle, rel=0.02)
+
+
+def test_independent_instructions_issue_one_a_cycle(rates):
+    assert loop_cycles([op("NOP")] * N, 1, rates) == pytest.approx(N)
+    ffma = [op("FFMA", [f"R{i}"], []) for i in range(N)]     # both FMA halves: ~1 a cycle
+    assert loop_cycles(ffma, 1, rates) == pytest.approx(N * SCHEDULERS / rates.ffma_per_cycle, rel=0.02)
+
+
+def test_hmma_throughput_binds_with_many_warps(rates):
+    stream = [_hmma(c) for c in range(4)] * 10
+    bound = 8 * len(stream) * SCHEDULERS / rates.mma_tf32_per_cycle
+    assert loop_cycles(stream, 8, rates) == pytest.approx(bound, rel=0.01)
+    # one warp: 10 dependent steps of 4 chains, latency-bound
+    assert loop_cycles(stream, 1, rates) == pytest.approx(10 * rates.mma_tf32_latency_cycles, rel=0.01)
+
+
+def test_shared_loads_feed_hmma_after_their_latency(rates):
+    from simulator.issue import LDS_LATENCY
+    stream = [op("LDS.128", ["R200", "R201", "R202", "R203"], ["R250"]), _hmma(0)]
+    sim = simulate(stream, 1, rates, trips=2)
+    assert sim.cycles_per_trip == pytest.approx(LDS_LATENCY + 3 + 1, abs=1e-6)
+
+
+def test_a_barrier_costs_its_measured_cycles(rates):
+    half = [op("NOP")] * N
+    plain = loop_cycles(half + [op("NOP")] + half, 4, rates)
+    barrier = loop_cycles(half + [op("BAR.SYNC")] + half, 4, rates)
+    assert plain == pytest.approx(4 * (2 * N + 1))
+    # released barrier_cycles after the last warp's BAR issued (that cycle its own slot, as in
+    # the measurement, a loop of barriers): one cycle less than it on top of the NOPs
+    assert barrier - plain == pytest.approx(rates.barrier_cycles_at(4 * SCHEDULERS) - 1)
+    # two blocks of 2 warps: each barrier its own block's (8 warps a block on the SM)
+    two = loop_cycles(half + [op("BAR.SYNC")] + half, 4, rates, blocks=2)
+    assert plain < two <= barrier
+
+
+# ---- the recorded loops ----------------------------------------------------------------
+def test_json_was_recorded_from_these_kernel_sources():
+    from numba_flash.kernel_cache import source_digest
+
+    assert kernel_loops(LOOPS_JSON)["kernel_source"] == source_digest()[:16], (
+        "the kernel sources changed since simulator/kernel_loops.json.gz was recorded: rerun "
+        "`CUDA_HOME=/usr/local/cuda-13.0 python tools/kernel_loops.py`")
+
+
+def test_recorded_loops_match_kernel_sass_counts():
+    """Each recorded main loop (no nested loop inlined twice) has kernel_sass.csv's counts."""
+    for r in kernel_loops(LOOPS_JSON)["loops"]:
+        tiling = Tiling(int(r["Br"]), int(r["Bc"])) if r["Br"] else None
+        d = int(r["d"]) if r["d"] else 0
+        causal = r["causal"] == "True"
+        stream = stream_for(r["kernel"], tiling, d, causal, r["variant"])
+        counts = sass(r["kernel"], tiling, d, causal, r["variant"])
+        assert len(stream) == counts.total, r
+        assert sum(o.pipe == "hmma" for o in stream) == counts.hmma, r
+        assert sum(o.barrier for o in stream) <= counts.bar, r
+
+
+def test_a_missing_configuration_is_a_lookup_error():
+    with pytest.raises(LookupError, match="never compiled|no recorded main loop"):
+        stream_for("flash_forward_tc", Tiling(8, 8), 64, False)

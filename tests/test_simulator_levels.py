@@ -1,0 +1,101 @@
+"""The model of every memory level and the time (simulator.levels, sectors, local, runtime),
+against hand-derived cases: sectors of ragged rows, the tensor-core kernels' repeated
+requests, atomics, the dirty residue, the block scheduler's makespan."""
+import math
+
+import pytest
+
+from simulator import Tiling, Workload, predict
+from simulator.hardware import A100_40GB, H200
+from simulator.l2 import L2Phase
+from simulator.levels import LEVEL_NAMES, Levels, total
+from simulator.local import dirty_residue
+from simulator.runtime import makespan
+from simulator.sectors import SECTOR_BYTES, row_sectors, sector_traffic
+
+
+@pytest.mark.parametrize("n", [1, 3, 8, 24, 40, 59, 64, 80, 111, 256])
+@pytest.mark.parametrize("element_bytes", [2, 4])
+def test_row_sectors_counts_every_sector_a_row_overlaps(n, element_bytes):
+    row = n * element_bytes
+    rows = 64 * SECTOR_BYTES          # a whole number of periods
+    brute = sum((r + 1) * row // SECTOR_BYTES + ((r + 1) * row % SECTOR_BYTES > 0) - r * row // SECTOR_BYTES
+                for r in range(rows)) / rows
+    assert row_sectors(n, element_bytes) == pytest.approx(brute)
+    assert row_sectors(n, element_bytes) >= row / SECTOR_BYTES
+
+
+def test_aligned_rows_cost_their_bytes_and_ragged_rows_more():
+    assert row_sectors(64, 4) == 8
+    assert row_sectors(59, 4) > 59 * 4 / 32
+
+
+def _phase(algorithm, w, t):
+    from simulator.predict import ALGORITHMS
+    return ALGORITHMS[algorithm](w, t).phases
+
+
+def test_tensor_core_forward_requests_each_K_sector_twice_and_misses_it_once():
+    w, t = Workload(1, 2, 256, 256, 64), Tiling(256, 32)
+    (p,) = _phase("flash_forward_tc", w, t)
+    s = sector_traffic(p, w)
+    k = p.hbm_reads["K"] * 4 / SECTOR_BYTES
+    distinct = sum(p.hbm_reads.values()) * 4 / SECTOR_BYTES
+    assert s.missed == pytest.approx(distinct)
+    assert s.requested == pytest.approx(distinct + k)
+    assert s.stored == pytest.approx(2 * p.hbm_writes["O"] * 4 / 32 + p.hbm_writes["L"] * 4 / 32)
+
+
+def test_atomic_dq_is_sent_as_reductions_not_loaded():
+    w, t = Workload(1, 1, 128, 128, 64), Tiling(32, 128)
+    pre, main = _phase("flash_backward_tc", w, t)
+    s = sector_traffic(main, w)
+    loads = sum(n for name, n in main.hbm_reads.items() if name != "dQ") * 4 / 32
+    assert s.missed == pytest.approx(loads)
+    assert s.reduced == pytest.approx(2 * main.hbm_writes["dQ"] * 4 / 32)   # half-filled sectors
+    ffma_main = _phase("flash_backward", w, Tiling(64, 64))[1]
+    assert sector_traffic(ffma_main, w).reduced == pytest.approx(ffma_main.hbm_writes["dQ"] * 4 / 32)
+
+
+def test_dirty_residue_is_the_write_share_of_what_a_copy_leaves():
+    view = L2Phase("x", 1, 0, 1.0, dram_read_bytes=300.0, dram_write_bytes=100.0,
+                   compulsory_read_bytes=300, compulsory_write_bytes=100)
+    # a copy writes half of what it moves and leaves R dirty: here a quarter, so R / 2
+    assert dirty_residue(view, H200, 40.0) == pytest.approx(20.0)
+    assert dirty_residue(view, H200, 1e9) == 100.0          # never more than was written
+
+
+def test_makespan_fills_slots_in_launch_order():
+    assert makespan([1.0] * 8, 4) == 2.0                   # two full waves
+    assert makespan([1.0] * 9, 4) == 3.0                   # a tail of one block
+    assert makespan([4.0, 1.0, 1.0, 1.0, 1.0], 2) == 4.0   # heavy first: the rest fill beside it
+    assert makespan([1.0, 1.0, 1.0, 1.0, 4.0], 2) == 6.0   # heavy last: it runs alone at the end
+
+
+def test_levels_add_and_the_hit_rate_comes_from_its_parts():
+    a = Levels(1, 2, 3, 4, 10, 5, 6, 7, 8.0)
+    b = Levels(1, 2, 3, 4, 30, 5, 6, 7, 1.0)
+    s = total([a, b])
+    assert s.l1_hit_rate == pytest.approx(10 / 40)
+    assert s.time_s == 9.0 and tuple(s.as_dict()) == LEVEL_NAMES
+
+
+def test_predict_reports_every_level_for_the_shipped_kernels():
+    w = Workload(2, 4, 1024, 1024, 64)
+    for algorithm in ("flash_forward_tc", "flash_backward_tc"):
+        r = predict(algorithm, w, hardware=H200)
+        for name in LEVEL_NAMES:
+            value = getattr(r, name)
+            assert value is not None and math.isfinite(value) and value >= 0, (algorithm, name)
+        assert 0 < r.l1_hit_rate < 1
+        assert r.time_s > r.roofline_seconds * 0.5
+    other = predict("flash_forward_tc", w, hardware=A100_40GB)
+    # the H200 kernel's 168 KB of shared memory cannot launch on an A100: no time, no spills
+    assert math.isnan(other.time_s) and math.isnan(other.local_bytes)
+    assert math.isfinite(other.dram_read_bytes) and math.isfinite(other.smem_wavefronts)
+
+
+def test_an_uncompiled_tiling_gets_nan_where_resources_are_needed():
+    r = predict("flash_forward_v1", Workload(1, 1, 256, 256, 64), Tiling(16, 16), hardware=H200)
+    assert math.isnan(r.time_s) and math.isnan(r.local_bytes)
+    assert r.dram_read_bytes > 0 and r.smem_wavefronts > 0

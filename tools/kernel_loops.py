@@ -1,0 +1,89 @@
+"""The main loop of every kernel the API launches by default, instruction by instruction with its
+registers, from its sm_90 SASS: writes ``simulator/kernel_loops.json.gz``, which the issue
+simulator reads (``simulator.issue.stream_for``, ``loop_cycles``).
+
+    CUDA_HOME=/usr/local/cuda-13.0 python tools/kernel_loops.py [--d 32 64 ...] [--jobs 2] [--keep DIR]
+    python tools/kernel_loops.py --from-sass DIR     # again from the SASS kept in DIR: seconds
+
+The configurations are tools/kernel_resources.py's (``configurations``), each compiled exactly as
+tools/kernel_sass.py compiles it for its counts (``compile_check.sm90_ptx``, ``ptxas
+-arch=sm_90`` with the kernel's register cap, ``nvdisasm -c``: that tool's ``disassemble``; no
+line-information compile). The main loop and the loops nested in it are simulator/sass.py's
+(``regions``); each instruction's operands are read by ``simulator.issue.decode_instruction``
+(destination and source registers, predicates, uniform registers; see simulator/issue.py).
+Nested loops are stored once with their address range; their trip counts are not in the SASS
+(runtime, e.g. strided copies), so they are recorded as unknown (``trips: null``) and
+``stream_for`` inlines such a body once unless the caller gives its trips.
+
+``--keep DIR`` writes each kernel's disassembly there and ``DIR/STAMP`` (kernel-source digest,
+ptxas version, date); ``--from-sass DIR`` rebuilds the file from those (also from a
+``tools/kernel_sass.py --keep`` folder: the file names are the same) if the digest is still the
+sources'. A kernel source edited during the run fails it (the digest is taken before and after).
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # simulator, numba_flash
+sys.path.insert(0, str(Path(__file__).resolve().parent))          # sibling tools
+
+from compile_check import register_cap, sm90_ptx
+from kernel_resources import configurations
+from kernel_sass import _file_name, _key, arguments, disassemble, finish_stamp, stamp_of
+
+from simulator.issue import LOOPS_JSON, FORMAT, encode_loop
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def compile_sass(head_dims, index: int, source: Path | None) -> tuple[dict[str, str], str]:
+    """(the kernel_sass.csv key of configuration ``index``, its ``nvdisasm -c`` text), compiled
+    or read from ``source``."""
+    config = configurations(head_dims)[index]
+    kernel = config.make(config.tiling)
+    key = _key(config, kernel)
+    if source:
+        text = (source / _file_name(key)).read_text()
+    else:
+        text = disassemble(sm90_ptx(config.kind, kernel), register_cap(kernel))
+    return key, text
+
+
+def main(argv) -> None:
+    args = arguments(argv, __doc__.splitlines()[0], LOOPS_JSON)
+    head_dims = tuple(args.d)
+    count = len(configurations(head_dims))
+    digest, ptxas, date = stamp_of(args)
+    loops = []
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for key, text in pool.map(compile_sass, [head_dims] * count, range(count),
+                                  [args.from_sass] * count):
+            if args.keep:
+                (args.keep / _file_name(key)).write_text(text)
+            loop = encode_loop(text)
+            name = (f"{key['kernel']:18s} {key['variant']:13s} d={key['d']:4s} "
+                    f"causal={key['causal']:5s} {key['Br']:>3s}x{key['Bc']:<3s}")
+            if loop is None:
+                print(f"{name} no loop", flush=True)
+                continue
+            print(f"{name} main loop {loop['start']}-{loop['end']}: "
+                  f"{len(loop['instructions'])} instructions, {len(loop['inner_loops'])} nested "
+                  "loops", flush=True)
+            loops.append({**key, **loop})
+    finish_stamp(args, digest, ptxas, date)
+    document = {"format": FORMAT, "ptxas": ptxas, "date": date,
+                "kernel_source": digest,   # tests hold it to the sources
+                "loops": loops}
+    raw = json.dumps(document, separators=(",", ":")).encode()
+    with gzip.open(args.out, "wb", compresslevel=9) as f:
+        f.write(raw)
+    print(f"{count} kernels, {len(loops)} main loops -> {args.out} "
+          f"({len(raw) / 1e6:.1f} MB uncompressed, {args.out.stat().st_size / 1e6:.2f} MB)")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

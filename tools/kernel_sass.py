@@ -1,0 +1,200 @@
+"""Instruction mix of every kernel the API launches by default, from its sm_90 SASS, per pipe, in
+the main loop and outside: writes ``simulator/kernel_sass.csv``, which the runtime model reads
+(``simulator.sass.sass``).
+
+    CUDA_HOME=/usr/local/cuda-13.0 python tools/kernel_sass.py [--d 32 ...] [--jobs 2] [--keep DIR]
+    python tools/kernel_sass.py --from-sass DIR      # again from the SASS kept in DIR: seconds
+
+Needs ptxas (a CUDA toolkit) and nvdisasm (the toolkit's, or pip install nvidia-cuda-nvdisasm).
+The configurations are tools/kernel_resources.py's (``configurations``), each compiled as that
+tool compiles it: PTX for sm_90 (``compile_check.sm90_ptx``), ``ptxas -arch=sm_90`` with the
+kernel's register cap, then ``nvdisasm -c``; once more with line information (``lineinfo=True``,
+``ptxas -lineinfo``, ``nvdisasm -g``), whose SASS must be the same, instruction for
+instruction, to name each region's source lines (a warning and no lines if not). The regions
+(kernel, main loop, nested and other loops), the opcode classes and the loop finder are
+simulator/sass.py's (its docstring says how each opcode is counted). 15-25 minutes for the
+86 default configurations with 2 jobs; a kernel source edited meanwhile fails the run (the
+digest is taken before and after).
+
+``--keep DIR``: also write each kernel's disassembly there (with its source lines where they
+could be had) and ``DIR/STAMP`` (kernel-source digest, ptxas version, date); ``--from-sass DIR``
+recounts from those files without compiling (after a change to simulator/sass.py's classes),
+if the digest is still the sources'.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # simulator, numba_flash
+
+from compile_check import SIGS, ptxas_version, register_cap, sm90_ptx
+from kernel_resources import HEAD_DIMS, configurations
+from numba.cuda import compile_ptx
+
+from numba_flash import kernel_cache
+from simulator.sass import (COUNTS, format_lines, format_opcodes, parse, regions, source_lines,
+                            tally)
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "simulator" / "kernel_sass.csv"
+STAMP = "STAMP"
+KEY = ("kernel", "function", "variant", "Br", "Bc", "d", "causal")
+COLUMNS = (*KEY, "region", "start", "end", "depth", *COUNTS, "opcodes", "lines", "ptxas",
+           "date", "kernel_source")
+
+
+def nvdisasm() -> str:
+    """The nvdisasm of $CUDA_HOME, of PATH, or of the nvidia-cuda-nvdisasm wheel."""
+    home = os.environ.get("CUDA_HOME")
+    for found in (home and os.path.join(home, "bin", "nvdisasm"), shutil.which("nvdisasm")):
+        if found and os.path.exists(found):
+            return found
+    import nvidia
+    return os.path.join(nvidia.__path__[0], "cu13", "bin", "nvdisasm")
+
+
+def disassemble(ptx: str, max_registers: int | None, lineinfo: bool = False) -> str:
+    """``nvdisasm -c`` of ``ptx`` assembled by ``ptxas -arch=sm_90`` (``-maxrregcount`` when
+    capped), as tools/kernel_resources.py assembles it; ``lineinfo``: ``ptxas -lineinfo`` and
+    ``nvdisasm -g``, for PTX compiled with line information."""
+    cap = [f"-maxrregcount={max_registers}"] if max_registers else []
+    lines = (["-lineinfo"], ["-g"]) if lineinfo else ([], [])
+    with tempfile.TemporaryDirectory() as tmp:
+        src, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+        with open(src, "w") as f:
+            f.write(ptx)
+        subprocess.run(["ptxas", "-arch=sm_90", *cap, *lines[0], "-o", cubin, src], check=True)
+        return subprocess.run([nvdisasm(), "-c", *lines[1], cubin], capture_output=True,
+                              text=True, check=True).stdout
+
+
+def annotated(kind: str, kernel, max_registers: int | None, instructions) -> str | None:
+    """The disassembly of the kernel compiled again with line information, if that compile
+    gives the same instructions at the same addresses (None if not: the counts are always those
+    of the plain compile, the one the API launches)."""
+    with warnings.catch_warnings():   # the def line of an unrolled (rewritten) function
+        warnings.filterwarnings("ignore", message="Could not find source for function")
+        ptx, _ = compile_ptx(kernel.py_func, SIGS[kind], cc=(9, 0), fastmath=False, lineinfo=True)
+    text = disassemble(ptx, max_registers, lineinfo=True)
+    return text if parse(text) == instructions else None
+
+
+def _blank(value) -> str:
+    return "" if value is None else str(value)
+
+
+def _key(config, kernel) -> dict[str, str]:
+    tiling = config.tiling
+    return {"kernel": config.kernel, "function": kernel.py_func.__name__, "variant": config.variant,
+            "Br": _blank(tiling and tiling.Br), "Bc": _blank(tiling and tiling.Bc),
+            "d": _blank(config.d), "causal": _blank(config.causal)}
+
+
+def _file_name(key: dict[str, str]) -> str:
+    return "_".join(v for v in key.values() if v) + ".sass"
+
+
+def measure(head_dims, index: int, keep: Path | None, source: Path | None) -> list[dict[str, str]]:
+    """Compile configuration ``index`` of ``configurations(head_dims)`` (or read its SASS from
+    ``source``); its CSV rows, one per region (ptxas, date and kernel_source left out)."""
+    config = configurations(head_dims)[index]
+    kernel = config.make(config.tiling)
+    key = _key(config, kernel)
+    if source:
+        text = (source / _file_name(key)).read_text()
+        instructions = parse(text)
+        with_lines = text if "//## File" in text else None
+    else:
+        cap = register_cap(kernel)
+        text = disassemble(sm90_ptx(config.kind, kernel), cap)
+        instructions = parse(text)
+        with_lines = annotated(config.kind, kernel, cap, instructions)
+        if with_lines is None:
+            print(f"warning: {key} compiles to other SASS with line information: its regions "
+                  "get no source lines", file=sys.stderr)
+    if keep:
+        (keep / _file_name(key)).write_text(with_lines or text)
+    lines = source_lines(with_lines) if with_lines else None
+    rows = []
+    for region in regions(instructions):
+        counts, opcodes = tally(region.instructions)
+        rows.append({**key, "region": region.name, "start": f"{region.start:x}",
+                     "end": f"{region.end:x}", "depth": str(region.depth),
+                     **{name: str(n) for name, n in counts.items()},
+                     "opcodes": format_opcodes(opcodes),
+                     "lines": format_lines(lines[i.address] for i in region.instructions
+                                           if i.address in lines) if lines is not None else ""})
+    main = next((r for r in rows if r["region"] == "main_loop"), rows[0])
+    print(f"{key['kernel']:18s} {key['variant']:13s} d={key['d']:4s} causal={key['causal']:5s} "
+          f"{key['Br']:>3s}x{key['Bc']:<3s} {len(rows) - 1} loops; {main['region']}: "
+          f"{main['total']} instructions, {main['hmma']} HMMA, {main['fp32']} FP32, "
+          f"LDL/STL {main['ldl_bytes']}/{main['stl_bytes']} B", flush=True)
+    return rows
+
+
+def arguments(argv, description: str, out: Path) -> argparse.Namespace:
+    """The command line shared with tools/kernel_loops.py."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--d", type=int, nargs="+", default=HEAD_DIMS, help="head dims")
+    parser.add_argument("--jobs", type=int, default=2, help="parallel compiles")
+    parser.add_argument("--out", type=Path, default=out)
+    parser.add_argument("--keep", type=Path, help="write each kernel's SASS to this folder")
+    parser.add_argument("--from-sass", type=Path, help="read each kernel's SASS from this folder "
+                        "(written by --keep) instead of compiling")
+    return parser.parse_args(argv)
+
+
+def stamp_of(args) -> tuple[str, str, str]:
+    """(kernel-source digest, ptxas version, date) of the SASS this run reads: of the sources
+    as they are, or of a ``--from-sass`` folder (exits if that is of other sources)."""
+    digest = kernel_cache.digest_of(ROOT)[:16]
+    if args.from_sass:
+        recorded, ptxas, date = (args.from_sass / STAMP).read_text().splitlines()[:3]
+        if recorded != digest:
+            sys.exit(f"{args.from_sass} holds the SASS of kernel sources {recorded}, not of these "
+                     f"({digest}): compile again")
+    else:
+        ptxas, date = ptxas_version(), datetime.date.today().isoformat()
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
+    return digest, ptxas, date
+
+
+def finish_stamp(args, digest: str, ptxas: str, date: str) -> None:
+    """Exit if the sources changed during the run; stamp a ``--keep`` folder."""
+    if kernel_cache.digest_of(ROOT)[:16] != digest:
+        sys.exit("the kernel sources changed during the run: run it again")
+    if args.keep:
+        (args.keep / STAMP).write_text(f"{digest}\n{ptxas}\n{date}\n")
+
+
+def main(argv) -> None:
+    args = arguments(argv, __doc__.splitlines()[0], OUT)
+    head_dims = tuple(args.d)
+    count = len(configurations(head_dims))
+    digest, ptxas, date = stamp_of(args)
+    with ProcessPoolExecutor(args.jobs) as pool:
+        rows = [row for rows in pool.map(measure, [head_dims] * count, range(count),
+                                         [args.keep] * count, [args.from_sass] * count)
+                for row in rows]
+    finish_stamp(args, digest, ptxas, date)
+    stamp = {"ptxas": ptxas, "date": date, "kernel_source": digest}   # tests hold it to the sources
+    with open(args.out, "w", newline="") as f:
+        writer = csv.DictWriter(f, COLUMNS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows({**row, **stamp} for row in rows)
+    print(f"{count} kernels, {len(rows)} regions -> {args.out}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
