@@ -7,9 +7,11 @@ bytes, shared-memory wavefronts and kernel time -- are read from ncu's counters
 (``experiments.common.ncu``) and predicted by ``simulator.predict``.  ``measure(algorithm,
 workload, tiling)`` does the same for one configuration of anyone's choosing.
 
-Two sets of configurations: DEVELOPMENT, on which the model's structure was worked out, and
-VALIDATION, held out (no model constant is fitted to either; the machine rates come from the
-``calibrate`` microbenchmarks).  Every kernel's raw counters go to ``levels_kernels.csv``.
+Configurations: DEVELOPMENT, on which the model's structure was worked out; VALIDATION, held
+out (measured once before the model's last change, the nested loops' trip counts of
+``simulator.trips``, and once after); VALIDATION_2, held out until the model was final. No
+model constant is fitted to any of them: the machine rates come from the ``calibrate``
+microbenchmarks.  Every kernel's raw counters go to ``levels_kernels.csv``.
 CPU mode: the predictions alone (ncu needs the GPU).
 """
 from __future__ import annotations
@@ -63,6 +65,17 @@ VALIDATION = (
     Case("fa1", "fwd", 1, 8, 4096, 64),
     Case("standard", "fwd_bwd", 1, 8, 2048, 32),
     Case("standard", "fwd_bwd", 2, 16, 512, 128),
+)
+#: Held out until the model was final (measured once, with the model of its commit): kernels
+#: already compiled for VALIDATION, at new shapes.
+VALIDATION_2 = (
+    Case("fa2", "fwd_bwd", 4, 8, 3072, 64, causal=True),
+    Case("fa2", "fwd_bwd", 2, 24, 1536, 128),
+    Case("fa2", "fwd_bwd", 6, 10, 2560, 32),
+    Case("fa2", "fwd_bwd", 4, 12, 1024, 80),
+    Case("fa2_fma", "fwd_bwd", 2, 16, 3072, 64),
+    Case("fa1", "fwd", 1, 12, 3072, 64),
+    Case("standard", "fwd_bwd", 2, 8, 1536, 64),
 )
 #: CPU mode: the model alone, at a few of the same configurations.
 CPU_CASES = DEVELOPMENT[:2] + VALIDATION[:2]
@@ -202,7 +215,8 @@ def collect(ctx: RunContext, cases_by_split: dict[str, tuple[Case, ...]]) -> lis
 def run(ctx: RunContext) -> list[dict]:
     if not ctx.gpu:
         return collect(ctx, {"development": CPU_CASES})
-    return collect(ctx, {"development": DEVELOPMENT, "validation": VALIDATION})
+    return collect(ctx, {"development": DEVELOPMENT, "validation": VALIDATION,
+                         "validation_2": VALIDATION_2})
 
 
 def _print(rows: list[dict]) -> None:

@@ -6,12 +6,11 @@ warp instructions per pipe class in the main loop and outside it; ``simulator.oc
 blocks an SM from ptxas's registers and the shared memory):
 
 1. A trip of the main loop. Where the loop's instruction stream is recorded and the trips of
-   the loops nested in it are known (``INNER_TRIPS``: the tensor-core kernels), the issue
-   simulator (``simulator.issue.loop_cycles``) gives the cycles the SM's schedulers need for
-   one trip of each resident block: the resident warps interleaved on each scheduler,
-   dependency latencies, pipe rates and barriers, all at measured rates. Otherwise (the FFMA
-   kernels, whose nested copy and product loops' trips are not recorded) a throughput bound,
-   one trip of one block costing the SM
+   the loops nested in it are known (``simulator.trips``: every kernel but Algorithm 1's), the
+   issue simulator (``simulator.issue.loop_cycles``) gives the cycles the SM's schedulers need
+   for one trip of each resident block: the resident warps interleaved on each scheduler,
+   dependency latencies, pipe rates and barriers, all at measured rates. Otherwise a
+   throughput bound, one trip of one block costing the SM
    ``t_trip = max(t_smem, t_rest) + overlap x min(t_smem, t_rest) + barriers``, where
    - ``t_smem``: the block's shared-memory wavefronts of one trip (the SRAM model's bytes / 128,
      as ``simulator.levels``) at the measured LDS rate (wavefronts a cycle an SM);
@@ -24,7 +23,8 @@ blocks an SM from ptxas's registers and the shared memory):
      every pipe;
    - barriers: the main loop's ``BAR.SYNC`` count x the measured cycles of a barrier of the
      block's warps.
-   nested loops' instructions counted once a trip: a lower bound where they run more often.
+   nested loops' instructions counted as often as they run (once where that is unknown: a
+   lower bound).
    Outside the main loop (prologue, epilogue) the throughput bound, once a block.
 2. ``blocks_per_sm`` co-resident blocks share the SM: with the issue simulator, each block's
    trip takes the simulated cycles (they run side by side); with the throughput bound, each
@@ -49,23 +49,11 @@ from .phases import Phase
 from .rates import RATES_CSV, MachineRates, load_rates
 from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
+from .trips import inner_trips
 from .workload import Workload
 
 #: Independent mma accumulator chains a warp of our tensor-core kernels keeps (at least).
 MMA_CHAINS = 4
-
-
-def _tc_backward_copies(t: Tiling, d: int) -> tuple[int, ...]:
-    """Trips of the tensor-core backward's nested loops, in address order: the strided copies
-    of Qi and dOi (``load_twice``: Br/2 x D8/2 element quads over the block's threads) and of
-    L_i, D_i (``load_row_stats``: Br rows)."""
-    threads = t.threads_for("flash_backward_tc")
-    quads = -(-(t.Br // 2) * (t.mma_depth(d) // 2) // threads)
-    return (quads, quads, -(-t.Br // threads))
-
-
-#: Kernel -> the trips of its main loop's nested loops (address order), from its code.
-INNER_TRIPS = {"flash_forward_tc": lambda t, d: (), "flash_backward_tc": _tc_backward_copies}
 
 
 #: Environment variable naming a calibrate CSV to use instead of the committed H200 rates (a
@@ -147,9 +135,16 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     smem = _smem_wavefronts(p, w) / trips if trips else 0.0
     cost = lambda counts, wavefronts: _cost(counts, wavefronts, warps_on_sm, warps_b, r, overlap)  # noqa: E731
     t_out = cost(_counts(whole, [loop], warps_b), 0.0)
+    nested = _inner_loops(kernel, tiling, w, variant)
+    known = inner_trips(kernel, tiling, w.d, w.causal, variant)
     if inner:
         t_trip = cost(_counts(loop, inner, warps_b), 0.0)
         t_inner = cost(_add(inner, warps_b), smem)
+    elif known is not None and len(known) == len(nested):
+        counts = _counts(loop, nested, warps_b)
+        for region, n in zip(sorted(nested, key=lambda x: x.start), known):
+            counts = {k: v + n * getattr(region, k) * warps_b for k, v in counts.items()}
+        t_trip, t_inner = cost(counts, smem), 0.0
     else:
         t_trip, t_inner = cost(_counts(loop, [], warps_b), smem), 0.0
     share = occ.blocks_per_sm
@@ -169,14 +164,12 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     where it cannot run (no recorded stream, nested loops of unknown trips)."""
     from .issue import loop_cycles, loop_record, stream_for
 
-    if kernel not in INNER_TRIPS:
-        return None
+    trips = inner_trips(kernel, t, w.d, w.causal, variant)
     try:
         record = loop_record(kernel, t, w.d, w.causal, variant)
     except LookupError:
         return None
-    trips = INNER_TRIPS[kernel](t, w.d)
-    if len(record["inner_loops"]) != len(trips):
+    if trips is None or len(record["inner_loops"]) != len(trips):
         return None
     stream = stream_for(kernel, t, w.d, w.causal, variant, trips or None)
     per_scheduler = max(1, round(occ.warps_per_sm / 4))

@@ -99,3 +99,17 @@ def test_an_uncompiled_tiling_gets_nan_where_resources_are_needed():
     r = predict("flash_forward_v1", Workload(1, 1, 256, 256, 64), Tiling(16, 16), hardware=H200)
     assert math.isnan(r.time_s) and math.isnan(r.local_bytes)
     assert r.dram_read_bytes > 0 and r.smem_wavefronts > 0
+
+
+def test_nested_loop_trips_follow_the_code():
+    from simulator.trips import inner_trips
+    # FFMA forward, 128 x 64 (512 threads), d = 64: K and V copies of 64 x 64 / 512, the 16
+    # four-step passes of S = Q K^T and of P V, P V's remainder loop (Bc % 4 = 0 passes)
+    assert inner_trips("flash_forward_v2", Tiling(128, 64), 64, False) == (8, 8, 16, 16, 0)
+    # tensor-core backward, 32 x 128 (256 threads): Qi and dOi as 16 x 32 element quads, L and D
+    assert inner_trips("flash_backward_tc", Tiling(32, 128), 64, False) == (2, 2, 1)
+    assert inner_trips("flash_forward_tc", Tiling(256, 32), 64, False) == ()
+    # standard matmul, 64 x 64 (256 threads), 16-deep chunks: two copies of 1024 / 256, 16 steps
+    assert inner_trips("standard_matmul", Tiling(64, 64), 64, False) == (4, 4, 16)
+    # Algorithm 1's nested i loop holds loops of its own: not modelled
+    assert inner_trips("flash_forward_v1", Tiling(64, 64), 64, False) is None
