@@ -239,6 +239,13 @@ class TrafficReport:
                          + (f" on {self.hardware.name}" if self.hardware else ""))
         if self.l2 is not None:
             lines.append(self.l2.summary())
+        if self.levels is not None:
+            v = self.levels
+            lines.append(f"levels (as ncu counts them): SM<->L2 {v.sm_l2_read_bytes:,.0f} read + "
+                         f"{v.sm_l2_write_bytes:,.0f} written bytes; DRAM {v.dram_read_bytes:,.0f} + "
+                         f"{v.dram_write_bytes:,.0f}; L1 hit rate {v.l1_hit_rate:.3f}; local "
+                         f"{v.local_bytes:,.0f} bytes; shared {v.smem_wavefronts:,.0f} wavefronts; "
+                         f"time {v.time_s * 1e3:.4g} ms")
         return "\n".join(lines)
 
     def _title(self) -> str:

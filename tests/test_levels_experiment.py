@@ -1,0 +1,48 @@
+"""The levels experiment's bookkeeping: ncu readings to Levels, kernels to algorithms, and the
+configurations ``measure`` accepts."""
+import pytest
+
+from experiments.common.cases import Case
+from experiments.levels import (CASE_OF_ALGORITHM, case_for, measured_levels, split_by_algorithm)
+from simulator import Workload
+
+
+def _kernel(name, **values):
+    return {"name": name, **values}
+
+
+def test_measured_levels_reads_the_sms_side_and_sums_kernels():
+    a = _kernel("a", xbar_ld_sectors=10, xbar_st_sectors=2, xbar_red_sectors=3, dram_read_bytes=100,
+                dram_write_bytes=50, l1_ld_sectors=20, l1_ld_hit_sectors=5, local_ld_sectors=1,
+                local_st_sectors=1, smem_ld_wavefronts=7, smem_st_wavefronts=1, gpu_time_ns=2000,
+                l2_read_sectors=8)                      # the L2 slices' count is not SM<->L2
+    b = _kernel("b", xbar_ld_sectors=1, l1_ld_sectors=20, gpu_time_ns=1000)
+    levels = measured_levels([a, b])
+    assert levels.sm_l2_read_bytes == 32 * 11 and levels.sm_l2_write_bytes == 32 * 5
+    assert levels.l1_hit_rate == pytest.approx(5 / 40)
+    assert levels.local_bytes == 64 and levels.smem_wavefronts == 8
+    assert levels.time_s == pytest.approx(3e-6) and levels.dram_read_bytes == 100
+
+
+def test_kernels_are_split_by_the_plans_launches():
+    case = Case("fa2", "fwd_bwd", 1, 2, 256, 64)
+    kernels = [_kernel(n) for n in ("forward", "row_dot", "backward")]  # 1 + (preprocess, main)
+    split = split_by_algorithm(case, kernels)
+    assert [k["name"] for k in split["flash_forward_tc"]] == ["forward"]
+    assert [k["name"] for k in split["flash_backward_tc"]] == ["row_dot", "backward"]
+    with pytest.raises(ValueError, match="ncu saw 2 kernels"):
+        split_by_algorithm(case, kernels[:2])
+
+
+def test_measure_says_which_configurations_it_takes():
+    w = Workload(1, 2, 256, 256, 64, causal=True)
+    for algorithm, (method, passes, deterministic) in CASE_OF_ALGORITHM.items():
+        case = case_for(algorithm, w)
+        assert (case.method, case.passes, case.deterministic, case.causal) == (method, passes, deterministic, True)
+        assert algorithm in case.simulator_algorithms()
+    with pytest.raises(ValueError, match="N_q"):
+        case_for("flash_forward_tc", Workload(1, 1, 128, 256, 64))
+    with pytest.raises(ValueError, match="dtype_bytes=4"):
+        case_for("flash_forward_tc", Workload(1, 1, 128, 128, 64, dtype_bytes=2))
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        case_for("flash_forward_v9", w)
