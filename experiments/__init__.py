@@ -21,3 +21,13 @@ EXPERIMENTS = {
     "train_gpt": "experiments.train_gpt",
     "validation": "experiments.validation",
 }
+
+
+def __getattr__(name):
+    """``experiments.measure``: ``experiments.levels.measure`` (every level of one algorithm run
+    on this GPU under ncu, as ``simulator.predict(...).levels`` predicts it), imported on first
+    use so that ``import experiments`` stays light."""
+    if name == "measure":
+        from .levels import measure
+        return measure
+    raise AttributeError(f"module 'experiments' has no attribute {name!r}")

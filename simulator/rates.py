@@ -79,6 +79,9 @@ class MachineRates:
     l2_read_bytes_per_cycle, dram_read_bytes_per_cycle, dram_write_bytes_per_cycle: bytes a cycle
     an SM with every SM streaming (= the whole GPU's bytes/s / (clock_hz x sm_count)); reads from
     a 16 MiB buffer resident in L2, reads and writes of a 2 GiB one; *_bytes_per_s: whole GPU.
+    (The H200's L2 reading, 0.15 TB/s on 2026-12-01, is not credible -- 30x below its DRAM
+    reads: the benchmark's 16 MiB wraps every few steps, so all SMs hammer the same lines at
+    once; no model uses it until it is measured properly.)
     barrier_cycles: warps a block -> cycles a ``__syncthreads()`` (one block an SM, 4, 8, 16
     warps; ``barrier_cycles_at`` interpolates).
     lds_latency_cycles, shfl_latency_cycles: one warp's dependent chain of LDS.32 (a pointer
