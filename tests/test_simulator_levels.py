@@ -113,3 +113,19 @@ def test_nested_loop_trips_follow_the_code():
     assert inner_trips("standard_matmul", Tiling(64, 64), 64, False) == (4, 4, 16)
     # Algorithm 1's nested i loop holds loops of its own: not modelled
     assert inner_trips("flash_forward_v1", Tiling(64, 64), 64, False) is None
+
+
+def test_the_runtime_simulates_every_main_loop_it_knows_the_trips_of():
+    from simulator.occupancy import resources
+    from simulator.runtime import _simulated_trip, h200_rates
+    w, r = Workload(1, 16, 2048, 2048, 64), h200_rates()
+
+    def simulated(kernel, tiling):
+        occ = resources(kernel, tiling, 64, False).occupancy(H200)
+        return _simulated_trip(kernel, "", tiling, w, occ, r)
+
+    forward = simulated("flash_forward_tc", Tiling(256, 32))
+    # a trip of one block costs at least its tensor-pipe work: 16 warps x 192 mma at the rate
+    assert forward >= 16 * 192 / r.mma_tf32_per_cycle
+    assert simulated("flash_forward_v2", Tiling(128, 64)) > 0
+    assert simulated("flash_forward_v1", Tiling(64, 64)) is None     # nested-loop trips unknown
