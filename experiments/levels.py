@@ -12,7 +12,8 @@ out (measured once before the model's last change, the nested loops' trip counts
 ``simulator.trips``, and once after); VALIDATION_2, held out until the model was final. No
 model constant is fitted to any of them: the machine rates come from the ``calibrate``
 microbenchmarks.  Every kernel's raw counters go to ``levels_kernels.csv``.
-CPU mode: the predictions alone (ncu needs the GPU).
+CPU mode: the predictions alone (ncu needs the GPU) -- or, where the results folder holds a GPU
+run's ``levels_kernels.csv``, that run's counters beside this model's predictions (``repredict``).
 """
 from __future__ import annotations
 
@@ -207,13 +208,52 @@ def collect(ctx: RunContext, cases_by_split: dict[str, tuple[Case, ...]]) -> lis
             rows += case_rows
             kernel_rows += case_kernels
     if kernel_rows:
-        write_rows(ctx.folder(NAME) / "levels_kernels.csv", kernel_rows, {})
+        from experiments.common.metadata import run_metadata
+
+        write_rows(ctx.folder(NAME) / "levels_kernels.csv", kernel_rows,
+                   run_metadata(NAME, ctx.device, ctx.command))
     _print(rows)
     return rows
 
 
+def repredict(kernels_csv: Path) -> list[dict]:
+    """Level rows of a GPU run's raw counters (its ``levels_kernels.csv``) beside this model's
+    predictions: the model can change without a GPU and its errors be read again. The
+    measurement's device, date and commit go in ``measured_*`` columns."""
+    from experiments.common.results import number, read_rows
+
+    splits = {c.label: name for name, cases in (("development", DEVELOPMENT), ("validation", VALIDATION),
+                                                ("validation_2", VALIDATION_2)) for c in cases}
+    raw = read_rows(kernels_csv)
+    by_case: dict[str, list[dict]] = {}
+    for r in raw:
+        kernel = {k: (v if k == "name" else number(v)) for k, v in r.items()
+                  if k not in ("case", "algorithm", "launch") and k not in METADATA_KEYS}
+        by_case.setdefault(r["case"], []).append(kernel)
+    rows = []
+    for label, kernels in by_case.items():
+        case = Case.from_label(label)
+        counters = Counters(0, 0, 0, 0, 0, len(kernels), tuple(
+            {k: v for k, v in kernel.items() if v is not None} for kernel in kernels))
+        case_rows, _ = rows_for(case, splits.get(label, "other"), counters)
+        first = next(r for r in raw if r["case"] == label)
+        for row in case_rows:
+            row.update({f"measured_{k}": first.get(k, "") for k in ("device", "date", "commit")})
+        rows += case_rows
+    _print(rows)
+    return rows
+
+
+#: Metadata columns of a results CSV (not counters).
+METADATA_KEYS = ("experiment", "device", "date", "python", "numpy", "numba", "numba_cuda", "torch",
+                 "commit", "command", "note")
+
+
 def run(ctx: RunContext) -> list[dict]:
     if not ctx.gpu:
+        measured = ctx.out / NAME / "levels_kernels.csv"
+        if measured.exists():     # a GPU run's counters: predicted again by this model
+            return repredict(measured)
         return collect(ctx, {"development": CPU_CASES})
     return collect(ctx, {"development": DEVELOPMENT, "validation": VALIDATION,
                          "validation_2": VALIDATION_2})

@@ -88,10 +88,11 @@ def _inner(kernel: str, t: Tiling | None, w: Workload, variant: str) -> tuple[in
 
 
 def _tile_bytes_per_trip(p: Phase, w: Workload, trips: int) -> float:
-    """Global bytes one block loads per main-loop trip (its tile loads, through L1)."""
-    if not trips:
-        return 0.0
-    return sum(p.hbm_reads.values()) * w.dtype_bytes / trips
+    """Global bytes one block loads through L1 per main-loop trip: its tile loads, in sectors
+    (atomic adds are sent to L2, not loaded: ``simulator.sectors``)."""
+    from .sectors import SECTOR_BYTES, sector_traffic
+
+    return sector_traffic(p, w).missed * SECTOR_BYTES / trips if trips else 0.0
 
 
 def dirty_residue(view: L2Phase, hw: Hardware, residue_bytes: float) -> float:

@@ -46,3 +46,24 @@ def test_measure_says_which_configurations_it_takes():
         case_for("flash_forward_tc", Workload(1, 1, 128, 128, 64, dtype_bytes=2))
     with pytest.raises(ValueError, match="unknown algorithm"):
         case_for("flash_forward_v9", w)
+
+
+def test_cpu_mode_predicts_a_gpu_runs_counters_again(tmp_path):
+    from experiments import levels
+    from experiments.common.context import RunContext
+    from experiments.common.results import write_rows
+
+    case = levels.DEVELOPMENT[0]                                  # fa2 fwd_bwd: 1 + 2 launches
+    kernels = [{"case": case.label, "algorithm": a, "launch": i, "name": f"k{i}",
+                "xbar_ld_sectors": 1000.0 * (i + 1), "gpu_time_ns": 1e6}
+               for i, a in enumerate(("flash_forward_tc", "flash_backward_tc", "flash_backward_tc"))]
+    write_rows(tmp_path / "levels" / "levels_kernels.csv", kernels,
+               {"device": "NVIDIA H200", "date": "2026-12-01", "commit": "abc1234"})
+    ctx = RunContext(device="cpu", quick=True, out=tmp_path, command="test")
+    rows = levels.run(ctx)
+    read = {r["kernel"]: r for r in rows if r["quantity"] == "sm_l2_read_bytes"}
+    assert read["flash_forward_tc"]["measured"] == 32 * 1000
+    assert read["flash_backward_tc"]["measured"] == 32 * (2000 + 3000)
+    assert read["flash_forward_tc"]["predicted"] > 0
+    assert {r["split"] for r in rows} == {"development"}
+    assert {r["measured_commit"] for r in rows} == {"abc1234"}

@@ -66,6 +66,18 @@ class Case:
             parts.append("deterministic")
         return "/".join(parts)
 
+    @classmethod
+    def from_label(cls, label: str) -> "Case":
+        """The case whose ``label`` this is."""
+        import re
+
+        method, passes, shape, *flags = label.split("/")
+        B, H, N, d = (int(x) for x in re.fullmatch(r"B(\d+)H(\d+)N(\d+)d(\d+)", shape).groups())
+        tiling = next((tuple(int(x) for x in re.fullmatch(r"Br(\d+)Bc(\d+)", f).groups())
+                       for f in flags if f.startswith("Br")), None)
+        return cls(method, passes, B, H, N, d, causal="causal" in flags, tiling=tiling,
+                   deterministic="deterministic" in flags)
+
     @property
     def flops(self) -> float:
         return attention_flops(self.B, self.H, self.N, self.d, self.passes, self.causal)
