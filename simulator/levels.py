@@ -92,12 +92,17 @@ def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
         written = view.dram_write_bytes
         if rates is not None and rates.l2_dirty_residue_bytes:
             written -= dirty_residue(view, hardware, rates.l2_dirty_residue_bytes)
-        try:
-            loc = local_traffic(p, workload, tiling, hardware)
-            seconds = launch_seconds(p, workload, tiling, hardware,
-                                     (view.dram_read_bytes, written))
-        except (LookupError, ValueError):    # never compiled, or cannot launch on this GPU
-            loc, seconds = None, nan
+        loc, seconds = None, nan
+        if _launches(p, workload, tiling, hardware):
+            try:
+                loc = local_traffic(p, workload, tiling, hardware)
+            except LookupError:              # its SASS was never recorded
+                pass
+            try:
+                seconds = launch_seconds(p, workload, tiling, hardware,
+                                         (view.dram_read_bytes, written))
+            except LookupError:
+                pass
         parts.append(Levels(
             sm_l2_read_bytes=sec.missed * SECTOR_BYTES + (loc.missed_bytes if loc else nan),
             sm_l2_write_bytes=(sec.stored + sec.reduced) * SECTOR_BYTES + (loc.store_bytes if loc else nan),
@@ -107,3 +112,18 @@ def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
             smem_wavefronts=sram * workload.dtype_bytes / 128,
             time_s=seconds))
     return total(parts)
+
+
+def _launches(p, workload, tiling, hardware) -> bool:
+    """Whether launch ``p``'s kernel was compiled for this configuration
+    (``simulator.occupancy.resources``) and can run on ``hardware`` (its occupancy)."""
+    from .local import compiled_tiling
+    from .occupancy import resources
+
+    kernel, variant = p.code
+    try:
+        resources(kernel, compiled_tiling(p, tiling), workload.d, workload.causal,
+                  variant).occupancy(hardware)
+    except (LookupError, ValueError):        # never compiled, or too big for this GPU
+        return False
+    return True

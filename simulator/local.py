@@ -1,10 +1,10 @@
 """Local memory (register spills) and the dirty data L2 still holds when a launch ends.
 
 Local traffic of a launch, from the compiled kernel (never guessed):
-- bytes: each thread runs its kernel's spill instructions (``simulator.sass``: ``ldl_bytes``,
-  ``stl_bytes``, the sum of their access widths) once per trip of the region they sit in: the
-  main loop's once per trip (``Phase.block_trips``), a nested loop's once per its trips
-  (``Phase.inner_trips``), the rest once per block. A warp's local access is laid out lane by
+- bytes: each thread runs its kernel's local loads and stores (spills and local arrays;
+  ``simulator.sass``: ``ldl_bytes``, ``stl_bytes``, the sum of their access widths) once per
+  trip of the region they sit in: the main loop's once per trip (``Phase.block_trips``), a
+  nested loop's once per its trips (``nested_runs``), the rest once per block. A warp's local access is laid out lane by
   lane in consecutive words, so it fills whole sectors: bytes = per-thread bytes x threads.
 - misses: a block's spill slots are reused every trip. Between two uses the block streams its
   K/V (or Q/dO) tiles through L1 as well; if the spill footprint of the blocks resident on an SM
@@ -54,19 +54,19 @@ def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalT
     kernel, variant = p.code
     t = compiled_tiling(p, tiling)
     res = resources(kernel, t, w.d, w.causal, variant)
-    if not (res.spill_load_bytes or res.spill_store_bytes):
-        return NONE
     whole = sass(kernel, t, w.d, w.causal, variant, region="kernel")
+    if not (whole.ldl_bytes or whole.stl_bytes):     # no spills, no local arrays
+        return NONE
     blocks = len(p.block_trips) * w.BH
     trips = sum(p.block_trips) * w.BH
     if p.block_trips:
         loop = sass(kernel, t, w.d, w.causal, variant, region=MAIN_LOOP)
-        inner = _inner(kernel, t, w, variant)
-        inner_trips = sum(p.inner_trips) * w.BH
-        loads = ((whole.ldl_bytes - loop.ldl_bytes) * blocks
-                 + (loop.ldl_bytes - inner[0]) * trips + inner[0] * inner_trips)
-        stores = ((whole.stl_bytes - loop.stl_bytes) * blocks
-                  + (loop.stl_bytes - inner[1]) * trips + inner[1] * inner_trips)
+        per_trip = [loop.ldl_bytes, loop.stl_bytes]
+        for region, runs in nested_runs(p, kernel, t, w, variant):
+            per_trip[0] += (runs - 1) * region.ldl_bytes   # the main loop's count holds it once
+            per_trip[1] += (runs - 1) * region.stl_bytes
+        loads = (whole.ldl_bytes - loop.ldl_bytes) * blocks + per_trip[0] * trips
+        stores = (whole.stl_bytes - loop.stl_bytes) * blocks + per_trip[1] * trips
     else:
         loads, stores = whole.ldl_bytes * blocks, whole.stl_bytes * blocks
     loads, stores = loads * res.threads, stores * res.threads
@@ -77,14 +77,27 @@ def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalT
     return LocalTraffic(float(loads), float(stores), 0.0 if fits else float(loads))
 
 
-def _inner(kernel: str, t: Tiling | None, w: Workload, variant: str) -> tuple[int, int]:
-    """(ldl, stl) bytes a thread of the loops nested in the main loop (all of them)."""
+def nested_runs(p: Phase, kernel: str, t: Tiling, w: Workload, variant: str):
+    """(region, runs per main-loop trip) of the loops nested in the main loop: each loop's trips
+    (``simulator.trips``) where all are known; else (Algorithm 1, whose nested i loop holds
+    loops of its own) the directly nested ones: the largest, the i loop, ``Phase.inner_trips``
+    times per main trip, the others once (loops nested deeper: in their parent, once)."""
     from .sass import kernel_sass
+    from .trips import inner_trips
 
     rows = [r for r in kernel_sass() if r.kernel == kernel and r.variant == variant
-            and r.tiling == t and r.d in (None, w.d) and r.causal in (None, w.causal)
-            and r.region.startswith("inner_loop_")]
-    return sum(r.ldl_bytes for r in rows), sum(r.stl_bytes for r in rows)
+            and r.tiling == t and r.d in (None, w.d) and r.causal in (None, w.causal)]
+    main = next(r for r in rows if r.region == MAIN_LOOP)
+    nested = sorted((r for r in rows if r.region.startswith("inner_loop_")), key=lambda r: r.start)
+    known = inner_trips(kernel, t, w.d, w.causal, variant)
+    if known is not None and len(known) == len(nested):
+        return list(zip(nested, known))
+    direct = [r for r in nested if r.depth == main.depth + 1]
+    if not direct:
+        return []
+    i_loop = max(direct, key=lambda r: r.total)
+    per_main = sum(p.inner_trips) / sum(p.block_trips) if p.inner_trips else 1.0
+    return [(r, per_main if r is i_loop else 1.0) for r in direct]
 
 
 def _tile_bytes_per_trip(p: Phase, w: Workload, trips: int) -> float:

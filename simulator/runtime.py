@@ -33,7 +33,9 @@ blocks an SM from ptxas's registers and the shared memory):
    sm_count x blocks_per_sm slots (greedy list scheduling): the launch lasts until the last
    slot is done -- waves, and for causal grids the tail, follow from the block sizes.
 4. Cycles at the clock measured under the kernel's kind of load (the mma benchmark's clock for
-   tensor-core kernels, the FFMA one's for the others), plus the launch gap.
+   tensor-core kernels, the FFMA one's for the others): the kernel's time, as ncu's
+   ``gpu__time_duration`` counts it (the gap between launches, ``MachineRates.launch_gap_s``,
+   and host work are not in it).
 Row kernels (no loops modelled): streaming, DRAM bytes at the measured read and write bandwidths.
 Pure Python: no numba.
 """
@@ -49,6 +51,7 @@ from .phases import Phase
 from .rates import RATES_CSV, MachineRates, load_rates
 from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
+from .local import nested_runs
 from .trips import inner_trips
 from .workload import Workload
 
@@ -88,10 +91,6 @@ def _counts(s: KernelSass, minus: list[KernelSass], warps: int) -> dict[str, flo
     return {k: (getattr(s, k) - sum(getattr(m, k) for m in minus)) * warps for k in _KEYS}
 
 
-def _add(regions: list[KernelSass], warps: int) -> dict[str, float]:
-    return {k: sum(getattr(m, k) for m in regions) * warps for k in _KEYS}
-
-
 def _cost(c: dict[str, float], smem: float, warps_on_sm: float, warps_b: int, r: MachineRates,
           overlap: float) -> float:
     rest, _ = _pipe_cycles(c, warps_on_sm, r)
@@ -120,7 +119,7 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
         return float("nan")
     if not p.block_trips:
         read, write = dram_bytes or (0.0, 0.0)
-        return read / r.dram_read_bytes_per_s + write / r.dram_write_bytes_per_s + r.launch_gap_s
+        return read / r.dram_read_bytes_per_s + write / r.dram_write_bytes_per_s
     kernel, variant = p.code
     res = resources(kernel, tiling, w.d, w.causal, variant)
     occ = res.occupancy(hw)
@@ -128,35 +127,23 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     warps_on_sm = occ.warps_per_sm
     loop = sass(kernel, tiling, w.d, w.causal, variant, region=MAIN_LOOP)
     whole = sass(kernel, tiling, w.d, w.causal, variant, region="kernel")
-    inner = _inner_loops(kernel, tiling, w, variant) if p.inner_trips else []
     overlap = r.mma_lds_overlap
-    # shared-memory wavefronts go with the innermost trips
-    trips = sum(p.inner_trips or p.block_trips) * w.BH
-    smem = _smem_wavefronts(p, w) / trips if trips else 0.0
     cost = lambda counts, wavefronts: _cost(counts, wavefronts, warps_on_sm, warps_b, r, overlap)  # noqa: E731
     t_out = cost(_counts(whole, [loop], warps_b), 0.0)
-    nested = _inner_loops(kernel, tiling, w, variant)
-    known = inner_trips(kernel, tiling, w.d, w.causal, variant)
-    if inner:
-        t_trip = cost(_counts(loop, inner, warps_b), 0.0)
-        t_inner = cost(_add(inner, warps_b), smem)
-    elif known is not None and len(known) == len(nested):
-        counts = _counts(loop, nested, warps_b)
-        for region, n in zip(sorted(nested, key=lambda x: x.start), known):
-            counts = {k: v + n * getattr(region, k) * warps_b for k, v in counts.items()}
-        t_trip, t_inner = cost(counts, smem), 0.0
-    else:
-        t_trip, t_inner = cost(_counts(loop, [], warps_b), smem), 0.0
+    counts = _counts(loop, [], warps_b)
+    for region, n in nested_runs(p, kernel, tiling, w, variant):
+        # the main loop's count holds each nested loop once
+        counts = {k: v + (n - 1) * getattr(region, k) * warps_b for k, v in counts.items()}
+    trips = sum(p.block_trips) * w.BH
+    t_trip = cost(counts, _smem_wavefronts(p, w) / trips if trips else 0.0)
     share = occ.blocks_per_sm
     simulated = _simulated_trip(kernel, variant, tiling, w, occ, r)
     if simulated is not None:
-        t_trip, t_inner, share = simulated / share, 0.0, occ.blocks_per_sm
-    inner_order = _launch_order(p, w.BH, inner=True) if inner else None
-    durations = [share * (n * t_trip + (inner_order[b] * t_inner if inner else 0.0) + t_out)
-                 for b, n in enumerate(_launch_order(p, w.BH))]
+        t_trip = simulated / share
+    durations = [share * (n * t_trip + t_out) for n in _launch_order(p, w.BH)]
     cycles = makespan(durations, occ.blocks_per_sm * hw.sm_count)
     clock = r.mma_clock_hz if loop.hmma else r.clock_hz
-    return cycles / clock + r.launch_gap_s
+    return cycles / clock
 
 
 def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: MachineRates):
@@ -173,6 +160,8 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
         return None
     stream = stream_for(kernel, t, w.d, w.causal, variant, trips or None)
     per_scheduler = max(1, round(occ.warps_per_sm / 4))
+    if per_scheduler % occ.blocks_per_sm:
+        return None          # the simulator splits a scheduler's warps evenly over the blocks
     return loop_cycles(stream, per_scheduler, r, blocks=occ.blocks_per_sm)
 
 
@@ -180,19 +169,10 @@ def _smem_wavefronts(p: Phase, w: Workload) -> float:
     return (sum(p.sram_reads.values()) + sum(p.sram_writes.values())) * w.dtype_bytes / 128
 
 
-def _launch_order(p: Phase, bh: int, inner: bool = False) -> list[int]:
-    """Main-loop (``inner``: nested-loop) trips of every block of the launch, in the order
-    blocks start."""
-    trips = p.inner_trips if inner else p.block_trips
+def _launch_order(p: Phase, bh: int) -> list[int]:
+    """Main-loop trips of every block of the launch, in the order blocks start."""
     if p.tile_major:
-        return [n for n in trips for _ in range(bh)]
-    return list(trips) * bh
+        return [n for n in p.block_trips for _ in range(bh)]
+    return list(p.block_trips) * bh
 
 
-def _inner_loops(kernel: str, t: Tiling, w: Workload, variant: str) -> list[KernelSass]:
-    """The loops nested in the main loop (``inner_loop_<k>`` regions)."""
-    from .sass import kernel_sass
-
-    return [s for s in kernel_sass() if s.kernel == kernel and s.variant == variant
-            and s.tiling == t and s.d in (None, w.d) and s.causal in (None, w.causal)
-            and s.region.startswith("inner_loop_")]

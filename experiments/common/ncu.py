@@ -149,7 +149,10 @@ def profile_cases(cases: list[Case], workdir: Path, progress=None) -> dict[Case,
         tail = (workdir / "ncu_output.txt").read_text()[-300:].strip()
         return {case: f"ncu child failed (rc {returncode}): {tail}" for case in cases}
     outcomes = json.loads(result.read_text())  # [{"index": i, "error": str|None}] in launch order
-    segments = split_by_marker(parse_ncu_csv(log.read_text() if log.exists() else ""))
+    try:
+        segments = split_by_marker(parse_ncu_csv(log.read_text() if log.exists() else ""))
+    except ValueError as exc:               # a cell or unit this parser does not know
+        return {case: f"ncu output unreadable: {exc}" for case in cases}
     answers: dict[Case, Counters | str] = {}
     marked = [o for o in outcomes if o["marked"]]
     if len(segments) != len(marked):
