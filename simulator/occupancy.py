@@ -227,14 +227,33 @@ def resources(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant:
     """The recorded resources of ``kernel`` (its ``variant``) compiled for ``tiling`` (None for
     the row kernels), head dim ``d`` and ``causal``. LookupError, listing what was compiled,
     if this configuration never was: resources are measured, never guessed."""
-    rows = [r for r in kernel_resources(path) if r.kernel == kernel and r.variant == variant]
-    for r in rows:
-        if (r.tiling == tiling and r.d in (None, d) and r.causal in (None, causal)):
-            return r
+    rows = compiled_rows(kernel_resources(path), kernel, variant)
+    found = matching(rows, tiling, d, causal)
+    if found:
+        return found[0]
+    raise never_compiled(rows, kernel, variant, tiling, d, causal, path.name,
+                         "add it to tools/kernel_resources.py and rerun that (it needs a CUDA "
+                         "toolkit's ptxas)")
+
+
+def compiled_rows(rows, kernel: str, variant: str) -> list:
+    """The recorded rows (of ``kernel_resources`` or ``simulator.sass.kernel_sass``) of
+    ``kernel``'s ``variant``."""
+    return [r for r in rows if r.kernel == kernel and r.variant == variant]
+
+
+def matching(rows, tiling: Tiling | None, d: int, causal: bool) -> list:
+    """Those of ``rows`` compiled for ``tiling``, ``d`` and ``causal`` (a row's d or causal of
+    None: its code depends on neither)."""
+    return [r for r in rows if r.tiling == tiling and r.d in (None, d) and r.causal in (None, causal)]
+
+
+def never_compiled(rows, kernel: str, variant: str, tiling, d: int, causal: bool, file: str,
+                   remedy: str) -> LookupError:
+    """The LookupError of a configuration ``rows`` (a kernel's) do not hold: what they hold."""
     compiled = sorted({(r.tiling and (r.tiling.Br, r.tiling.Bc), r.d, r.causal) for r in rows},
                       key=str)
-    raise LookupError(
+    return LookupError(
         f"{kernel}{f' ({variant})' if variant else ''} with tiling={tiling}, d={d}, "
-        f"causal={causal} was never compiled; {path.name} has ((Br, Bc), d, causal) = "
-        f"{compiled or 'none of this kernel'}: add it to tools/kernel_resources.py and rerun "
-        "that (it needs a CUDA toolkit's ptxas)")
+        f"causal={causal} was never compiled; {file} has ((Br, Bc), d, causal) = "
+        f"{compiled or 'none of this kernel'}: {remedy}")

@@ -506,9 +506,10 @@ def sass(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant: str 
     for ``tiling`` (None for the row kernels), head dim ``d`` and ``causal``, mirroring
     ``simulator.occupancy.resources``. LookupError, listing what was compiled (or the regions
     the kernel has), if there is no such row: counts are read from the SASS, never guessed."""
-    rows = [r for r in kernel_sass(path) if r.kernel == kernel and r.variant == variant]
-    matches = [r for r in rows
-               if r.tiling == tiling and r.d in (None, d) and r.causal in (None, causal)]
+    from .occupancy import compiled_rows, matching, never_compiled
+
+    rows = compiled_rows(kernel_sass(path), kernel, variant)
+    matches = matching(rows, tiling, d, causal)
     for r in matches:
         if r.region == region:
             return r
@@ -517,10 +518,6 @@ def sass(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant: str 
             f"{kernel}{f' ({variant})' if variant else ''} with tiling={tiling}, d={d}, "
             f"causal={causal} has no region {region!r}; its regions: "
             f"{[r.region for r in matches]}")
-    compiled = sorted({(r.tiling and (r.tiling.Br, r.tiling.Bc), r.d, r.causal) for r in rows},
-                      key=str)
-    raise LookupError(
-        f"{kernel}{f' ({variant})' if variant else ''} with tiling={tiling}, d={d}, "
-        f"causal={causal} was never compiled; {path.name} has ((Br, Bc), d, causal) = "
-        f"{compiled or 'none of this kernel'}: add it to tools/kernel_resources.py and rerun "
-        "tools/kernel_sass.py (it needs a CUDA toolkit's ptxas and nvdisasm)")
+    raise never_compiled(rows, kernel, variant, tiling, d, causal, path.name,
+                         "add it to tools/kernel_resources.py and rerun tools/kernel_sass.py (it "
+                         "needs a CUDA toolkit's ptxas and nvdisasm)")
