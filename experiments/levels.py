@@ -99,10 +99,11 @@ def measured_levels(kernels: list[dict]) -> Levels:
         time_s=1e-9 * s("gpu_time_ns"))
 
 
-def split_by_algorithm(case: Case, kernels: tuple[dict, ...]) -> dict[str, list[dict]]:
+def split_by_algorithm(case: Case, kernels: tuple[dict, ...], reports=None) -> dict[str, list[dict]]:
     """The case's kernel readings, per simulator algorithm: each algorithm launches one kernel
-    per phase of its plan, in order. ValueError if the counts disagree."""
-    reports = model.reports(case)
+    per phase of its plan, in order (``reports``: the case's ``model.reports``, if the caller
+    has them). ValueError if the counts disagree."""
+    reports = reports or model.reports(case)
     launches = [len(r.phases) for r in reports]
     if sum(launches) != len(kernels):
         raise ValueError(f"{case.label}: ncu saw {len(kernels)} kernels "
@@ -166,7 +167,7 @@ def rows_for(case: Case, split: str, counters: Counters | str | None) -> tuple[l
     kernel_rows = []
     if isinstance(counters, Counters):
         try:
-            by_algorithm = split_by_algorithm(case, counters.per_kernel)
+            by_algorithm = split_by_algorithm(case, counters.per_kernel, reports)
         except ValueError as exc:
             note = str(exc)
         else:

@@ -82,11 +82,10 @@ def nested_runs(p: Phase, kernel: str, t: Tiling, w: Workload, variant: str):
     (``simulator.trips``) where all are known; else (Algorithm 1, whose nested i loop holds
     loops of its own) the directly nested ones: the largest, the i loop, ``Phase.inner_trips``
     times per main trip, the others once (loops nested deeper: in their parent, once)."""
-    from .sass import kernel_sass
+    from .sass import regions_of
     from .trips import inner_trips
 
-    rows = [r for r in kernel_sass() if r.kernel == kernel and r.variant == variant
-            and r.tiling == t and r.d in (None, w.d) and r.causal in (None, w.causal)]
+    rows = regions_of(kernel, t, w.d, w.causal, variant)
     main = next(r for r in rows if r.region == MAIN_LOOP)
     nested = sorted((r for r in rows if r.region.startswith("inner_loop_")), key=lambda r: r.start)
     known = inner_trips(kernel, t, w.d, w.causal, variant)

@@ -204,15 +204,21 @@ def _optional(text: str, kind):
     return None if text == "" else kind(text)
 
 
+def key_fields(r: Mapping[str, str]) -> dict:
+    """The columns that name a compiled kernel (kernel, function, variant, tiling, d, causal)
+    of a row of kernel_resources.csv or kernel_sass.csv, parsed."""
+    return dict(kernel=r["kernel"], function=r["function"], variant=r["variant"],
+                tiling=Tiling(int(r["Br"]), int(r["Bc"])) if r["Br"] else None,
+                d=_optional(r["d"], int), causal=_optional(r["causal"], lambda s: s == "True"))
+
+
 @lru_cache(maxsize=None)
 def kernel_resources(path: Path = RESOURCES_CSV) -> tuple[KernelResources, ...]:
     """Every row of the resources CSV (read once per path)."""
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     return tuple(KernelResources(
-        kernel=r["kernel"], function=r["function"], variant=r["variant"],
-        tiling=Tiling(int(r["Br"]), int(r["Bc"])) if r["Br"] else None,
-        d=_optional(r["d"], int), causal=_optional(r["causal"], lambda s: s == "True"),
+        **key_fields(r),
         threads=int(r["threads"]), dynamic_smem_bytes=int(r["dynamic_smem_bytes"]),
         static_smem_bytes=int(r["static_smem_bytes"]), registers=int(r["registers"]),
         register_cap=_optional(r["register_cap"], int),

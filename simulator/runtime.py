@@ -76,11 +76,12 @@ def rates_for(hardware: Hardware) -> MachineRates | None:
     return h200_rates() if hardware.name.upper().startswith("H200") else None
 
 
-def _pipe_cycles(c: dict[str, float], warps_on_sm: float, r: MachineRates) -> tuple[float, float]:
-    """(t_rest, t_barrier-free mma-side) for warp-instruction counts ``c`` (already x warps)."""
+def _pipe_cycles(c: dict[str, float], warps_on_sm: float, r: MachineRates) -> float:
+    """t_rest: the slowest pipe (issue included) for warp-instruction counts ``c`` (already x
+    warps)."""
     t_mma = c["hmma"] / r.mma_tf32_at(warps_on_sm, MMA_CHAINS) if c["hmma"] else 0.0
     return max(t_mma, c["total"] / 4.0, c["fma"] / r.ffma_per_cycle, c["alu"] / r.alu_per_cycle,
-               c["xu"] / r.mufu_ex2_per_cycle, c["shfl"] / r.shfl_per_cycle), t_mma
+               c["xu"] / r.mufu_ex2_per_cycle, c["shfl"] / r.shfl_per_cycle)
 
 
 _KEYS = ("hmma", "total", "fma", "alu", "xu", "shfl", "bar")
@@ -93,7 +94,7 @@ def _counts(s: KernelSass, minus: list[KernelSass], warps: int) -> dict[str, flo
 
 def _cost(c: dict[str, float], smem: float, warps_on_sm: float, warps_b: int, r: MachineRates,
           overlap: float) -> float:
-    rest, _ = _pipe_cycles(c, warps_on_sm, r)
+    rest = _pipe_cycles(c, warps_on_sm, r)
     t_smem = smem / r.lds_wavefronts_per_cycle[128]
     barrier = c["bar"] / warps_b * r.barrier_cycles_at(warps_b)
     return max(t_smem, rest) + overlap * min(t_smem, rest) + barrier

@@ -479,19 +479,15 @@ def parse_opcodes(text: str) -> dict[str, int]:
     return {key: int(n) for key, n in (item.rsplit(":", 1) for item in text.split())}
 
 
-def _optional(text: str, kind):
-    return None if text == "" else kind(text)
-
-
 @lru_cache(maxsize=None)
 def kernel_sass(path: Path = SASS_CSV) -> tuple[KernelSass, ...]:
     """Every row of the SASS CSV (read once per path)."""
+    from .occupancy import key_fields
+
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     return tuple(KernelSass(
-        kernel=r["kernel"], function=r["function"], variant=r["variant"],
-        tiling=Tiling(int(r["Br"]), int(r["Bc"])) if r["Br"] else None,
-        d=_optional(r["d"], int), causal=_optional(r["causal"], lambda s: s == "True"),
+        **key_fields(r),
         region=r["region"], start=int(r["start"], 16), end=int(r["end"], 16),
         depth=int(r["depth"]), opcodes=parse_opcodes(r["opcodes"]), lines=r["lines"],
         ptxas=r["ptxas"],
@@ -506,10 +502,9 @@ def sass(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant: str 
     for ``tiling`` (None for the row kernels), head dim ``d`` and ``causal``, mirroring
     ``simulator.occupancy.resources``. LookupError, listing what was compiled (or the regions
     the kernel has), if there is no such row: counts are read from the SASS, never guessed."""
-    from .occupancy import compiled_rows, matching, never_compiled
+    from .occupancy import compiled_rows, never_compiled
 
-    rows = compiled_rows(kernel_sass(path), kernel, variant)
-    matches = matching(rows, tiling, d, causal)
+    matches = regions_of(kernel, tiling, d, causal, variant, path)
     for r in matches:
         if r.region == region:
             return r
@@ -518,6 +513,15 @@ def sass(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant: str 
             f"{kernel}{f' ({variant})' if variant else ''} with tiling={tiling}, d={d}, "
             f"causal={causal} has no region {region!r}; its regions: "
             f"{[r.region for r in matches]}")
-    raise never_compiled(rows, kernel, variant, tiling, d, causal, path.name,
+    raise never_compiled(compiled_rows(kernel_sass(path), kernel, variant), kernel, variant,
+                         tiling, d, causal, path.name,
                          "add it to tools/kernel_resources.py and rerun tools/kernel_sass.py (it "
                          "needs a CUDA toolkit's ptxas and nvdisasm)")
+
+
+def regions_of(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant: str = "",
+               path: Path = SASS_CSV) -> list[KernelSass]:
+    """Every recorded region of ``kernel`` compiled for this configuration (none: [])."""
+    from .occupancy import compiled_rows, matching
+
+    return matching(compiled_rows(kernel_sass(path), kernel, variant), tiling, d, causal)

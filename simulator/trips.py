@@ -27,7 +27,7 @@ from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
-from .sass import MAIN_LOOP, kernel_sass
+from .sass import MAIN_LOOP, regions_of
 from .tiling import MATMUL_BK, Tiling
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "numba_flash" / "kernels"
@@ -77,8 +77,7 @@ def _counts_at(text: str, kernel: str, t: Tiling, d: int) -> list[int] | None:
 def inner_trips(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "") -> tuple[int, ...] | None:
     """Trips per main-loop trip of each loop nested in ``kernel``'s main loop (address order),
     or None where one is not known (module docstring). () when there are none."""
-    rows = [r for r in kernel_sass() if r.kernel == kernel and r.variant == variant
-            and r.tiling == tiling and r.d in (None, d) and r.causal in (None, causal)]
+    rows = regions_of(kernel, tiling, d, causal, variant)
     main = next((r for r in rows if r.region == MAIN_LOOP), None)
     if main is None:
         return None

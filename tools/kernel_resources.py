@@ -133,13 +133,19 @@ def main(argv) -> None:
     count = len(configurations(head_dims))
     with ProcessPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(measure, [head_dims] * count, range(count)))
-    stamp = {"ptxas": ptxas_version(), "date": datetime.date.today().isoformat(),
-             "kernel_source": kernel_cache.source_digest()[:16]}   # tests hold it to the sources
-    with open(args.out, "w", newline="") as f:
-        writer = csv.DictWriter(f, COLUMNS, lineterminator="\n")
+    write_table(args.out, COLUMNS, rows, ptxas_version(), datetime.date.today().isoformat(),
+                kernel_cache.source_digest()[:16])
+    print(f"{count} kernels -> {args.out}")
+
+
+def write_table(path: Path, columns, rows, ptxas: str, date: str, digest: str) -> None:
+    """The CSV of ``rows`` (dicts of ``columns``), each stamped with the ptxas version, the
+    date and the kernel-source digest (tests hold the digest to the sources)."""
+    stamp = {"ptxas": ptxas, "date": date, "kernel_source": digest}
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows({**row, **stamp} for row in rows)
-    print(f"{count} kernels -> {args.out}")
 
 
 if __name__ == "__main__":

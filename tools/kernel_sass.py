@@ -24,7 +24,6 @@ if the digest is still the sources'.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import os
 import shutil
@@ -38,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # simulator, numba_flash
 
 from compile_check import SIGS, ptxas_version, register_cap, sm90_ptx
-from kernel_resources import HEAD_DIMS, configurations
+from kernel_resources import HEAD_DIMS, configurations, write_table
 from numba.cuda import compile_ptx
 
 from numba_flash import kernel_cache
@@ -188,11 +187,7 @@ def main(argv) -> None:
                                          [args.keep] * count, [args.from_sass] * count)
                 for row in rows]
     finish_stamp(args, digest, ptxas, date)
-    stamp = {"ptxas": ptxas, "date": date, "kernel_source": digest}   # tests hold it to the sources
-    with open(args.out, "w", newline="") as f:
-        writer = csv.DictWriter(f, COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows({**row, **stamp} for row in rows)
+    write_table(args.out, COLUMNS, rows, ptxas, date, digest)
     print(f"{count} kernels, {len(rows)} regions -> {args.out}")
 
 
