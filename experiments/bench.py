@@ -1,12 +1,14 @@
-"""Benchmark: our kernels (each version) against PyTorch SDPA's backends, fp32, validated first.
+"""Benchmark: our kernels (each version) against PyTorch SDPA's backends, fp32 and fp16 / bf16, validated first.
 
 Shapes (B, H, N, d): (4, 16, 4096, 64), (1, 16, 16384, 64), the same with d = 128, and causal
 with d = 64; forward, and forward + backward.  Ours: standard attention, fa1 (the paper's loop
 order, one block per head: small shapes only), fa2 (tensor cores, 3xTF32), fa2_fma (the same
 loop order on FFMA), and the fa2 backward: on tensor cores with atomics, and the deterministic
-one (FFMA kernels).  Before any
-timing each kernel's outputs are checked against float64 on the same inputs (relative error
-> 1e-4 fails the run loudly).  Timing: CUDA events, warm-up, median.
+one (FFMA kernels).  In float16 and bfloat16 (HALF_SHAPES, the half-precision issue's shapes):
+fa2 forward (tensor cores in that format) and forward + backward.  Before any
+timing each kernel's outputs are checked against float64 on the same inputs (fp32: relative
+error > 1e-4 fails the run loudly; half: more than 2x / 3x the error of a plain same-format
+implementation, flash-attention's rule).  Timing: CUDA events, warm-up, median.
 Printed as a table -- kernel, shape, ms, TFLOP/s, speed-up over each SDPA backend
 (backend ms / our ms) -- and written as a CSV.
 """
@@ -31,11 +33,15 @@ SHAPES = [  # (B, H, N, d, causal)
 #: --quick: every shape issue 5 sets a target for (the causal one at N = 4096 only)
 QUICK_SHAPES = [(4, 16, 4096, 64, False), (1, 16, 16384, 64, False), (4, 16, 4096, 64, True),
                 (4, 16, 4096, 128, False), (1, 16, 16384, 128, False)]
+#: float16 / bfloat16 shapes (B, H, N, d, causal): the half-precision issue's targets.
+HALF_SHAPES = [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (1, 16, 16384, 64, False),
+               (2, 32, 4096, 128, True)]
+HALF = ("float16", "bfloat16")
 #: fa1 runs one thread block per (batch, head): slow by design, so only at N <= this.
 FA1_MAX_N = 4096
 KERNEL_MODULES = {"standard": "standard", "fa1": "flash_forward_alg1", "fa2": "flash_forward_fa2_tc",
                   "fa2_fma": "flash_forward_fa2", "backward": "flash_backward_tc",
-                  "backward_fma": "flash_backward"}
+                  "backward_fma": "flash_backward", "fa2_half": "flash_forward_half"}
 
 
 def kernel_version(name: str) -> str:
@@ -57,8 +63,14 @@ def our_cases(B, H, N, d, causal) -> list[tuple[str, Case]]:
     return cases
 
 
+def half_cases(B, H, N, d, causal, dtype) -> list[tuple[str, Case]]:
+    """(kernel label, case) pairs for one half-precision shape."""
+    return [("fa2", Case("fa2", "fwd", B, H, N, d, causal, dtype=dtype)),
+            ("fa2 + backward (fp32 kernels)", Case("fa2", "fwd_bwd", B, H, N, d, causal, dtype=dtype))]
+
+
 def _version(case: Case) -> str:
-    forward = kernel_version(case.method)
+    forward = kernel_version("fa2_half" if case.dtype in HALF else case.method)
     if case.passes == "fwd" or case.method == "standard":
         return f"v{forward}"
     fma = case.deterministic or BACKWARD_ALGORITHM[case.method] == "fa2_fma"
@@ -74,7 +86,11 @@ def run(ctx: RunContext) -> list[dict]:
     if not have_torch:
         ctx.skip(f"{NAME}: SDPA comparison (torch with CUDA is not installed)")
     rows = []
-    jobs = [(shape, label, case) for shape in shapes for label, case in our_cases(*shape)]
+    dtypes = ctx.dtypes or ("float32",) + HALF
+    jobs = [(shape, label, case) for shape in shapes for label, case in our_cases(*shape)
+            if "float32" in dtypes]
+    jobs += [(shape, label, case) for dtype in HALF if dtype in dtypes for shape in HALF_SHAPES
+             for label, case in half_cases(*shape, dtype)]
     build_kernels(ctx, NAME, [case for _, _, case in jobs])
     for shape, label, case in ctx.progress(jobs, f"{NAME}: ours"):
         row = _row(label, case, version=_version(case))
@@ -86,7 +102,8 @@ def run(ctx: RunContext) -> list[dict]:
                        max_rel_error=result[1], runs=result[0].runs)
         rows.append(row)
     if have_torch:
-        sdpa_jobs = [(backend, Case("fa2", passes, *shape)) for shape in shapes
+        sdpa_jobs = [(backend, Case("fa2", passes, *shape, dtype=dtype))
+                     for dtype in dtypes for shape in (HALF_SHAPES if dtype in HALF else shapes)
                      for passes in ("fwd", "fwd_bwd") for backend in BACKENDS]
         for backend, case in ctx.progress(sdpa_jobs, f"{NAME}: SDPA"):
             row = _row(f"torch SDPA {backend}", case, version="torch")
@@ -104,11 +121,11 @@ def run(ctx: RunContext) -> list[dict]:
 
 def _row(kernel: str, case: Case, version: str) -> dict:
     return {"kernel": kernel, "version": version, "passes": case.passes, "B": case.B, "H": case.H,
-            "N": case.N, "d": case.d, "causal": case.causal, "dtype": "fp32", "flops": case.flops}
+            "N": case.N, "d": case.d, "causal": case.causal, "dtype": case.dtype, "flops": case.flops}
 
 
 def _shape_key(row: dict) -> tuple:
-    return (row["passes"], row["B"], row["H"], row["N"], row["d"], row["causal"])
+    return (row["passes"], row["B"], row["H"], row["N"], row["d"], row["causal"], row["dtype"])
 
 
 def _add_ratios(rows: list[dict]) -> None:
@@ -132,7 +149,7 @@ def format_table(rows: list[dict]) -> str:
     header = ["kernel (version)", "shape B,H,N,d", "pass", "ms", "TFLOP/s"] + [f"x {b}" for b in BACKENDS]
     lines = []
     for r in rows:
-        shape = f"{r['B']},{r['H']},{r['N']},{r['d']}{' causal' if r['causal'] else ''}"
+        shape = f"{r['B']},{r['H']},{r['N']},{r['d']}{' causal' if r['causal'] else ''} {r['dtype']}"
         ms = f"{r['ms']:.3f}" if r.get("ms") else (r.get("note") or "")[:24]
         tf = f"{r['tflops']:.2f}" if r.get("tflops") else ""
         ratios = [f"{v:.2f}" if isinstance(v, float) else str(v)[:12] for v in (r.get(f"vs_{b}", "") for b in BACKENDS)]
@@ -144,12 +161,13 @@ def format_table(rows: list[dict]) -> str:
 
 def plot(rows: list[dict], path) -> None:
     timed = [r for r in rows if r.get("tflops")]
-    fig, (ax,) = plotting.figure(1, title="bench: fp32 TFLOP/s (FLOPs 4BHN²d, x3.5 with backward, x0.5 causal)")
+    fig, (ax,) = plotting.figure(1, title="bench: TFLOP/s (FLOPs 4BHN²d, x3.5 with backward, x0.5 causal)")
     if not timed:
         plotting.annotate_empty(ax, "nothing timed in this run (see the CSV's note)")
         plotting.save(fig, path)
         return
-    labels = [f"{r['kernel']} {r['passes']} {r['B']},{r['H']},{r['N']},{r['d']}{' c' if r['causal'] else ''}" for r in timed]
+    labels = [f"{r['kernel']} {r['passes']} {r['B']},{r['H']},{r['N']},{r['d']}{' c' if r['causal'] else ''} {r['dtype']}"
+              for r in timed]
     ax.barh(range(len(timed)), [r["tflops"] for r in timed],
             color=["C1" if r["kernel"].startswith("torch") else "C0" for r in timed])
     ax.set_yticks(range(len(timed)), labels, fontsize=5)

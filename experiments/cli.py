@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     common(run)
     bench = sub.add_parser("bench", help="time our kernels against PyTorch SDPA (GPU)")
     common(bench)
+    bench.add_argument("--dtype", nargs="+", choices=("float32", "float16", "bfloat16"), default=None,
+                       help="input formats to bench (default: all three)")
     return parser
 
 
@@ -97,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.common.context import RunContext, select_device
 
     device = select_device(args.device)
-    ctx = RunContext(device=device, quick=args.quick, out=args.out, command=_command(argv))
+    ctx = RunContext(device=device, quick=args.quick, out=args.out, command=_command(argv),
+                     dtypes=tuple(getattr(args, "dtype", None) or ()))
     print(f"device: {device}{' (quick)' if args.quick else ''}; results in {args.out}/")
     failed = []
     for module_name, name in jobs:

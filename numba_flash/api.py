@@ -24,14 +24,16 @@ import math
 
 import numpy as np
 
-from simulator.tiling import BACKWARD_KERNELS, FORWARD_KERNELS
+from simulator.tiling import BACKWARD_KERNELS, FORWARD_KERNELS, HALF_FORWARD_KERNELS
 
-from . import checks, memory
+from . import checks, memory, precision
 from .kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
 from .kernels.flash_backward_tc import make_flash_backward_tc
 from .kernels.flash_forward_alg1 import make_flash_forward_alg1
 from .kernels.flash_forward_fa2 import make_flash_forward_fa2
 from .kernels.flash_forward_fa2_tc import make_flash_forward_fa2_tc
+from .kernels.convert import make_convert
+from .kernels.flash_forward_half import make_flash_forward_half
 from .kernels.standard import make_ds, make_matmul, make_softmax
 from .kernels.tiles import LOG2E
 from .launch import launch
@@ -59,12 +61,50 @@ def _flat(x, rows, cols=None):
     return x.reshape(bh, rows) if cols is None else x.reshape(bh, rows, cols)
 
 
+def _flat_forward(Q, K, V, O, L, n_q, n_k, d):
+    """The FFMA forwards' (B*H, N, d) views of Q, K, V, O and (B*H, N_q) of L."""
+    return _flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d), _flat(O, n_q, d), _flat(L, n_q)
+
+
+def _inputs(mem, shp, **named):
+    """The kernels' arrays for the named inputs (Q=q, ...): ``Memory.input`` of each, as uint16
+    patterns for half-precision inputs."""
+    if not shp.half:
+        return tuple(mem.input(x, name) for name, x in named.items())
+    return tuple(precision.bits(mem.input(precision.kernel_source(x, shp.precision), name))
+                 for name, x in named.items())
+
+
+def _aligned16(*arrays) -> bool:
+    """Whether every device array starts on a 16-byte boundary (cp.async's 16-byte copies need
+    it); the simulator has no alignment to respect."""
+    if memory.simulator_enabled():
+        return True
+    return all(a.__cuda_array_interface__["data"][0] % 16 == 0 for a in arrays)
+
+
+def forward_kernel(algorithm: str, fmt: str) -> str:
+    """The Tiling kernel name ``flash_attention`` runs for ``algorithm`` on inputs of format
+    ``fmt``; half-precision inputs run on tensor cores in their format ("fa2") only."""
+    if fmt not in precision.HALF:
+        return ALGORITHMS[algorithm]
+    if algorithm not in HALF_FORWARD_KERNELS:
+        raise ValueError(f"algorithm={algorithm!r} runs in float32 only; {fmt} inputs run on "
+                         f"algorithm='fa2' (tensor cores in {fmt}): pass it, or convert the "
+                         "inputs to float32")
+    return HALF_FORWARD_KERNELS[algorithm]
+
+
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False,
                     algorithm="fa2", tiling=None, diagonal=None):
-    """FlashAttention forward. q: (B, H, N_q, d); k, v: (B, H, N_k, d); float32.
+    """FlashAttention forward. q: (B, H, N_q, d); k, v: (B, H, N_k, d); float32, float16 or
+    bfloat16 (all three the same).
 
-    Returns o (B, H, N_q, d), or (o, lse) with ``return_lse``; lse (B, H, N_q) is the natural-log
-    log-sum-exp of each row of scale * q k^T (-inf for rows that see no key).
+    Returns o (B, H, N_q, d) in the inputs' format, or (o, lse) with ``return_lse``; lse
+    (B, H, N_q), float32, is the natural-log log-sum-exp of each row of scale * q k^T (-inf for
+    rows that see no key). float16 / bfloat16 run on tensor cores in that format (mma m16n8k16,
+    fp32 sums and softmax statistics, P rounded to the format for P V, as FlashAttention-2);
+    ``algorithm`` must then be "fa2".
     ``causal``: row r sees key c iff c <= r + ``diagonal``, any int (None: N_k - N_q,
     bottom-right; 0: top-left, torch SDPA's ``is_causal``); ``diagonal`` only with ``causal=True``.
     ``algorithm="fa2"``: FA2 loop order (a block per Q tile) on tensor cores, TF32 mma with the
@@ -82,30 +122,36 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     diagonal = checks.diagonal(diagonal, causal, shp.N_q, shp.N_k)
     checks.flag("return_lse", return_lse)
     scale = checks.softmax_scale(softmax_scale, shp.d)
-    kernel_name = ALGORITHMS[algorithm]
-    tiling = checks.tiling_for(tiling, (kernel_name,), shp.d, shp.N_q, shp.N_k)
+    kernel_name = forward_kernel(algorithm, shp.precision)
+    tiling = checks.tiling_for(tiling, (kernel_name,), shp.d, shp.N_q, shp.N_k,
+                               2 if shp.half else 4)
 
     mem = memory.active()
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh = B * H
-    Q, K, V = mem.input(q, "Q"), mem.input(k, "K"), mem.input(v, "V")
-    O = mem.output((B, H, n_q, d), F32, "O", like=q)
+    Q, K, V = _inputs(mem, shp, Q=q, K=k, V=v)
+    O = mem.output((B, H, n_q, d), np.uint16 if shp.half else F32, "O", like=q)
     L = mem.output((B, H, n_q), F32, "L", like=q)
-    if algorithm == "fa2":   # the tensor-core kernel takes flat views (see its factory)
+    smem = tiling.smem_bytes(kernel_name, d, 2 if shp.half else 4)
+    grid, threads = (tiling.Tr(n_q), bh), tiling.threads_for(kernel_name)
+    if algorithm == "fa2":   # the tensor-core kernels take flat views (see their factories)
         args = tuple(x.reshape(x.size) for x in (Q, K, V, O, L))
-    else:
-        args = (_flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d), _flat(O, n_q, d), _flat(L, n_q))
-    smem = tiling.smem_bytes(kernel_name, d)
-    if algorithm in ("fa2", "fa2_fma"):
-        make = make_flash_forward_fa2_tc if algorithm == "fa2" else make_flash_forward_fa2
-        launch(make(tiling, d, causal), (tiling.Tr(n_q), bh), tiling.threads_for(kernel_name), smem,
-               *args, F32(scale * LOG2E), n_q, n_k, diagonal)
+        if shp.half:
+            vector = d % 8 == 0 and _aligned16(Q, K, V)
+            kernel = make_flash_forward_half(tiling, d, causal, shp.precision, vector)
+        else:
+            kernel = make_flash_forward_fa2_tc(tiling, d, causal)
+        launch(kernel, grid, threads, smem, *args, F32(scale * LOG2E), n_q, n_k, diagonal)
+    elif algorithm == "fa2_fma":
+        launch(make_flash_forward_fa2(tiling, d, causal), grid, threads, smem,
+               *_flat_forward(Q, K, V, O, L, n_q, n_k, d), F32(scale * LOG2E), n_q, n_k, diagonal)
     else:
         l_ws = mem.output((bh, n_q), F32, "l", like=q)
         m_ws = mem.output((bh, n_q), F32, "m", like=q)
         kernel = make_flash_forward_alg1(tiling, d, causal)
-        launch(kernel, (bh,), tiling.threads, smem, *args, l_ws, m_ws, scale, n_q, n_k, diagonal)
-    o = mem.result(O, shp.on_host)
+        launch(kernel, (bh,), tiling.threads, smem, *_flat_forward(Q, K, V, O, L, n_q, n_k, d),
+               l_ws, m_ws, scale, n_q, n_k, diagonal)
+    o = precision.as_format(mem.result(O, shp.on_host), shp.precision)
     return (o, mem.result(L, shp.on_host)) if return_lse else o
 
 
@@ -117,18 +163,32 @@ def backward_kernels(algorithm: str, deterministic: bool) -> tuple[str, ...]:
     return (BACKWARD_ALGORITHMS[algorithm],)
 
 
+def _convert(mem, x, name, fmt, widen, like):
+    """x (a device array of ``fmt``'s uint16 patterns, or of float32) converted to float32
+    (``widen``) or to the patterns, as a new output ``name``."""
+    out = mem.output(tuple(x.shape), F32 if widen else np.uint16, name, like=like)
+    threads = 32 if memory.simulator_enabled() else 256
+    blocks = min(math.ceil(x.size / threads), 4 if memory.simulator_enabled() else 132 * 16)
+    launch(make_convert(fmt, widen), (blocks,), threads, 0, x.reshape(x.size), out.reshape(out.size), x.size)
+    return out
+
+
 def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
                              tiling=None, deterministic=False, algorithm="fa2", diagonal=None):
     """Gradients (dq, dk, dv) of ``flash_attention`` from the saved o and lse (``causal`` and
     ``diagonal`` as the forward's).
 
-    do, q, o: (B, H, N_q, d); k, v: (B, H, N_k, d); lse: (B, H, N_q). P is recomputed from lse,
+    do, q, o: (B, H, N_q, d); k, v: (B, H, N_k, d); float32, float16 or bfloat16 (all the same);
+    lse: (B, H, N_q) float32. P is recomputed from lse,
     never stored; a grid of K/V blocks accumulates dK, dV on chip. dQ is accumulated with fp32
     atomics (run-to-run bit differences possible) unless ``deterministic``, which computes dQ
     in a second kernel that owns each Q tile.
     ``algorithm="fa2"``: the products on tensor cores, TF32 mma with the 3xTF32 split (errors at
     fp32 level, not bitwise fp32); ``"fa2_fma"``: plain fp32 FFMA arithmetic.
     ``deterministic=True`` runs the FFMA kernels whatever the algorithm.
+    float16 / bfloat16 inputs: widened to float32 on the device (exactly), the same fp32
+    kernels, the gradients rounded to the inputs' format once (no half-precision backward
+    kernels yet: this costs the fp32 backward's time plus the conversions).
     ``tiling``: a ``Tiling(Br, Bc)`` ("fa2" without ``deterministic``: Br and Bc multiples of
     16, Bc up to 512); default the fastest measured on the H200, smaller where the head dim
     needs more shared memory.
@@ -146,8 +206,11 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     mem = memory.active()
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh = B * H
-    dO, Q, K, V = mem.input(do, "dO"), mem.input(q, "Q"), mem.input(k, "K"), mem.input(v, "V")
-    O, L = mem.input(o, "O"), mem.input(lse, "L")
+    dO, Q, K, V, O = _inputs(mem, shp, dO=do, Q=q, K=k, V=v, O=o)
+    L = mem.input(lse, "L")
+    if shp.half:
+        dO, Q, K, V, O = (_convert(mem, x, f"{name} (fp32)", shp.precision, True, q)
+                          for name, x in (("dO", dO), ("Q", Q), ("K", K), ("V", V), ("O", O)))
     dQ = mem.output((B, H, n_q, d), F32, "dQ", like=q)
     dK = mem.output((B, H, n_k, d), F32, "dK", like=q)
     dV = mem.output((B, H, n_k, d), F32, "dV", like=q)
@@ -163,17 +226,21 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
         launch(make_flash_backward_tc(tiling, d, causal), (tiling.Tc(n_k), bh),
                tiling.threads_for("flash_backward_tc"), tiling.smem_bytes("flash_backward_tc", d),
                *args, F32(scale), qscale, n_q, n_k, diagonal)
-        return tuple(mem.result(x, shp.on_host) for x in (dQ, dK, dV))
-    kv = make_flash_backward_kv(tiling, d, causal, not deterministic)
-    launch(kv, (tiling.Tc(n_k), bh), tiling.threads, tiling.smem_bytes("flash_backward", d),
-           fq, fk, fv, fdo, fl, D, fdq, _flat(dK, n_k, d), _flat(dV, n_k, d), scale, qscale,
-           n_q, n_k, diagonal)
+    else:
+        kv = make_flash_backward_kv(tiling, d, causal, not deterministic)
+        launch(kv, (tiling.Tc(n_k), bh), tiling.threads, tiling.smem_bytes("flash_backward", d),
+               fq, fk, fv, fdo, fl, D, fdq, _flat(dK, n_k, d), _flat(dV, n_k, d), scale, qscale,
+               n_q, n_k, diagonal)
     if deterministic:
         dq_kernel = make_flash_backward_dq(tiling, d, causal)
         launch(dq_kernel, (tiling.Tr(n_q), bh), tiling.threads,
                tiling.smem_bytes("flash_backward_dq", d),
                fq, fk, fv, fdo, fl, D, fdq, scale, qscale, n_q, n_k, diagonal)
-    return tuple(mem.result(x, shp.on_host) for x in (dQ, dK, dV))
+    grads = (dQ, dK, dV)
+    if shp.half:
+        grads = tuple(_convert(mem, x, f"{name} ({shp.precision})", shp.precision, False, q)
+                      for name, x in (("dQ", dQ), ("dK", dK), ("dV", dV)))
+    return tuple(precision.as_format(mem.result(x, shp.on_host), shp.precision) for x in grads)
 
 
 def _matmul(tiling, a, b, c, alpha, m, n, kdim, bh, trans_a=False, trans_b=False):

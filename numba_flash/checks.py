@@ -12,12 +12,12 @@ import numpy as np
 from simulator.blocks import causal_diagonal
 from simulator.tiling import Tiling
 
+from . import precision
 from .launch import smem_limit_bytes
 from .memory import is_device_array
 
 #: Largest head dimension the kernels accept (its tiles still fit the H200's 227 KB).
 MAX_HEAD_DIM = 256
-SUPPORTED_DTYPES = (np.dtype(np.float32),)
 #: The kernels put batch * heads on a grid's y (or z) dimension.
 MAX_GRID_Y = 65535
 #: Threads a block may have, the bound a Tiling enforces and a ModelTiling does not.
@@ -26,7 +26,8 @@ MAX_THREADS = 1024
 
 @dataclass(frozen=True)
 class Shapes:
-    """Problem size read off q (B, H, N_q, d) and k (B, H, N_k, d); ``on_host``: NumPy inputs."""
+    """Problem size read off q (B, H, N_q, d) and k (B, H, N_k, d); ``on_host``: NumPy inputs;
+    ``precision``: their element format (``precision.FORMATS``)."""
 
     B: int
     H: int
@@ -34,6 +35,11 @@ class Shapes:
     N_k: int
     d: int
     on_host: bool
+    precision: str = "float32"
+
+    @property
+    def half(self) -> bool:
+        return self.precision in precision.HALF
 
 
 def _torch_tensor(name, x) -> None:
@@ -66,6 +72,9 @@ def _array_kind(name, x):
 def _contiguous(x) -> bool:
     if isinstance(x, np.ndarray):
         return x.flags.c_contiguous
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.is_contiguous()
     if hasattr(x, "is_c_contiguous"):
         return x.is_c_contiguous()
     cai = x.__cuda_array_interface__
@@ -99,26 +108,39 @@ def dtype_name(x) -> str:
     return dtype.name
 
 
-def tensors(**named) -> bool:
-    """Check kind (all host or all device), dtype (float32) and contiguity; return ``on_host``."""
+def tensors(float32=(), **named) -> tuple[bool, str]:
+    """Check kind (all host or all device), dtype (float32, float16 or bfloat16, one for all,
+    float32 for the names in ``float32``) and contiguity; return (``on_host``, the format)."""
     kinds = {name: _array_kind(name, x) for name, x in named.items()}
     if len(set(kinds.values())) > 1:
         detail = ", ".join(f"{n} on {k}" for n, k in kinds.items())
         raise TypeError(f"inputs must be all NumPy arrays or all device arrays, got {detail}: "
                         "move them to the same side")
+    formats = {}
     for name, x in named.items():
-        if _dtype(x) not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} has dtype {dtype_name(x)}; the kernels take float32: "
-                            f"convert {name} to float32 first")
+        fmt = precision.format_of(x)
+        if fmt is None:
+            raise TypeError(f"{name} has dtype {dtype_name(x)}; the kernels take float32, float16 "
+                            f"or bfloat16: convert {name} to one of them first")
+        if name in float32:
+            if fmt != "float32":
+                raise TypeError(f"{name} has dtype {dtype_name(x)}; it must be float32 (the kernels "
+                                f"keep {name} in fp32 whatever the format of the other inputs)")
+        else:
+            formats[name] = fmt
         if not _contiguous(x):
             raise ValueError(f"{name} is not C-contiguous: pass a contiguous copy of {name} "
                              "(e.g. np.ascontiguousarray or .contiguous())")
-    return next(iter(kinds.values())) == "host"
+    if len(set(formats.values())) > 1:
+        detail = ", ".join(f"{n} {dtype_name(named[n])}" for n in formats)
+        raise TypeError(f"inputs have mixed dtypes ({detail}): convert them all to one of "
+                        "float32, float16 or bfloat16")
+    return next(iter(kinds.values())) == "host", next(iter(formats.values()), "float32")
 
 
 def attention_shapes(q, k, v) -> Shapes:
     """Validate q (B, H, N_q, d), k and v (B, H, N_k, d) and return the sizes."""
-    on_host = tensors(q=q, k=k, v=v)
+    on_host, fmt = tensors(q=q, k=k, v=v)
     for name, x in (("q", q), ("k", k), ("v", v)):
         if len(x.shape) != 4:
             raise ValueError(f"{name} must be 4-D (batch, heads, seq_len, head_dim) as in torch "
@@ -142,14 +164,15 @@ def attention_shapes(q, k, v) -> Shapes:
     if d > MAX_HEAD_DIM:
         raise ValueError(f"head_dim d={d} is larger than the kernels support ({MAX_HEAD_DIM}): "
                          "split the heads")
-    return Shapes(B, H, n_q, n_k, d, on_host)
+    return Shapes(B, H, n_q, n_k, d, on_host, fmt)
 
 
 def backward_shapes(do, q, k, v, o, saved_name, saved, saved_shape) -> Shapes:
     """``attention_shapes`` plus the backward's extra inputs: do and o shaped like q, and the
-    saved tensor (lse or p) shaped ``saved_shape(shapes)``; all on one side, float32, contiguous."""
+    saved tensor (lse or p) shaped ``saved_shape(shapes)``; all on one side, contiguous, in q's
+    format (lse: float32)."""
     shp = attention_shapes(q, k, v)
-    tensors(do=do, q=q, k=k, v=v, o=o, **{saved_name: saved})
+    tensors(("lse",), do=do, q=q, k=k, v=v, o=o, **{saved_name: saved})
     same_shape("do", do, q.shape)
     same_shape("o", o, q.shape)
     same_shape(saved_name, saved, saved_shape(shp))
@@ -198,13 +221,15 @@ def diagonal(value, causal: bool, n_q: int, n_k: int) -> int:
     return causal_diagonal(n_q, n_k, value)
 
 
-def tiling_for(value, kernels, d: int, n_q: int | None = None, n_k: int | None = None) -> Tiling:
+def tiling_for(value, kernels, d: int, n_q: int | None = None, n_k: int | None = None,
+               dtype_bytes: int = 4) -> Tiling:
     """The tiling to launch ``kernels`` with: ``value`` checked against the device's shared
     memory, or, when None, the smallest of their defaults (``Tiling.kernel_default``, cut to
-    sequences of ``n_q`` queries and ``n_k`` keys)."""
+    sequences of ``n_q`` queries and ``n_k`` keys); ``dtype_bytes``: of the kernels' shared
+    memory elements (2 for the half-precision kernels)."""
     limit = smem_limit_bytes()
     if value is None:
-        choices = [Tiling.kernel_default(kernel, d, 4, limit, n_q, n_k) for kernel in kernels]
+        choices = [Tiling.kernel_default(kernel, d, dtype_bytes, limit, n_q, n_k) for kernel in kernels]
         return min(choices, key=lambda t: t.Br * t.Bc)
     if not isinstance(value, Tiling):
         raise TypeError(f"tiling must be a numba_flash.Tiling or None, got {type(value).__name__}")
@@ -212,5 +237,5 @@ def tiling_for(value, kernels, d: int, n_q: int | None = None, n_k: int | None =
         raise ValueError(f"tiling={value!r} needs {value.threads} threads a block (a model-only "
                          f"tiling); the kernels launch at most {MAX_THREADS}: choose Br * Bc <= 16384")
     for kernel in kernels:
-        value.check_fits(kernel, d, 4, limit)
+        value.check_fits(kernel, d, dtype_bytes, limit)
     return value

@@ -87,7 +87,7 @@ class CountingMemory(memory.Memory):
         return self._wrap(np.array(x, copy=True, order="C"), name)
 
     def output(self, shape, dtype, name, like=None):
-        return self._wrap(np.full(shape, np.nan, dtype=dtype), name)
+        return self._wrap(np.full(shape, memory.poison_fill(dtype), dtype=dtype), name)
 
     def result(self, x, on_host):
         return np.array(x._ary, copy=True).view(np.ndarray)

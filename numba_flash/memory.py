@@ -37,8 +37,22 @@ def _torch_allocation_device(like):
     return like.device if torch.cuda.current_stream(like.device).cuda_stream == 0 else None
 
 
+#: id(array) -> the torch tensor under a half-precision output, until ``Memory.result``.
+_half_tensors: dict = {}
+
+
+def poison_fill(dtype):
+    """What a poisoned output starts as: NaN, or for the uint16 patterns of a half-precision
+    output the bits of a NaN (``precision.HALF_NAN_BITS``)."""
+    return 0x7FFF if np.dtype(dtype) == np.uint16 else np.nan
+
+
 def is_device_array(x) -> bool:
-    """True for numba device arrays and any object exposing ``__cuda_array_interface__``."""
+    """True for numba device arrays, CUDA torch tensors (whose bfloat16 ones raise on
+    ``__cuda_array_interface__``) and any object exposing ``__cuda_array_interface__``."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(x, torch.Tensor):
+        return x.is_cuda
     if hasattr(x, "__cuda_array_interface__"):
         return True
     return simulator_enabled() and type(x).__name__ == "FakeCUDAArray"
@@ -55,20 +69,47 @@ class Memory:
         return cuda.to_device(np.ascontiguousarray(x))
 
     def output(self, shape, dtype, name, like=None):
-        """A new device array; ``like``: the call's first input as the caller passed it, which
-        decides the allocator (see ``_torch_allocation_device``)."""
+        """A new device array of ``dtype`` (float32, or uint16 for the bits of a half-precision
+        output); ``like``: the call's first input as the caller passed it, which decides the
+        allocator (see ``_torch_allocation_device``) and, for uint16, the torch dtype."""
         if self.poison:
-            return cuda.to_device(np.full(shape, np.nan, dtype=dtype))
+            return cuda.to_device(np.full(shape, poison_fill(dtype), dtype=dtype))
         device = _torch_allocation_device(like)
         if device is not None:
-            torch = sys.modules["torch"]
-            tensor = torch.empty(shape, dtype=getattr(torch, np.dtype(dtype).name), device=device)
-            return cuda.as_cuda_array(tensor)   # the array keeps the tensor (its owner) alive
+            tensor = torch_output(shape, dtype, like, device, poison=False)
+            array = cuda_view(tensor, dtype)
+            if np.dtype(dtype) == np.uint16:   # numba has no bfloat16: the result is the tensor
+                _half_tensors[id(array)] = tensor
+            return array
         return cuda.device_array(shape, dtype=dtype)
 
     def result(self, x, on_host):
-        """What the caller gets back: NumPy when the inputs were NumPy, else the device array."""
+        """What the caller gets back: NumPy when the inputs were NumPy, else the device array
+        (uint16 patterns as they are: ``precision.as_format``), or for a half-precision output
+        of torch inputs the torch tensor of their dtype."""
+        if id(x) in _half_tensors:
+            return _half_tensors.pop(id(x))
         return x.copy_to_host() if on_host else x
+
+
+def torch_output(shape, dtype, like, device, poison: bool):
+    """A torch tensor for an output of ``dtype`` (uint16: the half-precision dtype of ``like``,
+    a torch tensor), NaN-filled when ``poison``."""
+    torch = sys.modules["torch"]
+    tdtype = like.dtype if np.dtype(dtype) == np.uint16 else getattr(torch, np.dtype(dtype).name)
+    if poison:
+        return torch.full(shape, float("nan"), dtype=tdtype, device=device)
+    return torch.empty(shape, dtype=tdtype, device=device)
+
+
+def cuda_view(tensor, dtype, sync=True):
+    """A numba device array on a torch tensor's memory (which it keeps alive), as ``dtype``
+    (uint16: the tensor's 16-bit patterns, through an int16 view: torch gives bfloat16 no array
+    interface)."""
+    options = {} if sync else {"sync": False}
+    if np.dtype(dtype) == np.uint16:
+        return cuda.as_cuda_array(tensor.view(sys.modules["torch"].int16), **options).view(np.uint16)
+    return cuda.as_cuda_array(tensor, **options)
 
 
 _active = [Memory()]

@@ -28,9 +28,10 @@ from multiprocessing import get_context
 
 import numpy as np
 
-from simulator.tiling import FORWARD_KERNELS, Tiling
+from simulator.tiling import Tiling
 
 from . import kernel_cache
+from .precision import FORMATS, HALF, host_type
 
 FORWARDS = ("fa2", "fa2_fma", "fa1", "standard")
 BACKWARDS = ("fa2", "fa2_fma", "standard")
@@ -40,8 +41,9 @@ BACKWARDS = ("fa2", "fa2_fma", "standard")
 class KernelConfig:
     """Kernels of ``forward`` (a ``flash_attention`` algorithm or "standard"; None: none) and
     ``backward`` (a ``flash_attention_backward`` algorithm or "standard"; None: none) at head dim
-    ``d`` for ``n_q`` queries and ``n_k`` keys (default n_q). ``deterministic``: the backward's
-    deterministic kernels; ``tiling``: as passed to the API (None: its default)."""
+    ``d`` for ``n_q`` queries and ``n_k`` keys (default n_q), on inputs of ``dtype`` ("float32",
+    "float16" or "bfloat16"). ``deterministic``: the backward's deterministic kernels;
+    ``tiling``: as passed to the API (None: its default)."""
 
     d: int
     n_q: int
@@ -51,8 +53,11 @@ class KernelConfig:
     backward: str | None = "fa2"
     deterministic: bool = False
     tiling: Tiling | None = None
+    dtype: str = "float32"
 
     def __post_init__(self):
+        if self.dtype not in FORMATS:
+            raise ValueError(f"KernelConfig.dtype must be one of {FORMATS}, got {self.dtype!r}")
         if self.n_k is None:
             object.__setattr__(self, "n_k", self.n_q)
         if self.forward not in FORWARDS + (None,):
@@ -72,14 +77,16 @@ WARMUP_N = 64
 def _tilings(c: KernelConfig) -> tuple[Tiling | None, Tiling | None]:
     """The forward's and the backward's tilings, as the API resolves them at the config's N."""
     from . import checks
-    from .api import backward_kernels
+    from .api import backward_kernels, forward_kernel
 
-    def resolve(kernels):
-        return checks.tiling_for(c.tiling, kernels, c.d, c.n_q, c.n_k)
+    def resolve(kernels, dtype_bytes=4):
+        return checks.tiling_for(c.tiling, kernels, c.d, c.n_q, c.n_k, dtype_bytes)
 
     forward = backward = None
-    if c.forward:
-        forward = resolve(("standard_matmul",) if c.forward == "standard" else (FORWARD_KERNELS[c.forward],))
+    if c.forward == "standard":
+        forward = resolve(("standard_matmul",))
+    elif c.forward:
+        forward = resolve((forward_kernel(c.forward, c.dtype),), 2 if c.dtype in HALF else 4)
     if c.backward == "standard":
         backward = resolve(("standard_matmul",))
     elif c.backward:
@@ -95,8 +102,8 @@ def build(config: KernelConfig) -> dict:
 
     c = config
     n_q, n_k = min(c.n_q, WARMUP_N), min(c.n_k, WARMUP_N)
-    q = np.zeros((1, 1, n_q, c.d), np.float32)
-    k = np.zeros((1, 1, n_k, c.d), np.float32)
+    q = np.zeros((1, 1, n_q, c.d), host_type(c.dtype))
+    k = np.zeros((1, 1, n_k, c.d), host_type(c.dtype))
     before = dict(kernel_cache.STATS)
     report = {**asdict(c), "tiling": None if c.tiling is None else (c.tiling.Br, c.tiling.Bc),
               "forward_s": 0.0, "backward_s": 0.0, "error": ""}
@@ -112,7 +119,7 @@ def build(config: KernelConfig) -> dict:
         if c.backward == "standard":
             nf.standard_attention_backward(q, q, k, k, o, p, causal=c.causal, tiling=backward_tiling)
         elif c.backward:
-            o, lse = np.zeros_like(q), np.zeros(q.shape[:-1], np.float32)
+            o, lse = q.copy(), np.zeros(q.shape[:-1], np.float32)
             nf.flash_attention_backward(q, q, k, k, o, lse, causal=c.causal, algorithm=c.backward,
                                         deterministic=c.deterministic, tiling=backward_tiling)
         report["backward_s"] = time.perf_counter() - start
@@ -142,6 +149,7 @@ def _parse(argv):
     parser.add_argument("--causal", choices=("yes", "no", "both"), default="both")
     parser.add_argument("--forward", default="fa2", choices=FORWARDS)
     parser.add_argument("--backward", default="fa2", choices=BACKWARDS + ("none",))
+    parser.add_argument("--dtype", nargs="+", default=["float32"], choices=FORMATS)
     parser.add_argument("--processes", type=int, default=None)
     parser.add_argument("--info", action="store_true", help="list the cache and exit")
     parser.add_argument("--clear", action="store_true", help="empty the cache and exit")
@@ -167,11 +175,11 @@ def main(argv=None) -> int:
         return 0
     causal = {"yes": (True,), "no": (False,), "both": (False, True)}[args.causal]
     backward = None if args.backward == "none" else args.backward
-    configs = [KernelConfig(d=d, n_q=n, causal=c, forward=args.forward, backward=backward)
-               for d in args.d for n in args.n for c in causal]
+    configs = [KernelConfig(d=d, n_q=n, causal=c, forward=args.forward, backward=backward, dtype=t)
+               for d in args.d for n in args.n for c in causal for t in args.dtype]
     start = time.perf_counter()
     for row in warmup(configs, args.processes):
-        print(f"d={row['d']} N={row['n_q']} causal={row['causal']}: forward {row['forward_s']:.1f} s, "
+        print(f"{row['dtype']} d={row['d']} N={row['n_q']} causal={row['causal']}: forward {row['forward_s']:.1f} s, "
               f"backward {row['backward_s']:.1f} s ({row['compiled']} compiled, {row['loaded']} loaded)"
               + (f" ERROR {row['error']}" if row["error"] else ""))
     print(f"{len(configs)} configs in {time.perf_counter() - start:.1f} s; cache {kernel_cache.cache_dir()}")

@@ -17,9 +17,12 @@ Semantics are torch's (``torch.nn.functional.scaled_dot_product_attention``):
   of query heads (a copy: the kernels do not yet read a group's K/V once), as torch does;
 - what the kernels cannot do yet raises ``NotImplementedError``, never a silent fallback to
   torch: ``attn_mask``, ``dropout_p > 0``, a value head dim other than the query's, dtypes
-  other than float32 (float16 and bfloat16 kernels are on the way), leading dims that only
-  broadcast, empty inputs, a scale that is not finite and positive, and a second derivative
-  (the backward op has no autograd formula of its own).
+  other than float32, float16 and bfloat16, leading dims that only broadcast, empty inputs, a
+  scale that is not finite and positive, and a second derivative (the backward op has no
+  autograd formula of its own);
+- float16 and bfloat16 run the forward on tensor cores in that format; the backward widens
+  them to float32 and runs the fp32 kernels (``api.flash_attention_backward``), gradients in
+  the inputs' dtype.
 
 Both passes are ``torch.library`` custom operators, ``numba_flash::attention_forward`` (o, lse)
 and ``numba_flash::attention_backward`` (dq, dk, dv), with fake (meta) implementations and an
@@ -39,12 +42,12 @@ import numpy as np
 import torch
 from numba import cuda
 
-from . import api, memory
+from . import api, memory, precision
 from .launch import on_stream
 
 __all__ = ["scaled_dot_product_attention"]
 
-SUPPORTED_DTYPES = (torch.float32,)
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _streams: dict = {}
 
 
@@ -63,10 +66,8 @@ class TorchMemory(memory.Memory):
         return cuda.as_cuda_array(x, sync=False)
 
     def output(self, shape, dtype, name, like=None):
-        dtype = getattr(torch, np.dtype(dtype).name)
-        tensor = (torch.full(shape, math.nan, dtype=dtype, device=self.device) if self.poison
-                  else torch.empty(shape, dtype=dtype, device=self.device))
-        array = cuda.as_cuda_array(tensor, sync=False)
+        tensor = memory.torch_output(shape, dtype, like, self.device, self.poison)
+        array = memory.cuda_view(tensor, dtype, sync=False)
         self._tensors[id(array)] = tensor
         return array
 
@@ -99,22 +100,36 @@ def _run(fn, tensors, **kwargs):
     if not memory.simulator_enabled():
         raise RuntimeError("CPU tensors run on Numba's CUDA simulator: set NUMBA_ENABLE_CUDASIM=1 "
                            "before numba is imported (slow; for tests), or move the tensors to a GPU")
-    out = fn(*(t.detach().contiguous().numpy() for t in tensors), **kwargs)
-    return tuple(torch.from_numpy(x) for x in out)
+    out = fn(*(_to_numpy(t.detach().contiguous()) for t in tensors), **kwargs)
+    return tuple(_from_numpy(x) for x in out)
+
+
+def _to_numpy(t):
+    """A CPU tensor as a NumPy array (bfloat16: an ``ml_dtypes.bfloat16`` view of its bits)."""
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(precision.host_type("bfloat16"))
+    return t.numpy()
+
+
+def _from_numpy(x):
+    if x.dtype.name == "bfloat16":
+        return torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(x)
 
 
 @torch.library.custom_op("numba_flash::attention_forward", mutates_args=())
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                       causal: bool, diagonal: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(o, lse) of FlashAttention: q (B, H, N_q, d), k and v (B, H, N_k, d) float32; o (B, H,
-    N_q, d), lse (B, H, N_q); row r sees key c iff ``not causal or c <= r + diagonal``."""
+    """(o, lse) of FlashAttention: q (B, H, N_q, d), k and v (B, H, N_k, d) float32, float16 or
+    bfloat16; o (B, H, N_q, d) in their dtype, lse (B, H, N_q) float32; row r sees key c iff
+    ``not causal or c <= r + diagonal``."""
     return _run(api.flash_attention, (q, k, v), causal=causal, softmax_scale=scale,
                 return_lse=True, diagonal=diagonal if causal else None)
 
 
 @attention_forward.register_fake
 def _(q, k, v, scale, causal, diagonal):
-    return torch.empty_like(q), q.new_empty(q.shape[:-1])
+    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
 @torch.library.custom_op("numba_flash::attention_backward", mutates_args=())
@@ -169,7 +184,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     """``torch.nn.functional.scaled_dot_product_attention`` on numba-flash's kernels.
 
     query (..., N_q, d), key and value (..., N_k, d), the same leading dims (with
-    ``enable_gqa``, heads at dim -3 may divide the query's); float32, on one CUDA device or
+    ``enable_gqa``, heads at dim -3 may divide the query's); float32, float16 or bfloat16 (one
+    for all), on one CUDA device or
     (under the CUDA simulator) the CPU. Returns the attention output (..., N_q, d). See the
     module docstring for what is supported."""
     if attn_mask is not None:
@@ -181,9 +197,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
         if x.dtype not in SUPPORTED_DTYPES:
-            raise _unsupported(f"{name} is {x.dtype}; the kernels take torch.float32 for now: "
-                               f"convert with {name}.float() (float16/bfloat16 kernels are not "
-                               "there yet)")
+            raise _unsupported(f"{name} is {x.dtype}; the kernels take torch.float32, float16 or "
+                               f"bfloat16: convert with {name}.float() (or .half(), .bfloat16())")
         if x.dim() < 2:
             raise ValueError(f"{name} must have at least 2 dims (..., seq_len, head_dim), got "
                              f"shape {tuple(x.shape)}")

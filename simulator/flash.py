@@ -95,6 +95,35 @@ def flash_forward_tc(w: Workload, t: Tiling) -> Plan:
     return Plan((main,), workspace=plan.workspace)
 
 
+def flash_forward_half(w: Workload, t: Tiling) -> Plan:
+    """The FA2-order forward on tensor cores in fp16 / bf16 (numba_flash's "fa2" for half
+    inputs): HBM, FLOPs and workspace as ``flash_forward_v2`` (same contract; elements of the
+    input's format, L in fp32). SRAM, in 16-bit elements over the zero-padded D16 =
+    half_depth(d) columns: tile stores Q (once per row block), K and V (per active pair);
+    fragment reads (ldmatrix) per active pair: each of the Br/16 warps reads its 16 rows of Q
+    and all of K and V once. P stays in registers. Block order and L2 units as
+    ``flash_forward_tc``."""
+    t.check_mma("flash_forward_half")
+    g, d16 = _grid(w, t), t.half_depth(w.d)
+    warps, pairs = t.Br // 16, g.active_pairs
+    plan = flash_forward_v2(w, t)
+
+    def per_head(counts):
+        return {name: n * w.BH for name, n in counts.items() if n}
+
+    main = dataclasses.replace(
+        plan.phases[0], name="forward (FA2 order, tensor cores, half)", kernel="flash_forward_half",
+        code=("flash_forward_half", ""),
+        block_trips=tuple(int(n) for n in g.nb[::-1]) if w.causal else plan.phases[0].block_trips,
+        tile_major=w.causal,
+        sram_reads=per_head({"Q": pairs * t.Br * d16, "K": pairs * warps * t.Bc * d16,
+                             "V": pairs * warps * t.Bc * d16}),
+        sram_writes=per_head({"Q": g.tr * t.Br * d16, "K": pairs * t.Bc * d16,
+                              "V": pairs * t.Bc * d16}),
+        blocks_per_unit=1 if w.causal else g.tr)
+    return Plan((main,), workspace=plan.workspace)
+
+
 def flash_forward_v1(w: Workload, t: Tiling) -> Plan:
     """Grid (BH,), Algorithm 1: outer loop over j, inner over active i; O, l, m round-trip
     through HBM between visits.  Other FLOPs: 5 per active score, 3*rows_i*d per active pair

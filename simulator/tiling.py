@@ -29,7 +29,10 @@ MMA_ROWS, MMA_K, WARP = 16, 8, 32
 #: Tensor-core kernel -> (multiple of Br, multiple of Bc) its fragments need, and the tile side
 #: that has one warp per MMA_ROWS ("Br" or "Bc"; at most 1024 threads).
 MMA_KERNELS = {"flash_forward_tc": (MMA_ROWS, MMA_K, "Br"),
+               "flash_forward_half": (MMA_ROWS, MMA_ROWS, "Br"),
                "flash_backward_tc": (MMA_ROWS, MMA_ROWS, "Bc")}
+#: The half-precision (fp16, bf16) mma's k: the depth of its fragments and of the tiles' columns.
+HALF_K = 16
 #: Depth of the k-chunks the standard-attention matmul streams through shared memory.
 MATMUL_BK = 16
 #: Kernels whose shared memory a Tiling describes.
@@ -38,6 +41,7 @@ KERNELS = (
     "flash_forward_v1",
     "flash_forward_v2",
     "flash_forward_tc",
+    "flash_forward_half",
     "flash_backward",
     "flash_backward_dq",
     "flash_backward_tc",
@@ -46,6 +50,8 @@ KERNELS = (
 #: cores (3xTF32), FA2 order on FFMA (plain fp32 arithmetic), the paper's Algorithm 1 order.
 #: Here, beside the kernel names, so that the cost model's users need not import the kernels.
 FORWARD_KERNELS = {"fa2": "flash_forward_tc", "fa2_fma": "flash_forward_v2", "fa1": "flash_forward_v1"}
+#: ... and for fp16 / bf16 inputs: the FA2 order on tensor cores in the input's format.
+HALF_FORWARD_KERNELS = {"fa2": "flash_forward_half"}
 #: flash_attention_backward's algorithm -> its kernel: KV-outer on tensor cores (3xTF32), the
 #: same loop order on FFMA. Both add dQ atomically; ``deterministic=True`` runs the FFMA kernels.
 BACKWARD_KERNELS = {"fa2": "flash_backward_tc", "fa2_fma": "flash_backward"}
@@ -57,7 +63,7 @@ BACKWARD_KERNELS = {"fa2": "flash_backward_tc", "fa2_fma": "flash_backward"}
 #: v5, so one block a multiprocessor; ptxas: 255 registers, 32-64 B of spills): 23.4 (v4), 36.3 (v5);
 #: other tilings not measured.
 PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32),
-             "flash_backward_tc": (32, 128)}
+             "flash_backward_tc": (32, 128), "flash_forward_half": (128, 64)}
 #: ... and for d > 64: the tensor-core forward (v8, Qi in fp32) at d = 128 (4,16,4096): 46.3
 #: TFLOP/s at 256 x 32 (16 warps, 128 registers, 220 B of spill stores by ptxas), 45.1 at 192 x 32
 #: (12 warps, 168 registers), 38.8 at 128 x 32 (v7 with Qi split in SRAM: 40.8 and 40.1 at 128 x
@@ -65,7 +71,8 @@ PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32),
 #: also fit 256 x 32; not measured); the backward's
 #: dK and dV fragments (64 registers each at d = 128) spill at 16 x 64 (0.9 KB), less than at
 #: 32 x 64 (1.5 KB; not measured either).
-PREFERRED_WIDE_HEADS = {"flash_forward_tc": (256, 32), "flash_backward_tc": (16, 64)}
+PREFERRED_WIDE_HEADS = {"flash_forward_tc": (256, 32), "flash_backward_tc": (16, 64),
+                        "flash_forward_half": (128, 64)}
 #: Dynamic shared memory a block may opt into on sm_80/sm_90 (A100: 163 KB, H100/H200: 227 KB).
 H200_SMEM_PER_BLOCK = 232448
 
@@ -207,6 +214,17 @@ class Tiling:
         the 8 chunks of a line, stays inside the row."""
         return -(-2 * self.mma_depth(d) // 32) * 32
 
+    def half_depth(self, d: int) -> int:
+        """d rounded up to the half-precision mma's k = 16: the columns of the fp16 / bf16
+        kernel's tiles (the extra ones zero)."""
+        return -(-d // HALF_K) * HALF_K
+
+    def half_stride(self, d: int) -> int:
+        """Row stride (16-bit elements) of the fp16 / bf16 kernel's tiles: half_depth(d) + 8, an
+        odd number of 16-byte chunks, so that the 8 rows an ldmatrix reads (one 16-byte chunk
+        each) fall in 8 different groups of 4 banks."""
+        return self.half_depth(d) + 8
+
     @property
     def mma_v_stride(self) -> int:
         """Row stride (floats) of the tensor-core kernel's transposed Vj tile (d rows of Bc keys,
@@ -231,6 +249,10 @@ class Tiling:
             self.check_mma()    # its layout exists only for tilings the mma can cover
             return {"Qi": br // 2 * self.mma_q_stride(d), "Kj": bc * self.mma_stride(d),
                     "Vj": self.mma_depth(d) * self.mma_v_stride}
+        if kernel == "flash_forward_half":
+            self.check_mma(kernel)
+            ld = self.half_stride(d)   # 16-bit elements; two stages of Kj and Vj
+            return {"Qi": br * ld, "Kj": 2 * bc * ld, "Vj": 2 * bc * ld}
         if kernel == "flash_forward_v1":
             return {"Kj": bc * ld, "Vj": bc * ld, "Qi": br * ld, "S": br * ls,
                     "alpha": br, "beta": br}
@@ -320,6 +342,7 @@ def fit_side(n: int, grain: int) -> int:
 #: standard matmul's tiles cover outputs whose columns are d as often as N: left as they are.
 SMALL_N_SIDES = {
     "flash_forward_tc": (MMA_ROWS, MMA_K),
+    "flash_forward_half": (MMA_ROWS, MMA_ROWS),
     "flash_backward_tc": (MMA_ROWS, MMA_ROWS),
     "flash_forward_v1": (MICRO_TILE, MICRO_TILE),
     "flash_forward_v2": (MICRO_TILE, MICRO_TILE),

@@ -41,7 +41,7 @@ def test_forward_bad_inputs(tensors, fn):
         ((q, k, cut(v, np.s_[:, :1])), {}, ValueError, "batch and heads"),
         ((q, k, cut(v, np.s_[:, :, :3])), {}, ValueError, "same seq_len"),
         ((q.astype(np.float64), k, v), {}, TypeError, "q has dtype float64"),
-        ((q, k.astype(np.float16), v), {}, TypeError, "k has dtype float16"),
+        ((q, k.astype(np.float16), v), {}, TypeError, r"mixed dtypes \(q float32, k float16, v float32\)"),
         ((q, k, v[:, :, ::-1]), {}, ValueError, "v is not C-contiguous"),
         ((cut(q, np.s_[:, :, :0]), k, v), {}, ValueError, "q seq_len is 0"),
         ((q, cut(k, np.s_[:, :, :0]), cut(v, np.s_[:, :, :0])), {}, ValueError, "k seq_len is 0"),

@@ -20,9 +20,13 @@ def test_unnamed_two_byte_type_is_called_what_it_likely_is():
 
 
 def test_numpy_names():
-    q = np.zeros((1, 1, 4, 8), np.float16)
-    with pytest.raises(TypeError, match="q has dtype float16; the kernels take float32"):
+    q = np.zeros((1, 1, 4, 8), np.int16)
+    with pytest.raises(TypeError, match="q has dtype int16; the kernels take float32, float16 or bfloat16"):
         nf.flash_attention(q, q, q)
+    lse = np.zeros((1, 1, 4), np.float16)
+    q = q.astype(np.float16)
+    with pytest.raises(TypeError, match="lse has dtype float16; it must be float32"):
+        nf.flash_attention_backward(q, q, q, q, q, lse)
 
 
 def test_torch_tensors_the_api_cannot_take():

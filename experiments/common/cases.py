@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from simulator.tiling import BACKWARD_KERNELS, FORWARD_KERNELS
+from simulator.tiling import BACKWARD_KERNELS, FORWARD_KERNELS, HALF_FORWARD_KERNELS
 
 #: Our kernels: standard attention and FlashAttention in the paper's (fa1) or FA2 loop order,
 #: on tensor cores (fa2, 3xTF32) or FFMA (fa2_fma); the names are flash_attention's algorithms.
@@ -24,6 +24,8 @@ BACKWARD_ALGORITHM = {"fa1": "fa2_fma", "fa2": "fa2", "fa2_fma": "fa2_fma"}
 #: "fwd": the forward call; "fwd_bwd": forward then backward, as in training.
 PASSES = ("fwd", "fwd_bwd")
 BACKWARD_FLOPS_FACTOR = 2.5
+#: Input formats (numba_flash.precision.FORMATS); half precision runs the "fa2" method only.
+DTYPES = ("float32", "float16", "bfloat16")
 
 
 def attention_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool) -> float:
@@ -35,7 +37,8 @@ def attention_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool) -
 
 @dataclass(frozen=True)
 class Case:
-    """One measured call pattern.  ``tiling`` is (Br, Bc) or None for the kernels' default."""
+    """One measured call pattern.  ``tiling`` is (Br, Bc) or None for the kernels' default;
+    ``dtype``: the inputs' format (float16 / bfloat16: method "fa2" only)."""
 
     method: str
     passes: str
@@ -46,8 +49,13 @@ class Case:
     causal: bool = False
     tiling: tuple[int, int] | None = None
     deterministic: bool = False
+    dtype: str = "float32"
 
     def __post_init__(self):
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
+        if self.dtype != "float32" and self.method != "fa2":
+            raise ValueError(f"{self.dtype} runs on method 'fa2' only, got {self.method!r}")
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.passes not in PASSES:
@@ -64,6 +72,8 @@ class Case:
             parts.append(f"Br{self.tiling[0]}Bc{self.tiling[1]}")
         if self.deterministic:
             parts.append("deterministic")
+        if self.dtype != "float32":
+            parts.append(self.dtype)
         return "/".join(parts)
 
     @classmethod
@@ -75,8 +85,9 @@ class Case:
         B, H, N, d = (int(x) for x in re.fullmatch(r"B(\d+)H(\d+)N(\d+)d(\d+)", shape).groups())
         tiling = next((tuple(int(x) for x in re.fullmatch(r"Br(\d+)Bc(\d+)", f).groups())
                        for f in flags if f.startswith("Br")), None)
+        dtype = next((f for f in flags if f in DTYPES), "float32")
         return cls(method, passes, B, H, N, d, causal="causal" in flags, tiling=tiling,
-                   deterministic="deterministic" in flags)
+                   deterministic="deterministic" in flags, dtype=dtype)
 
     @property
     def flops(self) -> float:
@@ -91,7 +102,7 @@ class Case:
         if self.method == "standard":
             forward, backward = "standard_forward", "standard_backward"
         else:
-            forward = FORWARD_KERNELS[self.method]
+            forward = (FORWARD_KERNELS if self.dtype == "float32" else HALF_FORWARD_KERNELS)[self.method]
             backward = ("flash_backward_deterministic" if self.deterministic
                         else BACKWARD_KERNELS[BACKWARD_ALGORITHM[self.method]])
         return [forward, backward] if self.passes == "fwd_bwd" else [forward]
@@ -113,9 +124,12 @@ class Case:
 
 # ---- inputs ---------------------------------------------------------------------------------
 def host_inputs(case: Case, seed: int) -> dict[str, np.ndarray]:
-    """q, k, v, do as float32 NumPy arrays of shape (B, H, N, d), standard normal."""
+    """q, k, v, do as NumPy arrays of shape (B, H, N, d), standard normal, in the case's dtype."""
+    from numba_flash.precision import host_type
+
     rng = np.random.default_rng(seed)
-    return {name: rng.standard_normal(case.shape, dtype=np.float32) for name in ("q", "k", "v", "do")}
+    return {name: rng.standard_normal(case.shape, dtype=np.float32).astype(host_type(case.dtype))
+            for name in ("q", "k", "v", "do")}
 
 
 def device_inputs(case: Case, seed: int) -> dict:
@@ -128,7 +142,8 @@ def device_inputs(case: Case, seed: int) -> dict:
 
         return {name: cuda.to_device(x) for name, x in host_inputs(case, seed).items()}
     generator = torch.Generator(device="cuda").manual_seed(seed)
-    return {name: torch.randn(case.shape, device="cuda", dtype=torch.float32, generator=generator)
+    dtype = getattr(torch, case.dtype)
+    return {name: torch.randn(case.shape, device="cuda", dtype=torch.float32, generator=generator).to(dtype)
             for name in ("q", "k", "v", "do")}
 
 

@@ -52,6 +52,7 @@ class RunContext:
     quick: bool          # fewer points, fewer timing repetitions
     out: Path            # results root; the experiment writes to out/<name>/
     command: str         # the exact command line, recorded in every CSV row
+    dtypes: tuple = ()   # bench: the input formats to run (empty: all)
     skipped: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
 

@@ -18,7 +18,7 @@ def kernel_config(case: Case):
         backward = "standard" if case.method == "standard" else BACKWARD_ALGORITHM[case.method]
     return KernelConfig(d=case.d, n_q=case.N, causal=case.causal, forward=case.method,
                         backward=backward, deterministic=case.deterministic,
-                        tiling=case.tiling_object())
+                        tiling=case.tiling_object(), dtype=case.dtype)
 
 
 def build_kernels(ctx: RunContext, name: str, cases: list[Case]) -> None:

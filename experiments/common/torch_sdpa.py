@@ -4,8 +4,9 @@ from __future__ import annotations
 from .cases import Case, device_inputs
 from .timing import INPUT_SETS, QUICK_REPEATS, REPEATS, Timing, time_cuda
 
-#: The backends compared against, by their ``torch.nn.attention.SDPBackend`` names.
-BACKENDS = ("MATH", "EFFICIENT_ATTENTION", "FLASH_ATTENTION")
+#: The backends compared against, by their ``torch.nn.attention.SDPBackend`` names (FLASH and
+#: CUDNN take half precision only).
+BACKENDS = ("MATH", "EFFICIENT_ATTENTION", "FLASH_ATTENTION", "CUDNN_ATTENTION")
 
 
 def torch_available() -> bool:
@@ -36,7 +37,7 @@ def sdpa_call(backend: str, case: Case):
 
 
 def time_sdpa(backend: str, case: Case, quick: bool) -> Timing:
-    """Median time of SDPA on ``backend`` for the case's shape, passes and causality (fp32).
+    """Median time of SDPA on ``backend`` for the case's shape, passes, causality and dtype.
 
     Raises RuntimeError when the backend does not support the case (e.g. FLASH with fp32)."""
     sets = []

@@ -1,0 +1,252 @@
+"""FlashAttention forward in the FA2 loop order on tensor cores, in fp16 or bf16 (one body; the
+format is a compile-time parameter): mma.sync m16n8k16 with fp32 accumulators.
+
+Algorithm (per batch-head, row block i; Tr x B*H blocks, Br/16 warps each)::
+
+    Qi, K0, V0: HBM -> SRAM by cp.async (one group), wait, barrier
+    m = -inf, l = 0, O_acc = 0        (registers: warp w owns rows 16w..16w+15 of S, P and O)
+    for j < nb(i):                    (causal: fully masked blocks skipped)
+        (j > 0) wait for Kj, Vj; barrier
+        Kj+1, Vj+1: HBM -> the other SRAM stage by cp.async (in flight during this step)
+        S = Qi Kj^T, masked           (fp32 C fragments; Qi and Kj fragments by ldmatrix)
+        m_new = max(m, scale rowmax S)    (base-2 units, scale = softmax scale * log2 e)
+        P = exp2(scale S - m_new); alpha = exp2(m - m_new); l = alpha l + rowsum P (fp32)
+        P rounded to the half format, in registers: the C fragments of S are the A fragments
+        of P, two 8-key tiles to one 16-key step
+        O_acc = diag(alpha) O_acc + P Vj  (Vj^T fragments by ldmatrix.trans; P Vj on the
+                                           tensor cores from zero, added in fp32)
+    O = diag(1/l) O_acc rounded to the half format; L = (m + log2 l) ln 2 (fp32) -> HBM
+
+One barrier a step: K and V have two SRAM stages; the copies into stage (j + 1) % 2 start after
+the barrier of step j, which every warp reaches only once it is done reading that stage in step
+j - 1. Products are in the input's format with fp32 sums, as FlashAttention-2: S exact up to the
+fp32 sum, P rounded to the format once for P V, O once at the end; softmax statistics in fp32.
+
+SRAM (uint16 elements): Qi (Br x LD), then for each of two stages Kj and Vj (Bc x LD each),
+row-major as in HBM, LD = D16 + 8 (D16 = d rounded up to the mma's k = 16; columns d..D16-1
+zero): a row is an odd number of 16-byte chunks, so the 8 row addresses of an ldmatrix fall in
+8 different 16-byte bank groups (Tiling.half_stride).
+Fragments (lane = 8 i + l gives the address of row l of matrix i of an ldmatrix.x4):
+    Qi, k step ks:      rows wrow + 8 (i % 2) + l, columns 16 ks + 8 (i // 2)   -> a0..a3
+    Kj, key tiles 2p, 2p + 1 (16 keys), k step ks:
+                        rows 16 p + 8 (i // 2) + l, columns 16 ks + 8 (i % 2)   -> b0, b1 of each
+    Vj (.trans), key step kk, O tiles 2p, 2p + 1:
+                        rows 16 kk + 8 (i % 2) + l, columns 16 p + 8 (i // 2)   -> b0, b1 of each
+HBM -> SRAM moves 16-byte chunks (8 elements) with cp.async when d % 8 == 0 and the tensors
+are 16-byte aligned (``vector``); otherwise element by element through registers. Padding
+rows and columns are written as zeros, never read from HBM.
+
+Versions (H200, B=4 H=16 N=4096 d=64, fp16, ``python -m experiments bench``):
+    v1  first cut: m16n8k16, ldmatrix, two-stage cp.async K/V, one barrier a step, P in
+        registers, P V from zero per tile. (Measured numbers: the bench CSV of its run.)
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import cuda, float32, uint16, uint32, uint64
+
+from simulator.tiling import Tiling
+
+from ..kernel_cache import kernel_factory
+from ..launch import jit_options, smem_alignment
+from .half import half_ops
+from .mma import warp_ops
+from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max, tile_major_block
+from .unroll import static_range, unrolled
+
+VERSION = 1
+
+
+@kernel_factory
+def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, vector: bool):
+    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k, diagonal)`` on flat (1-D) uint16 views of
+    q, o: (B*H, N_q, d) and k, v: (B*H, N_k, d), holding ``dtype`` ("float16" or "bfloat16")
+    values; lse: (B*H, N_q) float32; ``qscale`` = softmax scale * log2(e), float32; ``diagonal``
+    (read only when ``causal``): row r sees key c iff c <= r + diagonal. ``vector``: d % 8 == 0
+    and q, k, v 16-byte aligned (tiles copied by cp.async). Launch with grid (Tr, B*H),
+    ``tiling.threads_for("flash_forward_half")`` threads and
+    ``tiling.smem_bytes("flash_forward_half", d, 2)`` bytes of dynamic shared memory."""
+    BR, BC = tiling.Br, tiling.Bc
+    T = tiling.threads_for("flash_forward_half")
+    D16 = tiling.half_depth(d)
+    LD = tiling.half_stride(d)
+    KS, NT, OT = D16 // 16, BC // 8, D16 // 8   # k steps of Qi Kj^T; n tiles of S; of O
+    PK = NT // 2                       # 16-key steps of P Vj (pairs of n tiles of S)
+    CH = D16 // 8                      # 16-byte chunks of a tile row
+    terms = tiling.smem_terms("flash_forward_half", d)
+    QO = np.uint64(0)
+    KO = np.uint64(terms["Qi"])        # stage s: Kj at KO + s STAGE, Vj at VO + s STAGE
+    VO = np.uint64(terms["Qi"] + BC * LD)
+    STAGE = np.uint64(2 * BC * LD)
+    U1, LDU = np.uint64(1), np.uint64(LD)
+    LN2_F = np.float32(LN2)
+
+    h = half_ops(dtype)
+    mma, pack2, to_half = h.mma, h.pack2, h.to_half
+    ldmatrix, ldmatrix_trans = h.ldmatrix, h.ldmatrix_trans
+    cp_async16, commit, wait_all = h.cp_async16, h.commit, h.wait_all
+    w = warp_ops()
+    exp2, quad_max, quad_sum = w.exp2_ftz, w.quad_max, w.quad_sum
+    ALIGN = smem_alignment()
+
+    def make_copy(rows_max):
+        """HBM -> SRAM: tile[r, c] = src[(row0 + r) d + c] for r < nrows, c < d, zero for the
+        other rows < ``rows_max`` and columns < D16; the tile at offset ``at0``."""
+        per = -(-rows_max * CH // T)
+
+        def copy(smem, at0, src, row0, nrows, tid):
+            for f in static_range(per):
+                idx = tid + T * f
+                r = idx // CH
+                c = idx - r * CH
+                if r < rows_max:
+                    at = at0 + uint64(r * LD + 8 * c)
+                    inside = r < nrows and 8 * c < d
+                    if vector:
+                        src_at = uint64((row0 + r) * d + 8 * c) if inside else uint64(row0 * d)
+                        cp_async16(smem, at, src, src_at, 16 if inside else 0)
+                    else:
+                        for e in static_range(8):
+                            x = uint16(0)
+                            if inside and 8 * c + e < d:
+                                x = src[uint64((row0 + r) * d + 8 * c + e)]
+                            smem[at + uint64(e)] = x
+        return cuda.jit(device=True)(unrolled(copy))
+
+    copy_q, copy_kv = make_copy(BR), make_copy(BC)
+
+    def flash_forward_half(q, k, v, o, lse, qscale, n_q, n_k, diagonal):
+        smem = cuda.shared.array(0, uint16, alignment=ALIGN)
+        i, bh = cuda.blockIdx.x, cuda.blockIdx.y
+        if causal:
+            # the last row blocks visit the most K/V blocks: start them first over all heads,
+            # so that the final wave holds the lightest blocks
+            i, bh = tile_major_block()
+            i = cuda.gridDim.x - 1 - i
+        tid = cuda.threadIdx.x
+        lane = tid % 32
+        g = lane // 4                 # fragment row group: this lane's rows are g and g + 8
+        t = lane % 4                  # thread in group: its columns are 2t, 2t + 1 of each 8
+        mi, ml = lane // 8, lane % 8  # the ldmatrix matrix and row this lane addresses
+        wrow = (tid // 32) * 16       # this warp's first row of the Br tile
+        row0 = i * BR
+        rows = min(BR, n_q - row0)
+        nb = active_blocks(row0 + rows - 1, diagonal, BC, (n_k + BC - 1) // BC, causal)
+
+        copy_q(smem, QO, q, bh * n_q + row0, rows, tid)
+        if nb > 0:
+            copy_kv(smem, KO, k, bh * n_k, min(BC, n_k), tid)
+            copy_kv(smem, VO, v, bh * n_k, min(BC, n_k), tid)
+        commit()
+
+        s = cuda.local.array((NT, 4), float32)     # registers: C fragments of S_ij, then P_ij
+        p = cuda.local.array((PK, 4), uint32) # registers: A fragments of P_ij (half pairs)
+        acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of O_i
+        m = cuda.local.array(2, float32)           # registers: running max (base 2) of rows g, g + 8
+        l = cuda.local.array(2, float32)           # registers: this lane's share of their sums
+        rescale = cuda.local.array(2, float32)     # registers: their alpha = exp2(m_old - m_new)
+        for e in static_range(2):
+            m[e] = NEG_INF
+            l[e] = ZERO
+        for n in static_range(OT):
+            for e in static_range(4):
+                acc[n, e] = ZERO
+        # this lane's ldmatrix row addresses (see the module docstring)
+        qa = QO + uint64((wrow + 8 * (mi % 2) + ml) * LD + 8 * (mi // 2))
+        kb = KO + uint64((8 * (mi // 2) + ml) * LD + 8 * (mi % 2))
+        vb = VO + uint64((8 * (mi % 2) + ml) * LD + 8 * (mi // 2))
+
+        for j in range(nb):
+            col0 = j * BC
+            cols = min(BC, n_k - col0)
+            stage = uint64(j % 2) * STAGE
+            wait_all()
+            # barrier: Kj, Vj (j = 0: and Qi) complete in SRAM; every warp done with step j - 1,
+            # so the other stage is free
+            cuda.syncthreads()
+            if j + 1 < nb:
+                nxt = STAGE - stage
+                copy_kv(smem, KO + nxt, k, bh * n_k + col0 + BC, min(BC, n_k - col0 - BC), tid)
+                copy_kv(smem, VO + nxt, v, bh * n_k + col0 + BC, min(BC, n_k - col0 - BC), tid)
+                commit()
+            for n in static_range(NT):
+                for e in static_range(4):
+                    s[n, e] = ZERO
+            for ks in static_range(KS):
+                a0, a1, a2, a3 = ldmatrix(smem, qa + uint64(16 * ks))
+                for np2 in static_range(PK):
+                    b0, b1, b2, b3 = ldmatrix(smem, kb + stage + uint64(16 * np2 * LD + 16 * ks))
+                    n0, n1 = 2 * np2, 2 * np2 + 1
+                    s[n0, 0], s[n0, 1], s[n0, 2], s[n0, 3] = mma(
+                        a0, a1, a2, a3, b0, b1, s[n0, 0], s[n0, 1], s[n0, 2], s[n0, 3])
+                    s[n1, 0], s[n1, 1], s[n1, 2], s[n1, 3] = mma(
+                        a0, a1, a2, a3, b2, b3, s[n1, 0], s[n1, 1], s[n1, 2], s[n1, 3])
+            # interior tiles (full, and left of the causal diagonal) need no mask
+            edge = cols < BC or (causal and col0 + BC - 1 > row0 + diagonal)
+            for hr in static_range(2):       # fragment slots 2hr, 2hr + 1 hold row wrow + g + 8hr
+                r = wrow + g + 8 * hr
+                mx = NEG_INF
+                for n in static_range(NT):
+                    for e in static_range(2):
+                        if edge and masked(r, 8 * n + 2 * t + e, row0, col0, cols, diagonal, causal):
+                            s[n, 2 * hr + e] = NEG_INF
+                        mx = sticky_max(mx, s[n, 2 * hr + e])
+                m_new = sticky_max(m[hr], quad_max(mx) * qscale)
+                if m_new == NEG_INF:  # nothing visible in this row yet
+                    alpha = ONE
+                    for n in static_range(NT):
+                        for e in static_range(2):
+                            s[n, 2 * hr + e] = ZERO
+                else:
+                    alpha = exp2(m[hr] - m_new)
+                    row_sum = ZERO
+                    for n in static_range(NT):
+                        for e in static_range(2):
+                            x = exp2(s[n, 2 * hr + e] * qscale - m_new)
+                            s[n, 2 * hr + e] = x
+                            row_sum += x
+                    l[hr] = alpha * l[hr] + row_sum
+                m[hr] = m_new
+                rescale[hr] = alpha
+            # P as A fragments of 16-key steps: keys 16kk + 2t (+1) of rows g, g + 8, then + 8
+            for kk in static_range(PK):
+                p[kk, 0] = pack2(s[2 * kk, 0], s[2 * kk, 1])
+                p[kk, 1] = pack2(s[2 * kk, 2], s[2 * kk, 3])
+                p[kk, 2] = pack2(s[2 * kk + 1, 0], s[2 * kk + 1, 1])
+                p[kk, 3] = pack2(s[2 * kk + 1, 2], s[2 * kk + 1, 3])
+            # O_acc = diag(alpha) O_acc + P Vj, P Vj summed on the tensor cores from zero for this
+            # tile, then added in fp32 (round to nearest)
+            for np2 in static_range(OT // 2):
+                c0, c1, c2, c3 = ZERO, ZERO, ZERO, ZERO
+                e0, e1, e2, e3 = ZERO, ZERO, ZERO, ZERO
+                for kk in static_range(PK):
+                    b0, b1, b2, b3 = ldmatrix_trans(smem, vb + stage + uint64(16 * kk * LD + 16 * np2))
+                    c0, c1, c2, c3 = mma(p[kk, 0], p[kk, 1], p[kk, 2], p[kk, 3], b0, b1, c0, c1, c2, c3)
+                    e0, e1, e2, e3 = mma(p[kk, 0], p[kk, 1], p[kk, 2], p[kk, 3], b2, b3, e0, e1, e2, e3)
+                n0, n1 = 2 * np2, 2 * np2 + 1
+                acc[n0, 0] = acc[n0, 0] * rescale[0] + c0
+                acc[n0, 1] = acc[n0, 1] * rescale[0] + c1
+                acc[n0, 2] = acc[n0, 2] * rescale[1] + c2
+                acc[n0, 3] = acc[n0, 3] * rescale[1] + c3
+                acc[n1, 0] = acc[n1, 0] * rescale[0] + e0
+                acc[n1, 1] = acc[n1, 1] * rescale[0] + e1
+                acc[n1, 2] = acc[n1, 2] * rescale[1] + e2
+                acc[n1, 3] = acc[n1, 3] * rescale[1] + e3
+
+        for hr in static_range(2):
+            r = wrow + g + 8 * hr
+            row_l = quad_sum(l[hr])
+            if r < rows:
+                inv = ZERO if row_l == ZERO else ONE / row_l   # l = 0: the row saw no key
+                at = uint64((bh * n_q + row0 + r) * d + 2 * t)
+                for n in static_range(OT):
+                    for e in static_range(2):
+                        if 8 * n + 2 * t + e < d:
+                            o[at + uint64(8 * n + e)] = to_half(acc[n, 2 * hr + e] * inv)
+                if t == 0:
+                    lse[uint64(bh * n_q + row0 + r)] = (
+                        NEG_INF if row_l == ZERO else (m[hr] + math.log2(row_l)) * LN2_F)
+
+    return cuda.jit(**jit_options("flash_forward_half", tiling, d))(unrolled(flash_forward_half))
