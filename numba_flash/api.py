@@ -21,6 +21,7 @@ product and 0 * NaN = NaN (flash-attention behaves the same way). A -inf score i
 from __future__ import annotations
 
 import math
+import sys
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from .kernels.convert import make_convert
 from .kernels.flash_forward_half import make_flash_forward_half
 from .kernels.standard import make_ds, make_matmul, make_softmax
 from .kernels.tiles import LOG2E
-from .launch import launch
+from .launch import launch, launch_tensors
 
 #: algorithm -> kernel (a Tiling kernel name), forward and backward: simulator.tiling's maps.
 ALGORITHMS, BACKWARD_ALGORITHMS = FORWARD_KERNELS, BACKWARD_KERNELS
@@ -129,18 +130,17 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     mem = memory.active()
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh = B * H
+    smem = tiling.smem_bytes(kernel_name, d, 2 if shp.half else 4)
+    grid, threads = (tiling.Tr(n_q), bh), tiling.threads_for(kernel_name)
+    if algorithm == "fa2" and memory.torch_fast_path(mem, q, k, v):
+        return _forward_on_tensors(q, k, v, shp, tiling, causal, diagonal, scale, return_lse, grid,
+                                   threads, smem)
     Q, K, V = _inputs(mem, shp, Q=q, K=k, V=v)
     O = mem.output((B, H, n_q, d), np.uint16 if shp.half else F32, "O", like=q)
     L = mem.output((B, H, n_q), F32, "L", like=q)
-    smem = tiling.smem_bytes(kernel_name, d, 2 if shp.half else 4)
-    grid, threads = (tiling.Tr(n_q), bh), tiling.threads_for(kernel_name)
     if algorithm == "fa2":   # the tensor-core kernels take flat views (see their factories)
         args = tuple(x.reshape(x.size) for x in (Q, K, V, O, L))
-        if shp.half:
-            vector = d % 8 == 0 and _aligned16(Q, K, V)
-            kernel = make_flash_forward_half(tiling, d, causal, shp.precision, vector)
-        else:
-            kernel = make_flash_forward_fa2_tc(tiling, d, causal)
+        kernel = _forward_kernel_fa2(tiling, d, causal, shp, d % 8 == 0 and _aligned16(Q, K, V))
         launch(kernel, grid, threads, smem, *args, F32(scale * LOG2E), n_q, n_k, diagonal)
     elif algorithm == "fa2_fma":
         launch(make_flash_forward_fa2(tiling, d, causal), grid, threads, smem,
@@ -153,6 +153,27 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
                l_ws, m_ws, scale, n_q, n_k, diagonal)
     o = precision.as_format(mem.result(O, shp.on_host), shp.precision)
     return (o, mem.result(L, shp.on_host)) if return_lse else o
+
+
+def _forward_kernel_fa2(tiling, d, causal, shp, vector):
+    """The "fa2" forward kernel for the inputs' format."""
+    if shp.half:
+        return make_flash_forward_half(tiling, d, causal, shp.precision, vector)
+    return make_flash_forward_fa2_tc(tiling, d, causal)
+
+
+def _forward_on_tensors(q, k, v, shp, tiling, causal, diagonal, scale, return_lse, grid, threads, smem):
+    """``flash_attention``'s "fa2" launch on torch tensors without numba arrays
+    (``launch.launch_tensors``): outputs from torch's allocator, returned as torch tensors."""
+    torch = sys.modules["torch"]
+    B, H, n_q, d = shp.B, shp.H, shp.N_q, shp.d
+    o = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
+    flat = [(x.view(torch.int16) if shp.half else x).view(-1) for x in (q, k, v, o)]
+    vector = d % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in flat[:3])
+    launch_tensors(_forward_kernel_fa2(tiling, d, causal, shp, vector), grid, threads, smem,
+                   *flat, lse.view(-1), F32(scale * LOG2E), shp.N_q, shp.N_k, diagonal)
+    return (o, lse) if return_lse else o
 
 
 def backward_kernels(algorithm: str, deterministic: bool) -> tuple[str, ...]:

@@ -1,17 +1,29 @@
-"""Kernel launches, including blocks that need more than 48 KB of dynamic shared memory.
+"""Kernel launches, including blocks that need more than 48 KB of dynamic shared memory, and
+``launch_tensors``: launches on torch tensors that skip numba's per-call typing.
 
 numba-cuda 0.30 has no public switch for the opt-in shared-memory limit (NVIDIA/numba-cuda#94),
 so for such a launch a pre-launch callback sets ``CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES``
 on the overload numba-cuda is about to launch, through the driver, once per (overload, device).
 (Compiling for the arguments ourselves, as before, typed them a second time every call: 31 us.)
+
+A launch through numba's dispatcher on torch tensors costs ~0.6 ms of host time (H200 machine,
+2026-12-01, tools/call_profile.py): each tensor becomes a numba device array through its array
+interface (context checks, a pointer-attribute query), and every launch types each argument
+and converts it again. ``launch_tensors`` does that once per (kernel, argument types): the
+first launch goes through ``launch`` as any other; later ones hand the compiled kernel the
+arguments numba would have built -- for each 1-D contiguous array (meminfo 0, parent 0,
+size, itemsize, data pointer, shape, stride), scalars as ctypes values of the compiled types --
+straight to ``cuda.core``'s launch on the current stream.
 """
 from __future__ import annotations
 
 import weakref
+import ctypes
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from functools import lru_cache
 
+import numpy as np
 from numba import cuda
 
 from simulator.tiling import H200_SMEM_PER_BLOCK, Tiling
@@ -127,3 +139,50 @@ def launch(kernel, grid, threads: int, smem_bytes: int, *args) -> None:
             configured.pre_launch_callbacks.append(callback)
     with fast_turns() if simulator_enabled() else nullcontext():
         configured(*args)
+
+
+#: (dispatcher, device, argument kinds) -> (the compiled kernel's cuda.core kernel, its
+#: argument types), filled by the first launch of each
+_plans: dict = {}
+
+
+def _kind(arg):
+    """What decides the compiled kernel of an argument: a tensor's dtype, a scalar's type."""
+    dtype = getattr(arg, "dtype", None)
+    return (dtype, arg.dim()) if dtype is not None and hasattr(arg, "data_ptr") else type(arg)
+
+
+def launch_tensors(kernel, grid, threads: int, smem_bytes: int, *args) -> None:
+    """``launch`` of ``kernel`` on 1-D contiguous torch CUDA tensors (half-precision ones as
+    their 16-bit patterns) and scalars, typed and converted once per (kernel, device, argument
+    kinds); see the module docstring. Not for the simulator."""
+    from cuda.core import LaunchConfig
+    from cuda.core import launch as core_launch
+    from numba.cuda import types
+    from numba.cuda.cudadrv import driver
+
+    from .memory import cuda_view
+
+    device = next((a.device.index for a in args if hasattr(a, "data_ptr")), None)
+    key = (kernel, device, tuple(_kind(a) for a in args))
+    plan = _plans.get(key)
+    if plan is None:
+        numba_args = [cuda_view(a, np.uint16 if a.element_size() == 2 else np.float32)
+                      if hasattr(a, "data_ptr") else a for a in args]
+        launch(kernel, grid, threads, smem_bytes, *numba_args)
+        overload = kernel.overloads[tuple(kernel.typeof_pyval(a) for a in numba_args)]
+        _plans[key] = (overload._codelibrary.get_cufunc().kernel, overload.argument_types)
+        return
+    cukernel, argument_types = plan
+    kernelargs = []
+    for ty, arg in zip(argument_types, args):
+        if isinstance(ty, types.Array):
+            n, itemsize = arg.numel(), arg.element_size()
+            kernelargs += [0, 0, n, itemsize, arg.data_ptr(), n, itemsize]
+        elif ty == types.float32:
+            kernelargs.append(ctypes.c_float(arg))
+        else:
+            kernelargs.append(getattr(ctypes, f"c_{ty}")(arg))
+    grid = grid if isinstance(grid, tuple) else (grid,)
+    config = LaunchConfig(grid=grid, block=threads, shmem_size=smem_bytes)
+    core_launch(driver._to_core_stream(_stream.get()), config, cukernel, *kernelargs)

@@ -41,6 +41,16 @@ def _torch_allocation_device(like):
 _half_tensors: dict = {}
 
 
+def torch_fast_path(memory, *xs) -> bool:
+    """Whether a call on ``xs`` may skip numba's arrays (``launch.launch_tensors``): all are
+    torch CUDA tensors, on torch's legacy default stream (``_torch_allocation_device``), and
+    ``memory`` is the plain, unpoisoned ``Memory``."""
+    torch = sys.modules.get("torch")
+    return (torch is not None and type(memory) is Memory and not memory.poison
+            and all(isinstance(x, torch.Tensor) for x in xs)
+            and _torch_allocation_device(xs[0]) is not None)
+
+
 def poison_fill(dtype):
     """What a poisoned output starts as: NaN, or for the uint16 patterns of a half-precision
     output the bits of a NaN (``precision.HALF_NAN_BITS``)."""

@@ -133,8 +133,17 @@ class Tiling:
         4 x 4 layout for the others."""
         if kernel in MMA_KERNELS:
             self.check_mma(kernel)
-            return WARP * getattr(self, MMA_KERNELS[kernel][2]) // MMA_ROWS
+            return WARP * getattr(self, MMA_KERNELS[kernel][2]) // self.rows_per_warp(kernel)
         return self.threads
+
+    def rows_per_warp(self, kernel: str) -> int:
+        """Rows (of the side with one warp per MMA_ROWS, ``MMA_KERNELS``) each warp of a
+        tensor-core kernel owns: MMA_ROWS, except in the fp16 / bf16 forward, where a warp
+        takes two 16-row tiles when Br allows (each K and V fragment it loads then feeds two
+        mma: half the shared-memory reads a product)."""
+        if kernel == "flash_forward_half" and self.Br % (2 * MMA_ROWS) == 0:
+            return 2 * MMA_ROWS
+        return MMA_ROWS
 
     def suits_mma(self, kernel: str = "flash_forward_tc") -> bool:
         """Whether the tensor-core ``kernel`` can use this tiling (see ``check_mma``)."""

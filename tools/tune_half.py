@@ -11,9 +11,9 @@ format. Timing: CUDA events, fresh inputs rotated among 3 sets, 3 warm-ups, medi
 Records the numbers behind flash_forward_half.py's changelog lines.
 """
 import argparse
-import csv
-import math
 import statistics
+import sys
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,6 +21,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import numba_flash as nf
+from experiments.common.metadata import run_metadata
+from experiments.common.results import write_rows
 
 
 def median_ms(fn, sets, reps=20, warmup=3):
@@ -101,10 +103,8 @@ def main():
                       f"{ms:.3f} ms {row['tflops']:.1f} TFLOP/s ({row['vs_flash']:.2f}x FLASH "
                       f"{flops / flash / 1e9:.1f}); error {err:.2e} (math {plain:.2e})", flush=True)
     if args.out and rows:
-        with open(args.out, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        command = "python tools/tune_half.py " + " ".join(sys.argv[1:])
+        write_rows(Path(args.out), rows, run_metadata("tools/tune_half.py", "gpu", command))
 
 
 if __name__ == "__main__":

@@ -70,6 +70,8 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
     ``tiling.smem_bytes("flash_forward_half", d, 2)`` bytes of dynamic shared memory."""
     BR, BC = tiling.Br, tiling.Bc
     T = tiling.threads_for("flash_forward_half")
+    RW = tiling.rows_per_warp("flash_forward_half")
+    MT = RW // 16                      # 16-row tiles of S and O a warp owns
     D16 = tiling.half_depth(d)
     LD = tiling.half_stride(d)
     KS, NT, OT = D16 // 16, BC // 8, D16 // 8   # k steps of Qi Kj^T; n tiles of S; of O
@@ -130,7 +132,7 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
         g = lane // 4                 # fragment row group: this lane's rows are g and g + 8
         t = lane % 4                  # thread in group: its columns are 2t, 2t + 1 of each 8
         mi, ml = lane // 8, lane % 8  # the ldmatrix matrix and row this lane addresses
-        wrow = (tid // 32) * 16       # this warp's first row of the Br tile
+        wrow = (tid // 32) * RW       # this warp's first row of the Br tile (MT tiles of 16)
         row0 = i * BR
         rows = min(BR, n_q - row0)
         nb = active_blocks(row0 + rows - 1, diagonal, BC, (n_k + BC - 1) // BC, causal)
@@ -141,18 +143,24 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
             copy_kv(smem, VO, v, bh * n_k, min(BC, n_k), tid)
         commit()
 
-        s = cuda.local.array((NT, 4), float32)     # registers: C fragments of S_ij, then P_ij
-        p = cuda.local.array((PK, 4), uint32) # registers: A fragments of P_ij (half pairs)
-        acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of O_i
-        m = cuda.local.array(2, float32)           # registers: running max (base 2) of rows g, g + 8
-        l = cuda.local.array(2, float32)           # registers: this lane's share of their sums
-        rescale = cuda.local.array(2, float32)     # registers: their alpha = exp2(m_old - m_new)
-        for e in static_range(2):
-            m[e] = NEG_INF
-            l[e] = ZERO
-        for n in static_range(OT):
-            for e in static_range(4):
-                acc[n, e] = ZERO
+        # registers (tile mt of this warp's MT row tiles): C fragments of S_ij, then P_ij; A
+        # fragments of P_ij (half pairs); C fragments of O_i; running max (base 2) of rows g,
+        # g + 8; this lane's share of their sums; their alpha = exp2(m_old - m_new)
+        s = cuda.local.array((MT, NT, 4), float32)
+        p = cuda.local.array((MT, PK, 4), uint32)
+        acc = cuda.local.array((MT, OT, 4), float32)
+        m = cuda.local.array((MT, 2), float32)
+        l = cuda.local.array((MT, 2), float32)
+        rescale = cuda.local.array((MT, 2), float32)
+        a = cuda.local.array((MT, 4), uint32)       # registers: A fragments of Qi, one k step
+        c = cuda.local.array((MT, 2, 4), float32)   # registers: P Vj of two O tiles
+        for mt in static_range(MT):
+            for e in static_range(2):
+                m[mt, e] = NEG_INF
+                l[mt, e] = ZERO
+            for n in static_range(OT):
+                for e in static_range(4):
+                    acc[mt, n, e] = ZERO
         # this lane's ldmatrix row addresses (see the module docstring)
         qa = QO + uint64((wrow + 8 * (mi % 2) + ml) * LD + 8 * (mi // 2))
         kb = KO + uint64((8 * (mi // 2) + ml) * LD + 8 * (mi % 2))
@@ -171,82 +179,92 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
                 copy_kv(smem, KO + nxt, k, bh * n_k + col0 + BC, min(BC, n_k - col0 - BC), tid)
                 copy_kv(smem, VO + nxt, v, bh * n_k + col0 + BC, min(BC, n_k - col0 - BC), tid)
                 commit()
-            for n in static_range(NT):
-                for e in static_range(4):
-                    s[n, e] = ZERO
+            for mt in static_range(MT):
+                for n in static_range(NT):
+                    for e in static_range(4):
+                        s[mt, n, e] = ZERO
             for ks in static_range(KS):
-                a0, a1, a2, a3 = ldmatrix(smem, qa + uint64(16 * ks))
+                for mt in static_range(MT):
+                    a[mt, 0], a[mt, 1], a[mt, 2], a[mt, 3] = ldmatrix(smem, qa + uint64(16 * mt * LD + 16 * ks))
                 for np2 in static_range(PK):
                     b0, b1, b2, b3 = ldmatrix(smem, kb + stage + uint64(16 * np2 * LD + 16 * ks))
                     n0, n1 = 2 * np2, 2 * np2 + 1
-                    s[n0, 0], s[n0, 1], s[n0, 2], s[n0, 3] = mma(
-                        a0, a1, a2, a3, b0, b1, s[n0, 0], s[n0, 1], s[n0, 2], s[n0, 3])
-                    s[n1, 0], s[n1, 1], s[n1, 2], s[n1, 3] = mma(
-                        a0, a1, a2, a3, b2, b3, s[n1, 0], s[n1, 1], s[n1, 2], s[n1, 3])
+                    for mt in static_range(MT):   # each K fragment feeds MT products
+                        s[mt, n0, 0], s[mt, n0, 1], s[mt, n0, 2], s[mt, n0, 3] = mma(
+                            a[mt, 0], a[mt, 1], a[mt, 2], a[mt, 3], b0, b1,
+                            s[mt, n0, 0], s[mt, n0, 1], s[mt, n0, 2], s[mt, n0, 3])
+                        s[mt, n1, 0], s[mt, n1, 1], s[mt, n1, 2], s[mt, n1, 3] = mma(
+                            a[mt, 0], a[mt, 1], a[mt, 2], a[mt, 3], b2, b3,
+                            s[mt, n1, 0], s[mt, n1, 1], s[mt, n1, 2], s[mt, n1, 3])
             # interior tiles (full, and left of the causal diagonal) need no mask
             edge = cols < BC or (causal and col0 + BC - 1 > row0 + diagonal)
-            for hr in static_range(2):       # fragment slots 2hr, 2hr + 1 hold row wrow + g + 8hr
-                r = wrow + g + 8 * hr
-                mx = NEG_INF
-                for n in static_range(NT):
-                    for e in static_range(2):
-                        if edge and masked(r, 8 * n + 2 * t + e, row0, col0, cols, diagonal, causal):
-                            s[n, 2 * hr + e] = NEG_INF
-                        mx = sticky_max(mx, s[n, 2 * hr + e])
-                m_new = sticky_max(m[hr], quad_max(mx) * qscale)
-                if m_new == NEG_INF:  # nothing visible in this row yet
-                    alpha = ONE
+            for mt in static_range(MT):
+                for hr in static_range(2):   # fragment slots 2hr, 2hr + 1: row wrow + 16mt + g + 8hr
+                    r = wrow + 16 * mt + g + 8 * hr
+                    mx = NEG_INF
                     for n in static_range(NT):
                         for e in static_range(2):
-                            s[n, 2 * hr + e] = ZERO
-                else:
-                    alpha = exp2(m[hr] - m_new)
-                    row_sum = ZERO
-                    for n in static_range(NT):
-                        for e in static_range(2):
-                            x = exp2(s[n, 2 * hr + e] * qscale - m_new)
-                            s[n, 2 * hr + e] = x
-                            row_sum += x
-                    l[hr] = alpha * l[hr] + row_sum
-                m[hr] = m_new
-                rescale[hr] = alpha
-            # P as A fragments of 16-key steps: keys 16kk + 2t (+1) of rows g, g + 8, then + 8
-            for kk in static_range(PK):
-                p[kk, 0] = pack2(s[2 * kk, 0], s[2 * kk, 1])
-                p[kk, 1] = pack2(s[2 * kk, 2], s[2 * kk, 3])
-                p[kk, 2] = pack2(s[2 * kk + 1, 0], s[2 * kk + 1, 1])
-                p[kk, 3] = pack2(s[2 * kk + 1, 2], s[2 * kk + 1, 3])
+                            if edge and masked(r, 8 * n + 2 * t + e, row0, col0, cols, diagonal, causal):
+                                s[mt, n, 2 * hr + e] = NEG_INF
+                            mx = sticky_max(mx, s[mt, n, 2 * hr + e])
+                    m_new = sticky_max(m[mt, hr], quad_max(mx) * qscale)
+                    if m_new == NEG_INF:  # nothing visible in this row yet
+                        alpha = ONE
+                        for n in static_range(NT):
+                            for e in static_range(2):
+                                s[mt, n, 2 * hr + e] = ZERO
+                    else:
+                        alpha = exp2(m[mt, hr] - m_new)
+                        row_sum = ZERO
+                        for n in static_range(NT):
+                            for e in static_range(2):
+                                x = exp2(s[mt, n, 2 * hr + e] * qscale - m_new)
+                                s[mt, n, 2 * hr + e] = x
+                                row_sum += x
+                        l[mt, hr] = alpha * l[mt, hr] + row_sum
+                    m[mt, hr] = m_new
+                    rescale[mt, hr] = alpha
+                # P as A fragments of 16-key steps: keys 16kk + 2t (+1) of rows g, g + 8, then + 8
+                for kk in static_range(PK):
+                    p[mt, kk, 0] = pack2(s[mt, 2 * kk, 0], s[mt, 2 * kk, 1])
+                    p[mt, kk, 1] = pack2(s[mt, 2 * kk, 2], s[mt, 2 * kk, 3])
+                    p[mt, kk, 2] = pack2(s[mt, 2 * kk + 1, 0], s[mt, 2 * kk + 1, 1])
+                    p[mt, kk, 3] = pack2(s[mt, 2 * kk + 1, 2], s[mt, 2 * kk + 1, 3])
             # O_acc = diag(alpha) O_acc + P Vj, P Vj summed on the tensor cores from zero for this
             # tile, then added in fp32 (round to nearest)
             for np2 in static_range(OT // 2):
-                c0, c1, c2, c3 = ZERO, ZERO, ZERO, ZERO
-                e0, e1, e2, e3 = ZERO, ZERO, ZERO, ZERO
+                for mt in static_range(MT):
+                    for h2 in static_range(2):
+                        for e in static_range(4):
+                            c[mt, h2, e] = ZERO
                 for kk in static_range(PK):
                     b0, b1, b2, b3 = ldmatrix_trans(smem, vb + stage + uint64(16 * kk * LD + 16 * np2))
-                    c0, c1, c2, c3 = mma(p[kk, 0], p[kk, 1], p[kk, 2], p[kk, 3], b0, b1, c0, c1, c2, c3)
-                    e0, e1, e2, e3 = mma(p[kk, 0], p[kk, 1], p[kk, 2], p[kk, 3], b2, b3, e0, e1, e2, e3)
-                n0, n1 = 2 * np2, 2 * np2 + 1
-                acc[n0, 0] = acc[n0, 0] * rescale[0] + c0
-                acc[n0, 1] = acc[n0, 1] * rescale[0] + c1
-                acc[n0, 2] = acc[n0, 2] * rescale[1] + c2
-                acc[n0, 3] = acc[n0, 3] * rescale[1] + c3
-                acc[n1, 0] = acc[n1, 0] * rescale[0] + e0
-                acc[n1, 1] = acc[n1, 1] * rescale[0] + e1
-                acc[n1, 2] = acc[n1, 2] * rescale[1] + e2
-                acc[n1, 3] = acc[n1, 3] * rescale[1] + e3
+                    for mt in static_range(MT):   # each V fragment feeds MT products
+                        c[mt, 0, 0], c[mt, 0, 1], c[mt, 0, 2], c[mt, 0, 3] = mma(
+                            p[mt, kk, 0], p[mt, kk, 1], p[mt, kk, 2], p[mt, kk, 3], b0, b1,
+                            c[mt, 0, 0], c[mt, 0, 1], c[mt, 0, 2], c[mt, 0, 3])
+                        c[mt, 1, 0], c[mt, 1, 1], c[mt, 1, 2], c[mt, 1, 3] = mma(
+                            p[mt, kk, 0], p[mt, kk, 1], p[mt, kk, 2], p[mt, kk, 3], b2, b3,
+                            c[mt, 1, 0], c[mt, 1, 1], c[mt, 1, 2], c[mt, 1, 3])
+                for mt in static_range(MT):
+                    for h2 in static_range(2):
+                        for e in static_range(4):
+                            acc[mt, 2 * np2 + h2, e] = acc[mt, 2 * np2 + h2, e] * rescale[mt, e // 2] + c[mt, h2, e]
+        wait_all()   # (nb = 0: the copy of Qi may still be in flight)
 
-        for hr in static_range(2):
-            r = wrow + g + 8 * hr
-            row_l = quad_sum(l[hr])
-            if r < rows:
-                inv = ZERO if row_l == ZERO else ONE / row_l   # l = 0: the row saw no key
-                at = uint64((bh * n_q + row0 + r) * d + 2 * t)
-                for n in static_range(OT):
-                    for e in static_range(2):
-                        if 8 * n + 2 * t + e < d:
-                            o[at + uint64(8 * n + e)] = to_half(acc[n, 2 * hr + e] * inv)
-                if t == 0:
-                    lse[uint64(bh * n_q + row0 + r)] = (
-                        NEG_INF if row_l == ZERO else (m[hr] + math.log2(row_l)) * LN2_F)
+        for mt in static_range(MT):
+            for hr in static_range(2):
+                r = wrow + 16 * mt + g + 8 * hr
+                row_l = quad_sum(l[mt, hr])
+                if r < rows:
+                    inv = ZERO if row_l == ZERO else ONE / row_l   # l = 0: the row saw no key
+                    at = uint64((bh * n_q + row0 + r) * d + 2 * t)
+                    for n in static_range(OT):
+                        for e in static_range(2):
+                            if 8 * n + 2 * t + e < d:
+                                o[at + uint64(8 * n + e)] = to_half(acc[mt, n, 2 * hr + e] * inv)
+                    if t == 0:
+                        lse[uint64(bh * n_q + row0 + r)] = (
+                            NEG_INF if row_l == ZERO else (m[mt, hr] + math.log2(row_l)) * LN2_F)
 
     return cuda.jit(**jit_options("flash_forward_half", tiling, d))(unrolled(flash_forward_half))
