@@ -64,6 +64,10 @@ BACKWARD_KERNELS = {"fa2": "flash_backward_tc", "fa2_fma": "flash_backward"}
 #: other tilings not measured.
 PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32),
              "flash_backward_tc": (32, 128), "flash_forward_half": (128, 64)}
+#: fp16 forward (flash_forward_half v2, H200, per-call events, results/h200/tuning/tune_half_v2.csv):
+#: d = 64: 146 TFLOP/s at 128 x 64 and 256 x 64 (4,16,4096), 183 / 176 at (1,16,16384); d = 128:
+#: 200 at 128 x 32, 205 at 256 x 64, 197 at 128 x 64; causal (2,32,4096,128): 174 at 128 x 32,
+#: 166 at 256 x 64, 138 at 128 x 64.
 #: ... and for d > 64: the tensor-core forward (v8, Qi in fp32) at d = 128 (4,16,4096): 46.3
 #: TFLOP/s at 256 x 32 (16 warps, 128 registers, 220 B of spill stores by ptxas), 45.1 at 192 x 32
 #: (12 warps, 168 registers), 38.8 at 128 x 32 (v7 with Qi split in SRAM: 40.8 and 40.1 at 128 x
@@ -72,7 +76,7 @@ PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32),
 #: dK and dV fragments (64 registers each at d = 128) spill at 16 x 64 (0.9 KB), less than at
 #: 32 x 64 (1.5 KB; not measured either).
 PREFERRED_WIDE_HEADS = {"flash_forward_tc": (256, 32), "flash_backward_tc": (16, 64),
-                        "flash_forward_half": (128, 64)}
+                        "flash_forward_half": (128, 32)}
 #: Dynamic shared memory a block may opt into on sm_80/sm_90 (A100: 163 KB, H100/H200: 227 KB).
 H200_SMEM_PER_BLOCK = 232448
 

@@ -36,9 +36,24 @@ HBM -> SRAM moves 16-byte chunks (8 elements) with cp.async when d % 8 == 0 and 
 are 16-byte aligned (``vector``); otherwise element by element through registers. Padding
 rows and columns are written as zeros, never read from HBM.
 
-Versions (H200, B=4 H=16 N=4096 d=64, fp16, ``python -m experiments bench``):
+Versions (H200, fp16, per-call CUDA events against SDPA FLASH_ATTENTION in the same run,
+tools/tune_half.py; results/h200/tuning/tune_half_v*.csv):
     v1  first cut: m16n8k16, ldmatrix, two-stage cp.async K/V, one barrier a step, P in
-        registers, P V from zero per tile. (Measured numbers: the bench CSV of its run.)
+        registers, P V from zero per tile; a warp per 16 rows. (4,16,4096,64) at 128 x 64: 2.29
+        ms, 120 TFLOP/s (0.41x), of which the kernel 1.40 ms (torch.profiler) and ~0.8 ms the
+        API's host work; (1,16,16384,64): 184 (0.60x); d = 128: 170 at 128 x 128 (0.49x);
+        causal (2,32,4096,128): 137 (0.46x). ncu at (1,16,16384,64): 128 registers, 16 warps a
+        multiprocessor, 6.6 cycles between a warp's instructions, 2.4 IPC.
+    v2  a warp takes two 16-row tiles (each K and V fragment feeds two mma) where Br is a
+        multiple of 32; measured with the API's torch fast path (launch.launch_tensors: host
+        0.63 -> 0.16 ms a call): 146 TFLOP/s (0.52x) at 128 x 64, kernel 1.47 ms (no faster than
+        v1: 254 registers, 8 warps a multiprocessor); d = 128: 200 at 128 x 32 (0.57x), 205 at
+        256 x 64; causal d = 128: 174 at 128 x 32 (0.59x); (1,16,16384,64) 183 (0.60x). SASS
+        of the step at 128 x 64: 868 instructions for 128 HMMA, 296 of them FSETP/FSEL of the
+        NaN-sticky row max.
+    v3  row max by max.NaN.f32 (one FMNMX an element instead of two compares and a select);
+        rows that have seen no key subtract 0 instead of a branch that zeroed P (a select an
+        element). SASS of the step at 128 x 64: 868 -> 725 -> ? instructions.
 """
 from __future__ import annotations
 
@@ -53,10 +68,10 @@ from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .half import half_ops
 from .mma import warp_ops
-from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max, tile_major_block
+from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, tile_major_block
 from .unroll import static_range, unrolled
 
-VERSION = 1
+VERSION = 3
 
 
 @kernel_factory
@@ -86,7 +101,7 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
     LN2_F = np.float32(LN2)
 
     h = half_ops(dtype)
-    mma, pack2, to_half = h.mma, h.pack2, h.to_half
+    mma, max_nan, pack2, to_half = h.mma, h.max_nan, h.pack2, h.to_half
     ldmatrix, ldmatrix_trans = h.ldmatrix, h.ldmatrix_trans
     cp_async16, commit, wait_all = h.cp_async16, h.commit, h.wait_all
     w = warp_ops()
@@ -201,27 +216,26 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
             for mt in static_range(MT):
                 for hr in static_range(2):   # fragment slots 2hr, 2hr + 1: row wrow + 16mt + g + 8hr
                     r = wrow + 16 * mt + g + 8 * hr
+                    if edge:                 # (a branch: interior tiles skip the mask)
+                        for n in static_range(NT):
+                            for e in static_range(2):
+                                if masked(r, 8 * n + 2 * t + e, row0, col0, cols, diagonal, causal):
+                                    s[mt, n, 2 * hr + e] = NEG_INF
                     mx = NEG_INF
                     for n in static_range(NT):
                         for e in static_range(2):
-                            if edge and masked(r, 8 * n + 2 * t + e, row0, col0, cols, diagonal, causal):
-                                s[mt, n, 2 * hr + e] = NEG_INF
-                            mx = sticky_max(mx, s[mt, n, 2 * hr + e])
-                    m_new = sticky_max(m[mt, hr], quad_max(mx) * qscale)
-                    if m_new == NEG_INF:  # nothing visible in this row yet
-                        alpha = ONE
-                        for n in static_range(NT):
-                            for e in static_range(2):
-                                s[mt, n, 2 * hr + e] = ZERO
-                    else:
-                        alpha = exp2(m[mt, hr] - m_new)
-                        row_sum = ZERO
-                        for n in static_range(NT):
-                            for e in static_range(2):
-                                x = exp2(s[mt, n, 2 * hr + e] * qscale - m_new)
-                                s[mt, n, 2 * hr + e] = x
-                                row_sum += x
-                        l[mt, hr] = alpha * l[mt, hr] + row_sum
+                            mx = max_nan(mx, s[mt, n, 2 * hr + e])
+                    m_new = max_nan(m[mt, hr], quad_max(mx) * qscale)
+                    # a row that has seen no key yet (m_new = -inf) subtracts 0: its P is 0
+                    m_sub = ZERO if m_new == NEG_INF else m_new
+                    alpha = exp2(m[mt, hr] - m_sub)
+                    row_sum = ZERO
+                    for n in static_range(NT):
+                        for e in static_range(2):
+                            x = exp2(s[mt, n, 2 * hr + e] * qscale - m_sub)
+                            s[mt, n, 2 * hr + e] = x
+                            row_sum += x
+                    l[mt, hr] = alpha * l[mt, hr] + row_sum
                     m[mt, hr] = m_new
                     rescale[mt, hr] = alpha
                 # P as A fragments of 16-key steps: keys 16kk + 2t (+1) of rows g, g + 8, then + 8

@@ -83,6 +83,14 @@ def _gpu_primitives(dtype: str) -> SimpleNamespace:
         return types.UniTuple(types.float32, 4)(*([types.uint32] * 6 + [types.float32] * 4)), codegen
 
     @intrinsic
+    def max_nan(typingctx, a, b):
+        """max(a, b), NaN if either is NaN (``max.NaN.f32``: one FMNMX, where a NaN-sticky max
+        in plain code takes two compares and a select)."""
+        def codegen(context, builder, sig, args):
+            return asm(builder, f32, list(args), "max.NaN.f32 $0, $1, $2;", "=f,f,f")
+        return types.float32(types.float32, types.float32), codegen
+
+    @intrinsic
     def pack2(typingctx, lo, hi):
         """The pair (lo, hi) rounded to the half format (to nearest even) in one register."""
         def codegen(context, builder, sig, args):
@@ -147,7 +155,7 @@ def _gpu_primitives(dtype: str) -> SimpleNamespace:
             return context.get_dummy_value()
         return types.void(), codegen
 
-    return SimpleNamespace(mma=mma, pack2=pack2, to_half=to_half, from_half=from_half,
+    return SimpleNamespace(mma=mma, max_nan=max_nan, pack2=pack2, to_half=to_half, from_half=from_half,
                            ldmatrix=make_ldmatrix(False), ldmatrix_trans=make_ldmatrix(True),
                            cp_async16=cp_async16, commit=commit, wait_all=wait_all)
 
@@ -185,6 +193,10 @@ def _simulator_primitives(dtype: str) -> SimpleNamespace:
         for kk in range(16):     # summed in fp32 in k order
             acc = acc + products[:, kk]
         return acc[0], acc[1], acc[2], acc[3]
+
+    @cuda.jit(device=True)
+    def max_nan(a, b):
+        return a if a != a else (b if b != b or b > a else a)
 
     @cuda.jit(device=True)
     def pack2(lo, hi):
@@ -235,7 +247,7 @@ def _simulator_primitives(dtype: str) -> SimpleNamespace:
     def wait_all():
         pass
 
-    return SimpleNamespace(mma=mma, pack2=pack2, to_half=to_half, from_half=from_half,
+    return SimpleNamespace(mma=mma, max_nan=max_nan, pack2=pack2, to_half=to_half, from_half=from_half,
                            ldmatrix=make_ldmatrix(False), ldmatrix_trans=make_ldmatrix(True),
                            cp_async16=cp_async16, commit=commit, wait_all=wait_all)
 
@@ -246,6 +258,7 @@ def half_ops(dtype: str) -> SimpleNamespace:
     the simulator:
 
     - ``mma(a0..a3, b0, b1, c0..c3)`` -> C + A B, an m16n8k16 product with fp32 accumulators;
+    - ``max_nan(a, b)`` -> max(a, b), NaN if either is NaN (``tiles.sticky_max`` in one instruction);
     - ``pack2(lo, hi)`` -> one uint32 register holding both, rounded to nearest even;
     - ``to_half(x)`` -> uint16 bits of x rounded to nearest even; ``from_half(h)`` -> float32;
     - ``ldmatrix(smem, index)``, ``ldmatrix_trans(smem, index)`` -> four uint32 fragment
