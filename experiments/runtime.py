@@ -1,11 +1,13 @@
 """Runtime: TFLOP/s vs sequence length for our kernels and PyTorch SDPA's backends, same run.
 
-fp32, d = 64, 16 heads, B = max(1, 16384 / N) (16K tokens a batch, as the paper's benchmarks),
-N = 1K ... 64K; forward, and forward + backward.  Ours: standard attention and FlashAttention
-(fa2; backward with atomics).  SDPA: MATH, EFFICIENT_ATTENTION, FLASH_ATTENTION (which has no
-fp32 kernel: recorded "unsupported").  Every kernel is checked against float64 before it is
+fp32, fp16 and bf16, d = 64, 16 heads, B = max(1, 16384 / N) (16K tokens a batch, as the paper's
+benchmarks), N = 1K ... 64K; forward, and forward + backward.  Ours: standard attention (fp32)
+and FlashAttention (fa2; backward with atomics; in fp16 / bf16 the forward on tensor cores in
+that format, the backward on widened inputs).  SDPA: MATH, EFFICIENT_ATTENTION, FLASH_ATTENTION
+and CUDNN_ATTENTION (the last two have no fp32 kernels: recorded "unsupported").  Every kernel is checked against float64 before it is
 timed.  FLOPs: 4 B H N^2 d forward, x3.5 forward + backward (backward = 2.5 x forward).
-Predicted: the roofline time of the simulator's traffic and FLOPs on the H200.  CPU: predicted only.
+Predicted: the simulator's time on the H200 (levels, else the roofline; none for the half
+backward, whose widening the model does not have).  CPU: predicted only.
 """
 from __future__ import annotations
 
@@ -22,6 +24,9 @@ H, D, TOKENS = 16, 64, 16384
 NS = [1024, 2048, 4096, 8192, 16384, 32768, 65536]
 QUICK_NS = [1024, 4096, 16384]
 OURS = ("standard", "fa2")
+HALF = ("float16", "bfloat16")
+UNMODELLED = ("not predicted: the backward widens half inputs to float32 first, conversion "
+              "kernels the model does not have")
 
 
 def batch(n: int) -> int:
@@ -30,21 +35,25 @@ def batch(n: int) -> int:
 
 def _ours(ctx: RunContext, case: Case, out_of_memory: set) -> dict:
     row = {"implementation": f"ours {case.method}", "passes": case.passes, "B": case.B, "H": case.H,
-           "N": case.N, "d": case.d, "causal": case.causal, "flops": case.flops}
-    prediction = model.predict_case(case)
-    row.update(quantity=f"runtime {case.passes}", unit="ms", predicted=prediction.time_s * 1e3,
-               predicted_tflops=tflops(case.flops, prediction.time_s * 1e3))
+           "N": case.N, "d": case.d, "causal": case.causal, "dtype": case.dtype, "flops": case.flops,
+           "quantity": f"runtime {case.passes}", "unit": "ms"}
+    if case.dtype == "float32" or case.passes == "fwd":
+        prediction = model.predict_case(case)
+        row.update(predicted=prediction.time_s * 1e3,
+                   predicted_tflops=tflops(case.flops, prediction.time_s * 1e3))
+    else:
+        row["model"] = UNMODELLED
     if not ctx.gpu:
         row["note"] = ctx.skip(f"{NAME}: timing ({NO_GPU}); roofline prediction only")
         return row
-    if (case.method, case.passes) in out_of_memory:
+    if (case.method, case.passes, case.dtype) in out_of_memory:
         row["note"] = "not run: out of memory at a smaller N"
         return row
     result = timing_or_note(case, ctx)
     if isinstance(result, str):
         row["note"] = result
         if result == "out of memory":
-            out_of_memory.add((case.method, case.passes))
+            out_of_memory.add((case.method, case.passes, case.dtype))
         return row
     timing, error = result
     row.update(measured=timing.median_ms, measured_by=f"CUDA events, median of {timing.runs}",
@@ -54,8 +63,9 @@ def _ours(ctx: RunContext, case: Case, out_of_memory: set) -> dict:
 
 def _sdpa(ctx: RunContext, backend: str, case: Case, out_of_memory: set) -> dict:
     row = {"implementation": f"torch SDPA {backend}", "passes": case.passes, "B": case.B, "H": case.H,
-           "N": case.N, "d": case.d, "causal": case.causal, "flops": case.flops, "unit": "ms"}
-    if (backend, case.passes) in out_of_memory:
+           "N": case.N, "d": case.d, "causal": case.causal, "dtype": case.dtype, "flops": case.flops,
+           "unit": "ms"}
+    if (backend, case.passes, case.dtype) in out_of_memory:
         row["note"] = "not run: out of memory at a smaller N"
         return row
     try:
@@ -63,7 +73,7 @@ def _sdpa(ctx: RunContext, backend: str, case: Case, out_of_memory: set) -> dict
     except Exception as exc:
         row["note"] = unsupported_reason(exc) or failure_note(exc)
         if is_out_of_memory(exc):
-            out_of_memory.add((backend, case.passes))
+            out_of_memory.add((backend, case.passes, case.dtype))
         return row
     row.update(ms=timing.median_ms, tflops=tflops(case.flops, timing.median_ms))
     return row
@@ -72,6 +82,8 @@ def _sdpa(ctx: RunContext, backend: str, case: Case, out_of_memory: set) -> dict
 def run(ctx: RunContext) -> list[dict]:
     ns = QUICK_NS if ctx.quick else NS
     cases = [Case(method, passes, batch(n), H, n, D) for n in ns for passes in ("fwd", "fwd_bwd") for method in OURS]
+    cases += [Case("fa2", passes, batch(n), H, n, D, dtype=dtype) for dtype in HALF for n in ns
+              for passes in ("fwd", "fwd_bwd")]
     build_kernels(ctx, NAME, cases)
     out_of_memory: set = set()
     rows = [_ours(ctx, case, out_of_memory) for case in ctx.progress(cases, f"{NAME}: ours")]
@@ -87,11 +99,13 @@ def run(ctx: RunContext) -> list[dict]:
 
 
 def plot(rows: list[dict], path) -> None:
-    fig, axes = plotting.figure(2, title=f"Runtime, fp32, d={D}, H={H}, B·N={TOKENS} (FLOPs: 4BHN²d, x3.5 with backward)")
-    implementations = list(dict.fromkeys(r["implementation"] for r in rows))
+    fig, axes = plotting.figure(2, title=f"Runtime, d={D}, H={H}, B·N={TOKENS} (FLOPs: 4BHN²d, x3.5 with backward)")
+    for r in rows:
+        r["curve"] = f"{r['implementation']} {r.get('dtype', 'float32')}"
+    implementations = list(dict.fromkeys(r["curve"] for r in rows))
     for ax, passes in zip(axes, ("fwd", "fwd_bwd")):
         for i, impl in enumerate(implementations):
-            pts = sorted((r for r in rows if r["implementation"] == impl and r["passes"] == passes), key=lambda r: r["N"])
+            pts = sorted((r for r in rows if r["curve"] == impl and r["passes"] == passes), key=lambda r: r["N"])
             meas = [(r["N"], r["tflops"]) for r in pts if r.get("tflops")]
             if meas:
                 ax.plot(*zip(*meas), color=f"C{i}", label=f"{impl} measured", **{**plotting.MEASURED, "linestyle": "-"})

@@ -1,8 +1,9 @@
 """Public entry points, in PyTorch SDPA's layout: q (B, H, N_q, d), k and v (B, H, N_k, d).
 
-NumPy arrays in -> NumPy arrays out (copied to and from the device). Device arrays in (numba
-device arrays, or anything with ``__cuda_array_interface__`` such as torch or cupy tensors) ->
-numba device arrays out, no copy of the inputs.
+NumPy arrays in -> NumPy arrays out (copied to and from the device). torch CUDA tensors in (on
+torch's default stream) -> torch tensors out, from torch's allocator. Other device arrays in
+(numba device arrays, anything with ``__cuda_array_interface__`` such as cupy arrays, or torch
+tensors under another current stream) -> numba device arrays out. No copy of device inputs.
 
 Causal masking follows torch.tril's ``diagonal``: query row r sees key c iff
 ``c <= r + diagonal``. The default ``diagonal=None`` is N_k - N_q, bottom-right aligned as in
@@ -194,6 +195,25 @@ def _convert(mem, x, name, fmt, widen, like):
     return out
 
 
+def _widened(mem, shp, like, **named):
+    """The kernels' float32 arrays of the named inputs: as they are (float32), or half-precision
+    inputs widened on the device, exactly (workspaces "Q (fp32)", ...)."""
+    arrays = _inputs(mem, shp, **named)
+    if not shp.half:
+        return arrays
+    return tuple(_convert(mem, x, f"{name} (fp32)", shp.precision, True, like)
+                 for name, x in zip(named, arrays))
+
+
+def _narrowed(mem, shp, like, **named):
+    """What the caller gets for the named float32 results: themselves, or for half-precision
+    inputs rounded to their format (outputs "dQ (float16)", ...)."""
+    if shp.half:
+        named = {name: _convert(mem, x, f"{name} ({shp.precision})", shp.precision, False, like)
+                 for name, x in named.items()}
+    return tuple(precision.as_format(mem.result(x, shp.on_host), shp.precision) for x in named.values())
+
+
 def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
                              tiling=None, deterministic=False, algorithm="fa2", diagonal=None):
     """Gradients (dq, dk, dv) of ``flash_attention`` from the saved o and lse (``causal`` and
@@ -227,11 +247,8 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     mem = memory.active()
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh = B * H
-    dO, Q, K, V, O = _inputs(mem, shp, dO=do, Q=q, K=k, V=v, O=o)
+    dO, Q, K, V, O = _widened(mem, shp, q, dO=do, Q=q, K=k, V=v, O=o)
     L = mem.input(lse, "L")
-    if shp.half:
-        dO, Q, K, V, O = (_convert(mem, x, f"{name} (fp32)", shp.precision, True, q)
-                          for name, x in (("dO", dO), ("Q", Q), ("K", K), ("V", V), ("O", O)))
     dQ = mem.output((B, H, n_q, d), F32, "dQ", like=q)
     dK = mem.output((B, H, n_k, d), F32, "dK", like=q)
     dV = mem.output((B, H, n_k, d), F32, "dV", like=q)
@@ -257,11 +274,7 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
         launch(dq_kernel, (tiling.Tr(n_q), bh), tiling.threads,
                tiling.smem_bytes("flash_backward_dq", d),
                fq, fk, fv, fdo, fl, D, fdq, scale, qscale, n_q, n_k, diagonal)
-    grads = (dQ, dK, dV)
-    if shp.half:
-        grads = tuple(_convert(mem, x, f"{name} ({shp.precision})", shp.precision, False, q)
-                      for name, x in (("dQ", dQ), ("dK", dK), ("dV", dV)))
-    return tuple(precision.as_format(mem.result(x, shp.on_host), shp.precision) for x in grads)
+    return _narrowed(mem, shp, q, dQ=dQ, dK=dK, dV=dV)
 
 
 def _matmul(tiling, a, b, c, alpha, m, n, kdim, bh, trans_a=False, trans_b=False):
@@ -275,8 +288,10 @@ def standard_attention(q, k, v, *, causal=False, softmax_scale=None, return_prob
                        tiling=None, diagonal=None):
     """Standard attention, materialising S and P in HBM (the paper's baseline).
 
-    q: (B, H, N_q, d); k, v: (B, H, N_k, d). Returns o (B, H, N_q, d), or (o, p) with
-    ``return_probs``, p: (B, H, N_q, N_k). ``tiling`` sets the matmuls' output tiles;
+    q: (B, H, N_q, d); k, v: (B, H, N_k, d), float32, float16 or bfloat16. Returns o (B, H, N_q,
+    d), or (o, p) with ``return_probs``, p: (B, H, N_q, N_k), in the inputs' format. Half-precision
+    inputs are widened to float32 on the device and the fp32 kernels run (S and P in fp32 in
+    HBM; o and p rounded to the format at the end). ``tiling`` sets the matmuls' output tiles;
     ``causal`` and ``diagonal`` as in ``flash_attention``.
     """
     shp = checks.attention_shapes(q, k, v)
@@ -289,7 +304,7 @@ def standard_attention(q, k, v, *, causal=False, softmax_scale=None, return_prob
     mem = memory.active()
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh = B * H
-    Q, K, V = mem.input(q, "Q"), mem.input(k, "K"), mem.input(v, "V")
+    Q, K, V = _widened(mem, shp, q, Q=q, K=k, V=v)
     S = mem.output((bh, n_q, n_k), F32, "S", like=q)
     P = mem.output((B, H, n_q, n_k), F32, "P", like=q)
     O = mem.output((B, H, n_q, d), F32, "O", like=q)
@@ -298,15 +313,17 @@ def standard_attention(q, k, v, *, causal=False, softmax_scale=None, return_prob
     threads = _row_threads()
     launch(make_softmax(threads, causal), (n_q, bh), threads, 0, S, fp, n_k, diagonal)
     _matmul(tiling, fp, _flat(V, n_k, d), _flat(O, n_q, d), 1.0, n_q, d, n_k, bh)
-    o = mem.result(O, shp.on_host)
-    return (o, mem.result(P, shp.on_host)) if return_probs else o
+    if return_probs:
+        return _narrowed(mem, shp, q, O=O, P=P)
+    return _narrowed(mem, shp, q, O=O)[0]
 
 
 def standard_attention_backward(do, q, k, v, o, p, *, causal=False, softmax_scale=None,
                                 tiling=None):
     """Gradients (dq, dk, dv) of standard attention from the saved P (the paper's Algorithm 3).
 
-    do, q, o: (B, H, N_q, d); k, v: (B, H, N_k, d); p: (B, H, N_q, N_k). ``causal`` is accepted
+    do, q, o: (B, H, N_q, d); k, v: (B, H, N_k, d); p: (B, H, N_q, N_k); all in one format
+    (half precision: widened to float32, as the forward). ``causal`` is accepted
     for symmetry with the forward: the mask is already in p (masked entries are 0).
     """
     shp = checks.backward_shapes(do, q, k, v, o, "p", p, lambda s: (s.B, s.H, s.N_q, s.N_k))
@@ -317,8 +334,7 @@ def standard_attention_backward(do, q, k, v, o, p, *, causal=False, softmax_scal
     mem = memory.active()
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh = B * H
-    dO, Q, K, V = mem.input(do, "dO"), mem.input(q, "Q"), mem.input(k, "K"), mem.input(v, "V")
-    O, P = mem.input(o, "O"), mem.input(p, "P")
+    dO, Q, K, V, O, P = _widened(mem, shp, q, dO=do, Q=q, K=k, V=v, O=o, P=p)
     dQ = mem.output((B, H, n_q, d), F32, "dQ", like=q)
     dK = mem.output((B, H, n_k, d), F32, "dK", like=q)
     dV = mem.output((B, H, n_k, d), F32, "dV", like=q)
@@ -336,4 +352,4 @@ def standard_attention_backward(do, q, k, v, o, p, *, causal=False, softmax_scal
     launch(make_ds(threads), (n_q, bh), threads, 0, fp, dP, D, dS, n_k)
     _matmul(tiling, dS, fk, _flat(dQ, n_q, d), scale, n_q, d, n_k, bh)
     _matmul(tiling, dS, fq, _flat(dK, n_k, d), scale, n_k, d, n_q, bh, trans_a=True)
-    return tuple(mem.result(x, shp.on_host) for x in (dQ, dK, dV))
+    return _narrowed(mem, shp, q, dQ=dQ, dK=dK, dV=dV)

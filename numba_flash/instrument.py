@@ -19,13 +19,13 @@ from collections import Counter
 
 import numpy as np
 
-from . import api, memory
+from . import api, memory, precision
 
 #: Which algorithm of ``simulator.predict`` each entry point (and its options) runs.
 _ALGORITHM_OF = {
     api.standard_attention: lambda kw: "standard_forward",
     api.standard_attention_backward: lambda kw: "standard_backward",
-    api.flash_attention: lambda kw: api.ALGORITHMS[kw.get("algorithm", "fa2")],
+    api.flash_attention: lambda kw: api.forward_kernel(kw.get("algorithm", "fa2"), kw["format"]),
     api.flash_attention_backward: lambda kw: (
         "flash_backward_deterministic" if kw.get("deterministic", False)
         else api.BACKWARD_ALGORITHMS[kw.get("algorithm", "fa2")]),
@@ -123,9 +123,14 @@ def count_traffic(fn, *args, **kwargs):
     if fn not in _ALGORITHM_OF:
         names = ", ".join(f.__name__ for f in _ALGORITHM_OF)
         raise ValueError(f"fn must be one of the public entry points ({names}), got {fn!r}")
+    fmt = precision.format_of(args[0]) if args else "float32"
+    if fmt in precision.HALF and fn is not api.flash_attention:
+        raise ValueError(f"count_traffic of {fn.__name__} on {fmt} inputs: only flash_attention has "
+                         "half-precision kernels (the others widen them to float32 first)")
     counting = CountingMemory()
     with memory.using(counting), _atomic_add_as_one_read_one_write():
         fn(*args, **kwargs)
     reads = {name: n for (name, kind), n in counting.counts.items() if kind == "reads"}
     writes = {name: n for (name, kind), n in counting.counts.items() if kind == "writes"}
-    return TrafficReport.from_hbm_counts(_ALGORITHM_OF[fn](kwargs), reads, writes, dtype_bytes=4)
+    return TrafficReport.from_hbm_counts(_ALGORITHM_OF[fn]({**kwargs, "format": fmt}), reads, writes,
+                                         dtype_bytes=precision.ITEMSIZE.get(fmt, 4))

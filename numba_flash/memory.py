@@ -3,7 +3,8 @@
 Every array a public entry point hands to a kernel passes through the active ``Memory`` object,
 which also names it (Q, K, V, O, L, ...). ``Memory`` puts NumPy inputs on the device and leaves
 device arrays where they are (no copy). Outputs of a call on torch tensors come from torch's
-caching allocator, wrapped as numba device arrays: ``cuda.device_array`` calls cuMemAlloc each
+caching allocator, handed to the kernels as numba device arrays and to the caller as the
+torch tensors themselves: ``cuda.device_array`` calls cuMemAlloc each
 time (130-230 us of host time an output on the H200 machine, against ~40 us) and cuMemFree
 later. ``numba_flash.instrument`` swaps in a memory that keeps everything on the host wrapped in
 counting arrays, so that under Numba's CUDA simulator each element a kernel loads or stores is
@@ -35,10 +36,6 @@ def _torch_allocation_device(like):
     if simulator_enabled() or torch is None or not isinstance(like, torch.Tensor) or not like.is_cuda:
         return None
     return like.device if torch.cuda.current_stream(like.device).cuda_stream == 0 else None
-
-
-#: id(array) -> the torch tensor under a half-precision output, until ``Memory.result``.
-_half_tensors: dict = {}
 
 
 def torch_fast_path(memory, *xs) -> bool:
@@ -88,17 +85,20 @@ class Memory:
         if device is not None:
             tensor = torch_output(shape, dtype, like, device, poison=False)
             array = cuda_view(tensor, dtype)
-            if np.dtype(dtype) == np.uint16:   # numba has no bfloat16: the result is the tensor
-                _half_tensors[id(array)] = tensor
+            try:
+                array.torch_tensor = tensor   # what ``result`` gives back
+            except AttributeError:            # (an array type that takes no attributes)
+                pass
             return array
         return cuda.device_array(shape, dtype=dtype)
 
     def result(self, x, on_host):
-        """What the caller gets back: NumPy when the inputs were NumPy, else the device array
-        (uint16 patterns as they are: ``precision.as_format``), or for a half-precision output
-        of torch inputs the torch tensor of their dtype."""
-        if id(x) in _half_tensors:
-            return _half_tensors.pop(id(x))
+        """What the caller gets back: NumPy when the inputs were NumPy; for torch inputs the
+        torch tensor under the output (of their dtype: numba has no bfloat16); else the device
+        array (uint16 patterns as they are: ``precision.as_format``)."""
+        tensor = getattr(x, "torch_tensor", None)
+        if tensor is not None:
+            return tensor
         return x.copy_to_host() if on_host else x
 
 

@@ -86,7 +86,8 @@ def half_bits(x, dtype: str) -> np.ndarray:
     and the simulator's conversions)."""
     x = np.asarray(x, np.float32)
     if dtype == "float16":
-        return x.astype(np.float16).view(np.uint16)
+        with np.errstate(over="ignore"):   # past 65504: inf, as the GPU's cvt.rn
+            return x.astype(np.float16).view(np.uint16)
     bits = x.view(np.uint32).astype(np.uint64)
     rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
     return np.where(np.isnan(x), np.uint16(0x7FC0), rounded).astype(np.uint16)
@@ -98,3 +99,8 @@ def half_values(bits, dtype: str) -> np.ndarray:
     if dtype == "float16":
         return bits.view(np.float16).astype(np.float32)
     return (bits.astype(np.uint32) << np.uint32(16)).view(np.float32)
+
+
+def round_to(x, fmt: str) -> np.ndarray:
+    """float32 copy of x rounded to nearest even in ``fmt`` (host code)."""
+    return half_values(half_bits(x, fmt), fmt).reshape(np.shape(x))

@@ -139,3 +139,42 @@ def blockwise_attention_forward(q, k, v, *, br, bc, causal=False, softmax_scale=
             o[..., r0:r0 + br, :] = np.where(l[..., None] > 0, acc / np.where(l > 0, l, 1.0)[..., None], 0.0)
             lse[..., r0:r0 + br] = np.where(l > 0, m + np.log(np.where(l > 0, l, 1.0)), -np.inf)
     return o, lse
+
+
+def plain_attention_forward(q, k, v, fmt: str, *, causal=False, softmax_scale=None, diagonal=None):
+    """The plain same-format implementation whose error bounds the half-precision kernels'
+    (flash-attention's rule): what torch's math backend computes in ``fmt`` ("float16" or
+    "bfloat16") -- S = scale q k^T, each product summed in fp32 and S rounded to the format;
+    P = softmax(S) in fp32, rounded; o = P v summed in fp32, rounded. Inputs are the half
+    values (any float array holding them); returns o as float64."""
+    from .precision import round_to
+
+    q, k, v = (np.asarray(x, dtype=np.float32) for x in (q, k, v))
+    scale = np.float32(_scale(q.shape[-1], softmax_scale))
+    s = round_to((q @ np.swapaxes(k, -1, -2)) * scale, fmt)
+    if causal:
+        s = np.where(causal_mask(q.shape[-2], k.shape[-2], diagonal), s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
+    l = p.sum(axis=-1, keepdims=True)
+    p = round_to(np.where(l > 0, p / np.where(l > 0, l, 1.0), 0.0), fmt)
+    return round_to(p @ v, fmt).astype(np.float64)
+
+
+def plain_attention_backward(do, q, k, v, fmt: str, *, causal=False, softmax_scale=None, diagonal=None):
+    """Gradients (dq, dk, dv) of ``plain_attention_forward``'s attention in the same plain
+    half-precision arithmetic: every matrix product summed in fp32 and rounded to ``fmt``, P, o
+    and dS = P (dP - rowsum(dO o)) rounded; float64 results."""
+    from .precision import round_to
+
+    do, q, k, v = (np.asarray(x, dtype=np.float32) for x in (do, q, k, v))
+    scale = np.float32(_scale(q.shape[-1], softmax_scale))
+    p = round_to(attention_probs(q, k, causal=causal, softmax_scale=scale, dtype=np.float32,
+                                 diagonal=diagonal), fmt)
+    o = round_to(p @ v, fmt)
+    dv = round_to(np.swapaxes(p, -1, -2) @ do, fmt)
+    dp = round_to(do @ np.swapaxes(v, -1, -2), fmt)
+    ds = round_to(p * (dp - round_to((do * o).sum(axis=-1, keepdims=True), fmt)), fmt)
+    dq = round_to(scale * (ds @ k), fmt)
+    dk = round_to(scale * (np.swapaxes(ds, -1, -2) @ q), fmt)
+    return tuple(x.astype(np.float64) for x in (dq, dk, dv))

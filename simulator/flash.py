@@ -64,35 +64,45 @@ def flash_forward_v2(w: Workload, t: Tiling) -> Plan:
     return Plan((main,), workspace={"L": w.tensor_elements("L")})
 
 
-def flash_forward_tc(w: Workload, t: Tiling) -> Plan:
-    """The FA2-order forward on tensor cores (numba_flash's default "fa2"): HBM, FLOPs and
-    workspace as ``flash_forward_v2`` (same contract). SRAM, in fp32 elements, counting each
-    element's TF32 hi and lo parts (two elements) over the zero-padded D8 = mma_depth(d)
-    columns (Q: one element where it stays fp32, ``Tiling.mma_q_raw``): tile stores Q (once per
-    row block), K, V (per active pair); fragment reads per active pair: each of the Br/16 warps
-    reads its 16 rows of Q and all of K and V once. P stays
-    in registers (no SRAM). Causal launches start the row blocks heaviest first over all heads,
-    so the blocks in flight belong to as many heads as there are blocks (L2 model)."""
-    t.check_mma()
-    g, d8 = _grid(w, t), t.mma_depth(w.d)
-    warps, pairs = t.Br // 16, g.active_pairs
-    q_parts = 1 if t.mma_q_raw(w.d) else 2
+def _fa2_on_tensor_cores(w: Workload, t: Tiling, kernel: str, name: str, q_read: int, q_write: int,
+                         kv_element: int) -> Plan:
+    """``flash_forward_v2``'s plan for a tensor-core kernel: its SRAM per head -- Q written
+    ``q_write`` elements per row block, read ``q_read`` per active pair; K and V stored
+    ``kv_element`` elements per element of their zero-padded tiles per active pair and read as
+    much by each warp -- and its block order: causal launches start the row blocks heaviest
+    first over all heads, so the blocks in flight belong to as many heads as there are blocks
+    (L2 model)."""
+    g = _grid(w, t)
+    warps, pairs = t.Br // t.rows_per_warp(kernel), g.active_pairs
     plan = flash_forward_v2(w, t)
 
     def per_head(counts):
         return {name: n * w.BH for name, n in counts.items() if n}
 
     main = dataclasses.replace(
-        plan.phases[0], name="forward (FA2 order, tensor cores)", kernel="flash_forward_tc",
-        code=("flash_forward_tc", ""),
+        plan.phases[0], name=name, kernel=kernel, code=(kernel, ""),
         block_trips=tuple(int(n) for n in g.nb[::-1]) if w.causal else plan.phases[0].block_trips,
         tile_major=w.causal,
-        sram_reads=per_head({"Q": pairs * t.Br * d8 * q_parts, "K": pairs * warps * t.Bc * d8 * 2,
-                             "V": pairs * warps * t.Bc * d8 * 2}),
-        sram_writes=per_head({"Q": g.tr * t.Br * d8 * q_parts, "K": pairs * t.Bc * d8 * 2,
-                              "V": pairs * t.Bc * d8 * 2}),
+        sram_reads=per_head({"Q": pairs * q_read, "K": pairs * warps * t.Bc * kv_element,
+                             "V": pairs * warps * t.Bc * kv_element}),
+        sram_writes=per_head({"Q": g.tr * q_write, "K": pairs * t.Bc * kv_element,
+                              "V": pairs * t.Bc * kv_element}),
         blocks_per_unit=1 if w.causal else g.tr)
     return Plan((main,), workspace=plan.workspace)
+
+
+def flash_forward_tc(w: Workload, t: Tiling) -> Plan:
+    """The FA2-order forward on tensor cores (numba_flash's default "fa2"): HBM, FLOPs and
+    workspace as ``flash_forward_v2`` (same contract). SRAM, in fp32 elements, counting each
+    element's TF32 hi and lo parts (two elements) over the zero-padded D8 = mma_depth(d)
+    columns (Q: one element where it stays fp32, ``Tiling.mma_q_raw``): tile stores Q (once per
+    row block), K, V (per active pair); fragment reads per active pair: each of the Br/16 warps
+    reads its 16 rows of Q and all of K and V once. P stays in registers (no SRAM)."""
+    t.check_mma()
+    d8 = t.mma_depth(w.d)
+    q_tile = t.Br * d8 * (1 if t.mma_q_raw(w.d) else 2)
+    return _fa2_on_tensor_cores(w, t, "flash_forward_tc", "forward (FA2 order, tensor cores)",
+                                q_tile, q_tile, d8 * 2)
 
 
 def flash_forward_half(w: Workload, t: Tiling) -> Plan:
@@ -100,28 +110,12 @@ def flash_forward_half(w: Workload, t: Tiling) -> Plan:
     inputs): HBM, FLOPs and workspace as ``flash_forward_v2`` (same contract; elements of the
     input's format, L in fp32). SRAM, in 16-bit elements over the zero-padded D16 =
     half_depth(d) columns: tile stores Q (once per row block), K and V (per active pair);
-    fragment reads (ldmatrix) per active pair: each of the Br/16 warps reads its 16 rows of Q
-    and all of K and V once. P stays in registers. Block order and L2 units as
-    ``flash_forward_tc``."""
+    fragment reads (ldmatrix) per active pair: each warp (``Tiling.rows_per_warp`` rows) reads
+    its rows of Q and all of K and V once. P stays in registers."""
     t.check_mma("flash_forward_half")
-    g, d16 = _grid(w, t), t.half_depth(w.d)
-    warps, pairs = t.Br // 16, g.active_pairs
-    plan = flash_forward_v2(w, t)
-
-    def per_head(counts):
-        return {name: n * w.BH for name, n in counts.items() if n}
-
-    main = dataclasses.replace(
-        plan.phases[0], name="forward (FA2 order, tensor cores, half)", kernel="flash_forward_half",
-        code=("flash_forward_half", ""),
-        block_trips=tuple(int(n) for n in g.nb[::-1]) if w.causal else plan.phases[0].block_trips,
-        tile_major=w.causal,
-        sram_reads=per_head({"Q": pairs * t.Br * d16, "K": pairs * warps * t.Bc * d16,
-                             "V": pairs * warps * t.Bc * d16}),
-        sram_writes=per_head({"Q": g.tr * t.Br * d16, "K": pairs * t.Bc * d16,
-                              "V": pairs * t.Bc * d16}),
-        blocks_per_unit=1 if w.causal else g.tr)
-    return Plan((main,), workspace=plan.workspace)
+    d16 = t.half_depth(w.d)
+    return _fa2_on_tensor_cores(w, t, "flash_forward_half", "forward (FA2 order, tensor cores, half)",
+                                t.Br * d16, t.Br * d16, d16)
 
 
 def flash_forward_v1(w: Workload, t: Tiling) -> Plan:

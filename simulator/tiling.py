@@ -77,6 +77,9 @@ PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32),
 #: 32 x 64 (1.5 KB; not measured either).
 PREFERRED_WIDE_HEADS = {"flash_forward_tc": (256, 32), "flash_backward_tc": (16, 64),
                         "flash_forward_half": (128, 32)}
+#: Bytes of a shared-memory element of the kernels whose tiles are not fp32 (``smem_terms``
+#: counts elements): the fp16 / bf16 forward's 16-bit ones.
+ELEMENT_BYTES = {"flash_forward_half": 2}
 #: Dynamic shared memory a block may opt into on sm_80/sm_90 (A100: 163 KB, H100/H200: 227 KB).
 H200_SMEM_PER_BLOCK = 232448
 
@@ -283,13 +286,15 @@ class Tiling:
                     "L": br, "D": br}
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
 
-    def smem_bytes(self, kernel: str, d: int, dtype_bytes: int = 4) -> int:
-        """Dynamic shared memory (bytes) one block of ``kernel`` needs at head dim ``d``."""
-        return sum(self.smem_terms(kernel, d).values()) * dtype_bytes
+    def smem_bytes(self, kernel: str, d: int, dtype_bytes: int | None = None) -> int:
+        """Dynamic shared memory (bytes) one block of ``kernel`` needs at head dim ``d``, its
+        elements ``dtype_bytes`` each (None: the kernel's own, ``ELEMENT_BYTES``)."""
+        return sum(self.smem_terms(kernel, d).values()) * (dtype_bytes or ELEMENT_BYTES.get(kernel, 4))
 
-    def check_fits(self, kernel: str, d: int, dtype_bytes: int = 4,
+    def check_fits(self, kernel: str, d: int, dtype_bytes: int | None = None,
                    limit_bytes: int = H200_SMEM_PER_BLOCK) -> None:
         """Raise ValueError, naming ``tiling``, if the kernel's tiles exceed ``limit_bytes``."""
+        dtype_bytes = dtype_bytes or ELEMENT_BYTES.get(kernel, 4)
         need = self.smem_bytes(kernel, d, dtype_bytes)
         if need > limit_bytes:
             terms = ", ".join(f"{k}={v * dtype_bytes}" for k, v in self.smem_terms(kernel, d).items())
@@ -307,7 +312,7 @@ class Tiling:
         return cls(Br=min(bc, d), Bc=bc)
 
     @classmethod
-    def kernel_default(cls, kernel: str, d: int, dtype_bytes: int = 4,
+    def kernel_default(cls, kernel: str, d: int, dtype_bytes: int | None = None,
                        limit_bytes: int = H200_SMEM_PER_BLOCK, n_q: int | None = None,
                        n_k: int | None = None) -> "Tiling":
         """The tiling the kernels use when none is given: the fastest measured on the H200

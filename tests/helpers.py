@@ -1,6 +1,10 @@
 """Input factories, hypothesis strategies and error measures shared by the tests."""
+import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
+
+import numba_flash as nf
+from numba_flash import reference
 
 from simulator.tiling import MMA_KERNELS, Tiling
 
@@ -67,3 +71,40 @@ def assert_lse_close(lse, ref, rtol):
     if finite.any():
         scale = max(1.0, float(np.abs(ref[finite]).max()))
         assert np.abs(lse[finite] - ref[finite]).max() <= rtol * scale
+
+
+# ---- half precision --------------------------------------------------------------------------
+FORMATS = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+#: An absolute floor (relative to max |reference|) for shapes whose plain error is ~0 (N_k = 1).
+FLOOR = 1e-6
+
+
+def half_inputs(rng, fmt, B, H, n_q, n_k, d, logit_scale=1.0):
+    """q (scaled by ``logit_scale``: logits that large), k, v, do in ``fmt``."""
+    t = FORMATS[fmt]
+    q = (logit_scale * rng.standard_normal((B, H, n_q, d))).astype(np.float32).astype(t)
+    k, v = (rng.standard_normal((B, H, n_k, d)).astype(np.float32).astype(t) for _ in range(2))
+    do = rng.standard_normal((B, H, n_q, d)).astype(np.float32).astype(t)
+    return q, k, v, do
+
+
+def rel(x, ref):
+    return float(np.abs(np.asarray(x, np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def check_half_forward(fmt, B, H, n_q, n_k, d, causal, diagonal=None, tiling=None, logit_scale=1.0, seed=0):
+    """flash_attention on fresh ``fmt`` inputs, poisoned outputs: o within flash-attention's rule
+    (2x the plain same-format implementation's error against float64), lse within 1e-5."""
+    rng = np.random.default_rng(seed)
+    q, k, v, _ = half_inputs(rng, fmt, B, H, n_q, n_k, d, logit_scale)
+    with nf.poison_outputs():
+        o, lse = nf.flash_attention(q, k, v, causal=causal, diagonal=diagonal, tiling=tiling,
+                                    return_lse=True)
+    assert o.dtype == FORMATS[fmt] and o.shape == q.shape and lse.dtype == np.float32
+    f64 = [x.astype(np.float64) for x in (q, k, v)]
+    ref, ref_lse = reference.attention_forward(*f64, causal=causal, diagonal=diagonal)
+    plain = reference.plain_attention_forward(q, k, v, fmt, causal=causal, diagonal=diagonal)
+    assert rel(o, ref) <= 2 * rel(plain, ref) + FLOOR, (rel(o, ref), rel(plain, ref))
+    seen = np.isfinite(ref_lse)
+    np.testing.assert_allclose(lse[seen], ref_lse[seen], rtol=1e-5, atol=1e-5)
+    assert np.all(lse[~seen] == -np.inf) and np.all(o.astype(np.float32)[~seen] == 0)

@@ -99,15 +99,16 @@ def test_reproducible_forward_and_deterministic_backward(rng):
     assert all(a.tobytes() == b.tobytes() for a, b in zip(g1, g2))
 
 
-def test_torch_tensors_in_device_arrays_out(rng):
+def test_torch_tensors_in_torch_tensors_out(rng):
     torch = pytest.importorskip("torch")
-    q, k, v, _ = qkv(rng, 1, 2, 300, 200, 64)
-    tq, tk, tv = (torch.from_numpy(x).cuda() for x in (q, k, v))
-    o = nf.flash_attention(tq, tk, tv, causal=True)
-    assert not isinstance(o, np.ndarray)
-    o_torch = torch.as_tensor(o, device="cuda")   # zero-copy view back into torch
-    assert o_torch.data_ptr() == o.device_ctypes_pointer.value
-    assert_close(o_torch.cpu().numpy(), ref.attention_forward(q, k, v, causal=True)[0], OUT_TOL)
+    q, k, v, do = qkv(rng, 1, 2, 300, 200, 64)
+    tq, tk, tv, tdo = (torch.from_numpy(x).cuda() for x in (q, k, v, do))
+    for algorithm in ("fa2", "fa2_fma"):    # the fast launch path and numba's dispatcher
+        o, lse = nf.flash_attention(tq, tk, tv, causal=True, algorithm=algorithm, return_lse=True)
+        assert isinstance(o, torch.Tensor) and isinstance(lse, torch.Tensor) and o.is_cuda
+        assert_close(o.cpu().numpy(), ref.attention_forward(q, k, v, causal=True)[0], OUT_TOL)
+    grads = nf.flash_attention_backward(tdo, tq, tk, tv, o, lse, causal=True)
+    assert all(isinstance(g, torch.Tensor) for g in grads)
 
 
 def test_long_sequence_stays_at_fp32_accuracy(rng):

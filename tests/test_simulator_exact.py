@@ -217,6 +217,26 @@ class Walk:
             self.writes["O"] += self.rows(i) * d
             self.writes["L"] += self.rows(i)
 
+    def flash_forward_half(self):
+        """The fp16 / bf16 forward: FA2-order HBM; SRAM tiles of d rounded up to 16 columns (one
+        16-bit element each); each warp reads its Q rows and all of K and V per step."""
+        t, d = self.t, self.w.d
+        d16 = _ceil(d, 16) * 16
+        for i in range(self.tr):
+            self.reads["Q"] += self.rows(i) * d
+            self.sram_writes["Q"] += t.Br * d16
+            for j in range(self.tc):
+                if self.active(i, j):
+                    for name in ("K", "V"):
+                        self.reads[name] += self.cols(j) * d
+                        self.sram_writes[name] += t.Bc * d16
+                    for _warp in range(t.Br // t.rows_per_warp("flash_forward_half")):
+                        self.sram_reads["Q"] += t.rows_per_warp("flash_forward_half") * d16
+                        self.sram_reads["K"] += t.Bc * d16
+                        self.sram_reads["V"] += t.Bc * d16
+            self.writes["O"] += self.rows(i) * d
+            self.writes["L"] += self.rows(i)
+
     def flash_backward_tc(self):
         """The tensor-core backward: v3's HBM; SRAM tiles of hi and lo parts of d rounded up to
         8 columns; per active pair each warp (16 keys) reads its K and V rows, all of Q and dO
@@ -260,7 +280,7 @@ class Walk:
 
 
 def for_algorithm(algorithm, t):
-    if algorithm in ("flash_forward_tc", "flash_backward_tc"):
+    if algorithm in ("flash_forward_tc", "flash_forward_half", "flash_backward_tc"):
         return mma_tiling(t, algorithm)
     return t
 

@@ -15,7 +15,10 @@ from numba_flash.instrument import count_traffic
 
 from .helpers import causal_masks, mma_tiling, qkv
 
-FORWARD = {"flash_forward_v1": "fa1", "flash_forward_v2": "fa2_fma", "flash_forward_tc": "fa2"}
+FORWARD = {"flash_forward_v1": "fa1", "flash_forward_v2": "fa2_fma", "flash_forward_tc": "fa2",
+           "flash_forward_half": "fa2"}
+#: simulator algorithms whose kernels take half-precision inputs (2-byte elements)
+HALF = {"flash_forward_half"}
 #: simulator algorithm -> flash_attention_backward's (algorithm, deterministic)
 BACKWARD = {"flash_backward": ("fa2_fma", False), "flash_backward_deterministic": ("fa2_fma", True),
             "flash_backward_tc": ("fa2", False)}
@@ -26,6 +29,8 @@ def measured_and_predicted(algorithm, B, H, n_q, n_k, d, causal, tiling, seed=0,
     arguments (``diagonal`` passed to both)."""
     rng = np.random.default_rng(seed)
     q, k, v, do = qkv(rng, B, H, n_q, n_k, d)
+    if algorithm in HALF:
+        q, k, v = (x.astype(np.float16) for x in (q, k, v))
     mask = dict(causal=causal, diagonal=diagonal)
     if algorithm in FORWARD:
         report = count_traffic(nf.flash_attention, q, k, v, **mask, tiling=tiling,
@@ -41,7 +46,7 @@ def measured_and_predicted(algorithm, B, H, n_q, n_k, d, causal, tiling, seed=0,
         o, p = nf.standard_attention(q, k, v, **mask, tiling=tiling, return_probs=True)
         report = count_traffic(nf.standard_attention_backward, do, q, k, v, o, p, causal=causal,
                                tiling=tiling)
-    workload = simulator.Workload(B, H, n_q, n_k, d, 4, causal, diagonal)
+    workload = simulator.Workload(B, H, n_q, n_k, d, 2 if algorithm in HALF else 4, causal, diagonal)
     return report, simulator.predict(algorithm, workload, tiling)
 
 
@@ -79,7 +84,7 @@ def test_predict_equals_counted_traffic_on_drawn_shapes(algorithm, n_q, n_k, d, 
     (6, 7, 9, nf.Tiling(4, 3)),      # beyond N_k: nothing masked
 ])
 def test_predict_equals_counted_traffic_with_a_diagonal(algorithm, n_q, n_k, diagonal, tiling):
-    if algorithm.endswith("_tc"):
+    if algorithm.endswith("_tc") or algorithm in HALF:
         tiling = mma_tiling(tiling, algorithm)
     report, predicted = measured_and_predicted(algorithm, 1, 1, n_q, n_k, 3, True, tiling,
                                                diagonal=diagonal)

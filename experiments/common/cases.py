@@ -26,6 +26,8 @@ PASSES = ("fwd", "fwd_bwd")
 BACKWARD_FLOPS_FACTOR = 2.5
 #: Input formats (numba_flash.precision.FORMATS); half precision runs the "fa2" method only.
 DTYPES = ("float32", "float16", "bfloat16")
+#: Bytes an element of each.
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 def attention_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool) -> float:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from simulator.tiling import FORWARD_KERNELS
 
-from .cases import Case
+from .cases import DTYPE_BYTES, Case
 
 #: The GPU we measure on (datasheet values with our measured bandwidth and fp32 peak), and the
 #: paper's.
@@ -28,6 +28,7 @@ KERNELS_OF = {
     "flash_forward_v1": ("flash_forward_v1",),
     "flash_forward_v2": ("flash_forward_v2",),
     "flash_forward_tc": ("flash_forward_tc",),
+    "flash_forward_half": ("flash_forward_half",),
     "flash_backward": ("flash_backward",),
     "flash_backward_tc": ("flash_backward_tc",),
     "flash_backward_deterministic": ("flash_backward", "flash_backward_dq"),
@@ -58,9 +59,11 @@ def hardware(name: str = MEASURED_GPU):
     return by_name(name)
 
 
-def workload(case: Case, dtype_bytes: int = 4):
+def workload(case: Case, dtype_bytes: int | None = None):
+    """The case's Workload, of ``dtype_bytes`` elements (None: its dtype's)."""
     from simulator import Workload
 
+    dtype_bytes = dtype_bytes or DTYPE_BYTES[case.dtype]
     return Workload(B=case.B, H=case.H, N_q=case.N, N_k=case.N, d=case.d, dtype_bytes=dtype_bytes,
                     causal=case.causal)
 
@@ -79,7 +82,7 @@ def effective_tiling(case: Case):
     return case.tiling_object() or kernel_tiling(case.simulator_algorithms()[0], case.d, case.N)
 
 
-def reports(case: Case, dtype_bytes: int = 4, gpu: str = MEASURED_GPU, tiling: str = "kernels") -> list:
+def reports(case: Case, dtype_bytes: int | None = None, gpu: str = MEASURED_GPU, tiling: str = "kernels") -> list:
     """``simulator.predict``'s report for each of the case's calls."""
     import simulator
 
@@ -92,7 +95,7 @@ def reports(case: Case, dtype_bytes: int = 4, gpu: str = MEASURED_GPU, tiling: s
             for a in case.simulator_algorithms()]
 
 
-def predict_case(case: Case, dtype_bytes: int = 4, gpu: str = MEASURED_GPU, tiling: str = "kernels") -> Prediction:
+def predict_case(case: Case, dtype_bytes: int | None = None, gpu: str = MEASURED_GPU, tiling: str = "kernels") -> Prediction:
     """Sum of the predictions of the case's calls (forward, and backward for fwd_bwd): the SMs'
     global-memory bytes and DRAM bytes as the level model has them (``simulator.levels``), and
     its time; where the model lacks a kernel's resources or the GPU's rates (NaN), the tiled
@@ -118,8 +121,9 @@ def touched_tensors(case: Case) -> list[list[str]]:
     return [sorted(name for name, t in r.hbm.items() if t.reads or t.writes) for r in reports(case)]
 
 
-def tensor_bytes(case: Case, name: str, dtype_bytes: int = 4) -> int:
-    return workload(case, dtype_bytes).tensor_elements(name) * dtype_bytes
+def tensor_bytes(case: Case, name: str, dtype_bytes: int | None = None) -> int:
+    w = workload(case, dtype_bytes)
+    return w.tensor_elements(name) * w.dtype_bytes
 
 
 def l2_bytes(gpu: str = MEASURED_GPU) -> float:

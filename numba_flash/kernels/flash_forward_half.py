@@ -1,10 +1,11 @@
 """FlashAttention forward in the FA2 loop order on tensor cores, in fp16 or bf16 (one body; the
 format is a compile-time parameter): mma.sync m16n8k16 with fp32 accumulators.
 
-Algorithm (per batch-head, row block i; Tr x B*H blocks, Br/16 warps each)::
+Algorithm (per batch-head, row block i; Tr x B*H blocks, Br/32 warps each, Br/16 where Br is
+not a multiple of 32: Tiling.rows_per_warp)::
 
     Qi, K0, V0: HBM -> SRAM by cp.async (one group), wait, barrier
-    m = -inf, l = 0, O_acc = 0        (registers: warp w owns rows 16w..16w+15 of S, P and O)
+    m = -inf, l = 0, O_acc = 0        (registers: each warp owns its rows of S, P and O)
     for j < nb(i):                    (causal: fully masked blocks skipped)
         (j > 0) wait for Kj, Vj; barrier
         Kj+1, Vj+1: HBM -> the other SRAM stage by cp.async (in flight during this step)
@@ -22,7 +23,8 @@ the barrier of step j, which every warp reaches only once it is done reading tha
 j - 1. Products are in the input's format with fp32 sums, as FlashAttention-2: S exact up to the
 fp32 sum, P rounded to the format once for P V, O once at the end; softmax statistics in fp32.
 
-SRAM (uint16 elements): Qi (Br x LD), then for each of two stages Kj and Vj (Bc x LD each),
+SRAM (uint16 elements): Qi (Br x LD), then for each of two stages Kj and Vj (Bc x LD each;
+Tiling.smem_terms' "Kj" and "Vj" count both stages),
 row-major as in HBM, LD = D16 + 8 (D16 = d rounded up to the mma's k = 16; columns d..D16-1
 zero): a row is an odd number of 16-byte chunks, so the 8 row addresses of an ldmatrix fall in
 8 different 16-byte bank groups (Tiling.half_stride).
@@ -30,6 +32,7 @@ Fragments (lane = 8 i + l gives the address of row l of matrix i of an ldmatrix.
     Qi, k step ks:      rows wrow + 8 (i % 2) + l, columns 16 ks + 8 (i // 2)   -> a0..a3
     Kj, key tiles 2p, 2p + 1 (16 keys), k step ks:
                         rows 16 p + 8 (i // 2) + l, columns 16 ks + 8 (i % 2)   -> b0, b1 of each
+    (a warp owns MT = Tiling.rows_per_warp / 16 row tiles: Qi fragments for tile mt 16 mt rows on)
     Vj (.trans), key step kk, O tiles 2p, 2p + 1:
                         rows 16 kk + 8 (i % 2) + l, columns 16 p + 8 (i // 2)   -> b0, b1 of each
 HBM -> SRAM moves 16-byte chunks (8 elements) with cp.async when d % 8 == 0 and the tensors
@@ -52,8 +55,11 @@ tools/tune_half.py; results/h200/tuning/tune_half_v*.csv):
         of the step at 128 x 64: 868 instructions for 128 HMMA, 296 of them FSETP/FSEL of the
         NaN-sticky row max.
     v3  row max by max.NaN.f32 (one FMNMX an element instead of two compares and a select);
-        rows that have seen no key subtract 0 instead of a branch that zeroed P (a select an
-        element). SASS of the step at 128 x 64: 868 -> 725 -> ? instructions.
+        rows that have seen no key subtract 0 instead of a branch that zeroed P; the mask
+        applied under a branch on edge tiles only. Bench (results/h200/bench/bench_half.csv,
+        defaults 128 x 64 for d <= 64, 128 x 32 above): (4,16,4096,64) 180 TFLOP/s (0.70x),
+        d = 128 218 (0.64x), (1,16,16384,64) 258 (0.87x), causal (2,32,4096,128) 175 (0.61x);
+        bf16 184 / 220 / 239 / 172 (0.67 / 0.67 / 0.79 / 0.64x).
 """
 from __future__ import annotations
 
