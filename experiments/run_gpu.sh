@@ -28,7 +28,9 @@ which ncu >>"$log" 2>&1; ncu --version >>"$log" 2>&1
 run 90 run calibrate     # the machine rates; the model's time predictions below use them
 [ -s "$results/calibrate/calibrate.csv" ] && export NUMBA_FLASH_RATES_CSV=$results/calibrate/calibrate.csv
 run 200 run levels       # every level of every shipped kernel: development and held-out configurations
-[ -n "${SKIP_BENCH:-}" ] || run 400 bench   # quick shapes: 207 s on 2026-12-01 (89 s of it building 14 kernels)
+# fp32 rows only (quick shapes: 207 s on 2026-12-01, 89 s of it building 14 kernels); the fp16 /
+# bf16 rows are their own command (README: `bench --dtype float16 bfloat16`, 194 s)
+[ -n "${SKIP_BENCH:-}" ] || run 400 bench --dtype float32
 run 75 run fig2_left
 run 75 run io_scaling
 run 60 run l2_effect
