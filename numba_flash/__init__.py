@@ -1,6 +1,7 @@
 """numba-flash: FlashAttention (Dao et al., 2022) rebuilt from the paper as Numba CUDA kernels.
 
-Public API (PyTorch SDPA layout, q (B, H, N_q, d), k and v (B, H, N_k, d), float32):
+Public API (PyTorch SDPA layout, q (B, H, N_q, d), k and v (B, H, N_k, d), float32, float16 or
+bfloat16):
 ``flash_attention``, ``flash_attention_backward``, ``standard_attention``,
 ``standard_attention_backward``; ``Tiling`` (block sizes, shared with ``simulator``);
 ``reference`` (float64 NumPy); ``instrument.count_traffic`` (exact global-memory counts under
