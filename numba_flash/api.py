@@ -125,13 +125,12 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     checks.flag("return_lse", return_lse)
     scale = checks.softmax_scale(softmax_scale, shp.d)
     kernel_name = forward_kernel(algorithm, shp.precision)
-    tiling = checks.tiling_for(tiling, (kernel_name,), shp.d, shp.N_q, shp.N_k,
-                               2 if shp.half else 4)
+    tiling = checks.tiling_for(tiling, (kernel_name,), shp.d, shp.N_q, shp.N_k)
 
     mem = memory.active()
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh = B * H
-    smem = tiling.smem_bytes(kernel_name, d, 2 if shp.half else 4)
+    smem = tiling.smem_bytes(kernel_name, d)
     grid, threads = (tiling.Tr(n_q), bh), tiling.threads_for(kernel_name)
     if algorithm == "fa2" and memory.torch_fast_path(mem, q, k, v):
         return _forward_on_tensors(q, k, v, shp, tiling, causal, diagonal, scale, return_lse, grid,

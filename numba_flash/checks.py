@@ -221,15 +221,14 @@ def diagonal(value, causal: bool, n_q: int, n_k: int) -> int:
     return causal_diagonal(n_q, n_k, value)
 
 
-def tiling_for(value, kernels, d: int, n_q: int | None = None, n_k: int | None = None,
-               dtype_bytes: int = 4) -> Tiling:
+def tiling_for(value, kernels, d: int, n_q: int | None = None, n_k: int | None = None) -> Tiling:
     """The tiling to launch ``kernels`` with: ``value`` checked against the device's shared
     memory, or, when None, the smallest of their defaults (``Tiling.kernel_default``, cut to
-    sequences of ``n_q`` queries and ``n_k`` keys); ``dtype_bytes``: of the kernels' shared
-    memory elements (2 for the half-precision kernels)."""
+    sequences of ``n_q`` queries and ``n_k`` keys); each kernel's shared-memory elements are
+    its own size (``simulator.tiling.ELEMENT_BYTES``)."""
     limit = smem_limit_bytes()
     if value is None:
-        choices = [Tiling.kernel_default(kernel, d, dtype_bytes, limit, n_q, n_k) for kernel in kernels]
+        choices = [Tiling.kernel_default(kernel, d, None, limit, n_q, n_k) for kernel in kernels]
         return min(choices, key=lambda t: t.Br * t.Bc)
     if not isinstance(value, Tiling):
         raise TypeError(f"tiling must be a numba_flash.Tiling or None, got {type(value).__name__}")
@@ -237,5 +236,5 @@ def tiling_for(value, kernels, d: int, n_q: int | None = None, n_k: int | None =
         raise ValueError(f"tiling={value!r} needs {value.threads} threads a block (a model-only "
                          f"tiling); the kernels launch at most {MAX_THREADS}: choose Br * Bc <= 16384")
     for kernel in kernels:
-        value.check_fits(kernel, d, dtype_bytes, limit)
+        value.check_fits(kernel, d, None, limit)
     return value

@@ -21,6 +21,8 @@ import sys
 import numpy as np
 from numba import config, cuda
 
+from .precision import HALF_NAN_BITS
+
 
 def simulator_enabled() -> bool:
     return bool(config.ENABLE_CUDASIM)
@@ -51,7 +53,7 @@ def torch_fast_path(memory, *xs) -> bool:
 def poison_fill(dtype):
     """What a poisoned output starts as: NaN, or for the uint16 patterns of a half-precision
     output the bits of a NaN (``precision.HALF_NAN_BITS``)."""
-    return 0x7FFF if np.dtype(dtype) == np.uint16 else np.nan
+    return HALF_NAN_BITS if np.dtype(dtype) == np.uint16 else np.nan
 
 
 def is_device_array(x) -> bool:
@@ -83,13 +85,7 @@ class Memory:
             return cuda.to_device(np.full(shape, poison_fill(dtype), dtype=dtype))
         device = _torch_allocation_device(like)
         if device is not None:
-            tensor = torch_output(shape, dtype, like, device, poison=False)
-            array = cuda_view(tensor, dtype)
-            try:
-                array.torch_tensor = tensor   # what ``result`` gives back
-            except AttributeError:            # (an array type that takes no attributes)
-                pass
-            return array
+            return torch_output(shape, dtype, like, device, poison=False)
         return cuda.device_array(shape, dtype=dtype)
 
     def result(self, x, on_host):
@@ -102,14 +98,22 @@ class Memory:
         return x.copy_to_host() if on_host else x
 
 
-def torch_output(shape, dtype, like, device, poison: bool):
-    """A torch tensor for an output of ``dtype`` (uint16: the half-precision dtype of ``like``,
-    a torch tensor), NaN-filled when ``poison``."""
+def torch_output(shape, dtype, like, device, poison: bool, sync=True):
+    """An output of ``dtype`` (uint16: the half-precision dtype of ``like``, a torch tensor) in
+    a new torch tensor on ``device``, NaN-filled when ``poison``: the numba device array on it
+    (``cuda_view``), which carries the tensor for ``Memory.result`` to give back."""
     torch = sys.modules["torch"]
     tdtype = like.dtype if np.dtype(dtype) == np.uint16 else getattr(torch, np.dtype(dtype).name)
     if poison:
-        return torch.full(shape, float("nan"), dtype=tdtype, device=device)
-    return torch.empty(shape, dtype=tdtype, device=device)
+        tensor = torch.full(shape, float("nan"), dtype=tdtype, device=device)
+    else:
+        tensor = torch.empty(shape, dtype=tdtype, device=device)
+    array = cuda_view(tensor, dtype, sync)
+    try:
+        array.torch_tensor = tensor   # what ``result`` gives back
+    except AttributeError:            # (an array type that takes no attributes)
+        pass
+    return array
 
 
 def cuda_view(tensor, dtype, sync=True):

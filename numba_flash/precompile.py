@@ -31,7 +31,7 @@ import numpy as np
 from simulator.tiling import Tiling
 
 from . import kernel_cache
-from .precision import FORMATS, HALF, host_type
+from .precision import FORMATS, host_type
 
 FORWARDS = ("fa2", "fa2_fma", "fa1", "standard")
 BACKWARDS = ("fa2", "fa2_fma", "standard")
@@ -79,14 +79,14 @@ def _tilings(c: KernelConfig) -> tuple[Tiling | None, Tiling | None]:
     from . import checks
     from .api import backward_kernels, forward_kernel
 
-    def resolve(kernels, dtype_bytes=4):
-        return checks.tiling_for(c.tiling, kernels, c.d, c.n_q, c.n_k, dtype_bytes)
+    def resolve(kernels):
+        return checks.tiling_for(c.tiling, kernels, c.d, c.n_q, c.n_k)
 
     forward = backward = None
     if c.forward == "standard":
         forward = resolve(("standard_matmul",))
     elif c.forward:
-        forward = resolve((forward_kernel(c.forward, c.dtype),), 2 if c.dtype in HALF else 4)
+        forward = resolve((forward_kernel(c.forward, c.dtype),))
     if c.backward == "standard":
         backward = resolve(("standard_matmul",))
     elif c.backward:

@@ -162,9 +162,10 @@ def plain_attention_forward(q, k, v, fmt: str, *, causal=False, softmax_scale=No
 
 
 def plain_attention_backward(do, q, k, v, fmt: str, *, causal=False, softmax_scale=None, diagonal=None):
-    """Gradients (dq, dk, dv) of ``plain_attention_forward``'s attention in the same plain
-    half-precision arithmetic: every matrix product summed in fp32 and rounded to ``fmt``, P, o
-    and dS = P (dP - rowsum(dO o)) rounded; float64 results."""
+    """Gradients (dq, dk, dv) of attention in plain half-precision arithmetic: P = softmax of the
+    fp32 scores rounded to ``fmt`` (the scores themselves not rounded, unlike
+    ``plain_attention_forward``'s), then every matrix product summed in fp32 and rounded, o and
+    dS = P (dP - rowsum(dO o)) rounded; float64 results."""
     from .precision import round_to
 
     do, q, k, v = (np.asarray(x, dtype=np.float32) for x in (do, q, k, v))

@@ -79,6 +79,14 @@ def _block_attention(x, hs, rs, scale, causal, N, grads, dtype):
     return o, (ds, p, do, q, k)
 
 
+def _gradients(back, scale):
+    """dq, dk and dv of one block from ``_block_attention``'s (ds, p, do, q, k), in their
+    arithmetic (dk and dv: this block's share, summed over row blocks by the caller)."""
+    ds, p, do, q, k = back
+    return {"dq": scale * (ds @ k), "dk": scale * (ds.transpose(-1, -2) @ q),
+            "dv": p.transpose(-1, -2) @ do}
+
+
 def _torch_errors(case: Case, inputs: dict, outputs: dict) -> tuple[dict[str, float], dict[str, float]]:
     """(our errors, the plain same-format implementation's errors -- {} for float32)."""
     import torch
@@ -86,11 +94,12 @@ def _torch_errors(case: Case, inputs: dict, outputs: dict) -> tuple[dict[str, fl
     B, H, N, d = case.shape
     scale = 1.0 / math.sqrt(d)
     fmt = getattr(torch, case.dtype)
+    half = case.dtype != "float32"
     x = {n: torch.as_tensor(t, device="cuda").reshape(B * H, N, d) for n, t in inputs.items()}
     ours = {n: _as_torch(t, fmt).reshape(B * H, N, d) for n, t in outputs.items()}
-    plain_dtypes = {"ours": None, "plain": fmt} if case.dtype != "float32" else {"ours": None}
+    whos = ("ours", "plain") if half else ("ours",)
     grads = "dq" in ours
-    diff = {who: dict.fromkeys(ours, 0.0) for who in plain_dtypes}
+    diff = {who: dict.fromkeys(ours, 0.0) for who in whos}
     ref_max = dict.fromkeys(ours, 0.0)
 
     def compare(who, name, mine, ref):
@@ -102,37 +111,28 @@ def _torch_errors(case: Case, inputs: dict, outputs: dict) -> tuple[dict[str, fl
     for hs, rs in _blocks(B * H, N):
         o, back = _block_attention(x, hs, rs, scale, case.causal, N, grads, torch.float64)
         mine = {"ours": {n: t[hs, rs] for n, t in ours.items()}}
-        plain = {}
-        if "plain" in plain_dtypes:
+        if half:
             po, pback = _block_attention(x, hs, rs, scale, case.causal, N, grads, fmt)
-            plain = {"o": po}
+            mine["plain"] = {"o": po}
             if grads:
-                pds, pp, pdo, pq, pk = pback
-                plain["dq"] = ((pds @ pk) * scale).float()
-                plain["dk"] = ((pds.transpose(-1, -2) @ pq) * scale).float()
-                plain["dv"] = (pp.transpose(-1, -2) @ pdo).float()
-            mine["plain"] = plain
-        for who in plain_dtypes:
+                mine["plain"].update((n, g.float()) for n, g in _gradients(pback, scale).items())
+        for who in whos:
             compare(who, "o", mine[who]["o"], o)
         if not grads:
             continue
-        ds, p, do, q, k = back
-        ref = {"dq": scale * (ds @ k), "dk": scale * (ds.transpose(-1, -2) @ q), "dv": p.transpose(-1, -2) @ do}
-        for who in plain_dtypes:
+        ref = _gradients(back, scale)
+        for who in whos:
             compare(who, "dq", mine[who]["dq"], ref["dq"])
-        if rs.start == 0:
-            acc = {(who, n): 0 for who in plain_dtypes for n in ("dk", "dv")}
-            acc.update({("ref", n): 0 for n in ("dk", "dv")})
-        for n in ("dk", "dv"):
-            acc["ref", n] = acc["ref", n] + ref[n]
-            if "plain" in plain_dtypes:
-                acc["plain", n] = acc["plain", n] + plain[n]
+        sources = {"ref": ref, **({"plain": mine["plain"]} if half else {})}
+        for who, blocks in sources.items():
+            for n in ("dk", "dv"):   # summed over the row blocks of these heads
+                acc[who, n] = blocks[n] if rs.start == 0 else acc[who, n] + blocks[n]
         if rs.stop == N:
             for n in ("dk", "dv"):
                 compare("ours", n, ours[n][hs], acc["ref", n])
-                if "plain" in plain_dtypes:
+                if half:
                     compare("plain", n, acc["plain", n].to(fmt), acc["ref", n])
-    errors = {who: {n: diff[who][n] / max(ref_max[n], 1e-30) for n in ours} for who in plain_dtypes}
+    errors = {who: {n: diff[who][n] / max(ref_max[n], 1e-30) for n in ours} for who in whos}
     return errors["ours"], errors.get("plain", {})
 
 
