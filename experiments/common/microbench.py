@@ -54,7 +54,6 @@ from numba_flash.launch import launch
 from numba_flash.memory import simulator_enabled
 
 WARP = 32
-FULL_MASK = 0xFFFFFFFF
 #: Columns of a kernel's per-block timing table.
 TIMING = ("smid", "clock_start", "clock_end", "ns_start", "ns_end")
 SMID, CLOCK_START, CLOCK_END, NS_START, NS_END = range(len(TIMING))
@@ -100,9 +99,9 @@ def _gpu_primitives() -> SimpleNamespace:
     from numba.cuda import types
     from numba.cuda.extending import intrinsic
 
-    from numba_flash.kernels.mma import warp_ops
+    from numba_flash.kernels.mma import gpu_instructions
 
-    f32, i32, i64 = ir.FloatType(), ir.IntType(32), ir.IntType(64)
+    i32, i64 = ir.IntType(32), ir.IntType(64)
 
     def special_register(name: str, bits: int):
         """A read of ``%name`` (volatile: never hoisted, merged or dropped)."""
@@ -117,22 +116,6 @@ def _gpu_primitives() -> SimpleNamespace:
                 return builder.call(asm, [])
             return nbty(), codegen
         return read
-
-    @intrinsic
-    def mma_tf32(typingctx, a0, a1, a2, a3, b0, b1, c0, c1, c2, c3):
-        """(c0..c3) + A B, one m16n8k8 TF32 mma.sync (fragments as numba_flash.kernels.mma)."""
-        def codegen(context, builder, sig, args):
-            fty = ir.FunctionType(ir.LiteralStructType([f32] * 4), [i32] * 6 + [f32] * 4)
-            asm = ir.InlineAsm(
-                fty,
-                "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                "{$0, $1, $2, $3}, {$4, $5, $6, $7}, {$8, $9}, {$10, $11, $12, $13};",
-                "=f,=f,=f,=f,r,r,r,r,r,r,f,f,f,f",
-            )
-            out = builder.call(asm, [builder.bitcast(x, i32) for x in args[:6]] + list(args[6:]))
-            return context.make_tuple(builder, sig.return_type,
-                                      [builder.extract_value(out, n) for n in range(4)])
-        return types.UniTuple(types.float32, 4)(*([types.float32] * 10)), codegen
 
     def address(context, builder, sig, args, space):
         """Address of arr[index] (arr, index = the first two arguments of a uint32 array): 64-bit
@@ -184,14 +167,11 @@ def _gpu_primitives() -> SimpleNamespace:
             return types.void(arr, index, word), codegen
         return store
 
-    @cuda.jit(device=True)
-    def shfl_xor(x, lane_mask):
-        return cuda.shfl_xor_sync(FULL_MASK, x, lane_mask)
-
+    kernels = gpu_instructions()   # the instructions as the kernels issue them
     return SimpleNamespace(
         clock64=special_register("clock64", 64), globaltimer=special_register("globaltimer", 64),
-        smid=special_register("smid", 32), mma_tf32=mma_tf32, exp2_ftz=warp_ops().exp2_ftz,
-        shfl_xor=shfl_xor,
+        smid=special_register("smid", 32), mma_tf32=kernels.mma_tf32, exp2_ftz=kernels.exp2_ftz,
+        shfl_xor=kernels.shfl_xor,
         lds1=vector_load("ld.volatile.shared", "shared", 1), lds2=vector_load("ld.volatile.shared", "shared", 2),
         lds4=vector_load("ld.volatile.shared", "shared", 4),
         sts1=vector_store("st.volatile.shared", "shared", 1), sts2=vector_store("st.volatile.shared", "shared", 2),

@@ -104,7 +104,15 @@ def _gpu_primitives() -> SimpleNamespace:
         return cuda.shfl_xor_sync(FULL_MASK, x, lane_mask)
 
     return SimpleNamespace(tf32_nearest=tf32_nearest, tf32_truncate=tf32_truncate, exp2_ftz=exp2_ftz,
-                           mma_3xtf32=mma_3xtf32, shfl_xor=shfl_xor)
+                           mma_tf32=mma_tf32, mma_3xtf32=mma_3xtf32, shfl_xor=shfl_xor)
+
+
+def gpu_instructions() -> SimpleNamespace:
+    """The single GPU instructions behind ``warp_ops`` (no simulator versions): ``mma_tf32`` (one
+    m16n8k8 TF32 ``mma.sync`` from raw fragments), ``shfl_xor``, ``exp2_ftz``, ``tf32_nearest``,
+    ``tf32_truncate``, ``mma_3xtf32`` -- for code that times the instructions themselves (the
+    calibration's microbenchmarks)."""
+    return _gpu_primitives()
 
 
 #: The bits of an fp32 that a TF32 keeps (sign, exponent, 10 mantissa bits).
