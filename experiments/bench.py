@@ -5,7 +5,7 @@ with d = 64; forward, and forward + backward.  Ours: standard attention, fa1 (th
 order, one block per head: small shapes only), fa2 (tensor cores, 3xTF32), fa2_fma (the same
 loop order on FFMA), and the fa2 backward: on tensor cores with atomics, and the deterministic
 one (FFMA kernels).  In float16 and bfloat16 (HALF_SHAPES, the half-precision issue's shapes):
-fa2 forward (tensor cores in that format) and forward + backward.  Before any
+fa2 forward and forward + backward (tensor cores in that format).  Before any
 timing each kernel's outputs are checked against float64 on the same inputs (fp32: relative
 error > 1e-4 fails the run loudly; half: more than 2x / 3x the error of a plain same-format
 implementation, flash-attention's rule).  Timing: CUDA events, warm-up, median.
@@ -41,7 +41,8 @@ HALF = ("float16", "bfloat16")
 FA1_MAX_N = 4096
 KERNEL_MODULES = {"standard": "standard", "fa1": "flash_forward_alg1", "fa2": "flash_forward_fa2_tc",
                   "fa2_fma": "flash_forward_fa2", "backward": "flash_backward_tc",
-                  "backward_fma": "flash_backward", "fa2_half": "flash_forward_half"}
+                  "backward_fma": "flash_backward", "fa2_half": "flash_forward_half",
+                  "backward_half": "flash_backward_half"}
 
 
 def kernel_version(name: str) -> str:
@@ -66,7 +67,7 @@ def our_cases(B, H, N, d, causal) -> list[tuple[str, Case]]:
 def half_cases(B, H, N, d, causal, dtype) -> list[tuple[str, Case]]:
     """(kernel label, case) pairs for one half-precision shape."""
     return [("fa2", Case("fa2", "fwd", B, H, N, d, causal, dtype=dtype)),
-            ("fa2 + backward (fp32 kernels)", Case("fa2", "fwd_bwd", B, H, N, d, causal, dtype=dtype))]
+            ("fa2 + backward (atomic dQ)", Case("fa2", "fwd_bwd", B, H, N, d, causal, dtype=dtype))]
 
 
 def _version(case: Case) -> str:
@@ -74,7 +75,8 @@ def _version(case: Case) -> str:
     if case.passes == "fwd" or case.method == "standard":
         return f"v{forward}"
     fma = case.deterministic or BACKWARD_ALGORITHM[case.method] == "fa2_fma"
-    return f"v{forward} + backward v{kernel_version('backward_fma' if fma else 'backward')}"
+    backward = "backward_fma" if fma else "backward_half" if case.dtype in HALF else "backward"
+    return f"v{forward} + backward v{kernel_version(backward)}"
 
 
 def run(ctx: RunContext) -> list[dict]:

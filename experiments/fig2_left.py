@@ -1,9 +1,11 @@
 """Figure 2 (left): standard attention vs FlashAttention, forward + backward, GPT-2 medium.
 
 Attention of GPT-2 medium (N = 1024, d = 64, 16 heads, batch 64): GFLOPs, HBM read + write and
-runtime.  Our kernels are fp32 only: on the GPU we measure fp32 (DRAM and SM<->L2 bytes from
-ncu, runtime from CUDA events) and predict fp32 on the H200; fp16 is predicted only, on the
-H200 and on the paper's A100, beside the paper's A100 numbers.  On the CPU the full size is
+runtime.  On the GPU we measure fp32 and fp16, the paper's precision (DRAM and SM<->L2 bytes
+from ncu, runtime from CUDA events; standard attention in fp16 stores S, P, dP, dS in fp16, as
+the paper's baseline, and FlashAttention runs the fp16 tensor-core kernels), and predict both
+on the H200 with our kernels' tilings; fp16 on the paper's A100 (the paper's tiling) is
+predicted beside the paper's A100 numbers.  On the CPU the full size is
 model-only, and a scaled-down copy (N = 32, d = 8, one head) is counted under the CUDA simulator.
 """
 from __future__ import annotations
@@ -24,22 +26,24 @@ SMALL_SHAPE = dict(B=1, H=1, N=32, d=8)
 SMALL_TILING = (16, 16)   # the smallest the tensor-core forward and backward (fa2) take
 METHODS = {"standard": "standard", "flash": "fa2"}
 GB, MS = 1e9, 1e3
-FP16_NOTE = "fp16 predicted only (our kernels are fp32), with the paper's tiling"
+PAPER_NOTE = "the paper's GPU: predicted only, with the paper's tiling"
+#: dtype label -> our kernels' format
+FORMAT = {"fp32": "float32", "fp16": "float16"}
 
 
-def _case(method: str, shape: dict, tiling=None) -> Case:
-    return Case(METHODS[method], "fwd_bwd", tiling=tiling, **shape)
+def _case(method: str, shape: dict, tiling=None, dtype: str = "float32") -> Case:
+    return Case(METHODS[method], "fwd_bwd", tiling=tiling, dtype=dtype, **shape)
 
 
-def _predicted_rows(method: str, case: Case) -> list[dict]:
-    """Predictions at fp32 (our kernels' tiling) and fp16 (the paper's tiling for the GPU's
-    shared memory) on the H200, and fp16 on the paper's A100."""
+def _predicted_rows(method: str, cases: dict) -> list[dict]:
+    """Predictions at fp32 and fp16 on the H200 (our kernels' tilings; ``cases``: dtype label ->
+    the method's case), and fp16 on the paper's A100 (the paper's tiling for its shared memory)."""
     rows = []
-    for dtype, dtype_bytes, gpu in (("fp32", 4, model.MEASURED_GPU), ("fp16", 2, model.MEASURED_GPU),
-                                    ("fp16", 2, model.PAPER_GPU)):
-        p = model.predict_case(case, dtype_bytes, gpu, tiling="kernels" if dtype == "fp32" else "paper")
+    for dtype, gpu, tiling in (("fp32", model.MEASURED_GPU, "kernels"), ("fp16", model.MEASURED_GPU, "kernels"),
+                               ("fp16", model.PAPER_GPU, "paper")):
+        p = model.predict_case(cases[dtype], gpu=gpu, tiling=tiling)
         dram = p.dram_bytes
-        note = "" if dtype == "fp32" else FP16_NOTE
+        note = PAPER_NOTE if gpu == model.PAPER_GPU else ""
         for quantity, unit, value, paper_key in (
             ("GFLOPs", "GFLOP", p.flops / 1e9, "gflops"),
             ("HBM read+write (DRAM)", "GB", dram / GB, "hbm_gb"),
@@ -53,26 +57,30 @@ def _predicted_rows(method: str, case: Case) -> list[dict]:
 
 
 def run(ctx: RunContext) -> list[dict]:
-    cases = {method: _case(method, SHAPE) for method in METHODS}
-    rows = {method: _predicted_rows(method, case) for method, case in cases.items()}
+    cases = {method: {label: _case(method, SHAPE, dtype=fmt) for label, fmt in FORMAT.items()}
+             for method in METHODS}
+    rows = {method: _predicted_rows(method, cases[method]) for method in METHODS}
     if ctx.gpu:
-        measured = measure_traffic(ctx, NAME, list(cases.values()))
-        for method in ctx.progress(METHODS, f"{NAME}: timing"):
-            _attach_measurements(rows[method], measured[cases[method]], timing_or_note(cases[method], ctx))
+        every = [case for method in METHODS for case in cases[method].values()]
+        measured = measure_traffic(ctx, NAME, every)
+        for method, label in ctx.progress([(m, x) for m in METHODS for x in FORMAT], f"{NAME}: timing"):
+            case = cases[method][label]
+            _attach_measurements(rows[method], label, measured[case], timing_or_note(case, ctx))
     else:
         note = ctx.skip(f"{NAME}: GPU measurements of DRAM, SM<->L2 bytes and runtime ({NO_GPU})")
         for method in METHODS:
             for row in rows[method]:
-                if row["dtype"] == "fp32":
+                if row["gpu"] == model.MEASURED_GPU:
                     row["note"] = note
     out = [row for method in METHODS for row in rows[method]]
     return out + _scaled_down_rows(ctx)
 
 
-def _attach_measurements(rows: list[dict], traffic, timing) -> None:
-    """Put the fp32 H200 measurements into the matching predicted rows."""
+def _attach_measurements(rows: list[dict], dtype: str, traffic, timing) -> None:
+    """Put the H200 measurements of format ``dtype`` ("fp32", "fp16") into the matching
+    predicted rows."""
     for row in rows:
-        if row["dtype"] != "fp32":
+        if row["dtype"] != dtype or row["gpu"] != model.MEASURED_GPU:
             continue
         if row["quantity"].startswith("HBM"):
             if isinstance(traffic, MeasuredTraffic):
@@ -114,12 +122,16 @@ PANELS = (("GFLOPs", "GFLOPs", "GFLOP"),
 
 
 def plot(rows: list[dict], path) -> None:
+    from matplotlib import colormaps
+
+    colors = colormaps["tab20"]   # a colour per bar series (there are more than ten)
     fig, axes = plotting.figure(3, title="Figure 2 (left): GPT-2 medium attention (N=1024, d=64, 16 heads, batch 64)")
     fig.set_size_inches(15.6, 6.0)
     series = [  # (label, row filter, value key, hatch)
         ("paper A100 fp16", lambda r: r["gpu"] == model.PAPER_GPU, "paper_a100_fp16", ""),
         ("predicted A100 fp16", lambda r: r["gpu"] == model.PAPER_GPU, "predicted", "//"),
         ("predicted H200 fp16", lambda r: r["gpu"] == model.MEASURED_GPU and r["dtype"] == "fp16", "predicted", "//"),
+        ("measured H200 fp16", lambda r: r["gpu"] == model.MEASURED_GPU and r["dtype"] == "fp16", "measured", ""),
         ("predicted H200 fp32", lambda r: r["gpu"] == model.MEASURED_GPU and r["dtype"] == "fp32", "predicted", "//"),
         ("measured H200 fp32", lambda r: r["gpu"] == model.MEASURED_GPU and r["dtype"] == "fp32", "measured", ""),
     ]
@@ -139,10 +151,10 @@ def plot(rows: list[dict], path) -> None:
         for i, (name, values, hatch) in enumerate(bars):
             xs = [m + (i - (len(bars) - 1) / 2) * width for m in range(len(METHODS))]
             heights = [v if v is not None else 0.0 for v in values]
-            ax.bar(xs, heights, width, label=name, hatch=hatch, color=f"C{i}", edgecolor="black", linewidth=0.4)
+            ax.bar(xs, heights, width, label=name, hatch=hatch, color=colors(i), edgecolor="black", linewidth=0.4)
         ax.set_xticks(range(len(METHODS)), ["standard", "FlashAttention"])
         plotting.finish(ax, "", f"{title} ({unit})")
         ax.set_yscale("log")
         ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2)
-    plotting.save(fig, path, footnote="fp32 is what we measure; fp16 is predicted only (no fp16 kernels). "
-                  "Missing bars: not measured in this run (see the CSV's note).")
+    plotting.save(fig, path, footnote="H200: fp32 and fp16 measured and predicted (our kernels' tilings); "
+                  "A100: predicted with the paper's tiling. Missing bars: not measured in this run (see the CSV's note).")

@@ -1,10 +1,12 @@
 """Figure 2 (middle): block size Bc vs HBM accesses and forward runtime of FlashAttention.
 
-N = 1024, d = 64, 16 heads, batch 64 (fp32), Br = 64, Bc = 64, 128, 256, 512 as far as shared
+N = 1024, d = 64, 16 heads, batch 64, Br = 64, Bc = 64, 128, 256, 512 as far as shared
 memory (``Tiling.smem_bytes`` against the H200's 227 KB a block) and the 1024-thread limit
 allow; what does not fit is a row with the reason in ``note``.  In the paper's loop order (fa1)
 Q and O are re-read once per K/V block, so HBM traffic falls as Bc grows; in the FA2 order K and
-V are re-read once per Q block, so traffic depends on Br and stays flat in Bc.
+V are re-read once per Q block, so traffic depends on Br and stays flat in Bc.  fa1 runs in
+fp32 and in fp16 (the paper's precision: Q, K, V, O in HBM in fp16, fp32 arithmetic), fa2_fma
+in fp32.
 
 GPU: SM<->L2 and DRAM bytes from ncu, runtime from CUDA events.  CPU: the full size is
 model-only; a tiny copy (N = 32, d = 8, Br = 8, Bc = 8, 16, 32) is counted under the simulator.
@@ -22,8 +24,10 @@ SHAPE = dict(B=64, H=16, N=1024, d=64)
 BR, BCS = 64, (64, 128, 256, 512)
 SMALL_SHAPE = dict(B=1, H=1, N=32, d=8)
 SMALL_BR, SMALL_BCS = 8, (8, 16, 32)
-#: FA2 order on FFMA: its block sizes are free (the tensor-core kernel's Bc is bounded by registers)
+#: (method, format): FA2 order on FFMA, whose block sizes are free (the tensor-core kernels' Bc
+#: is bounded by registers); Algorithm 1 in fp32 and in fp16
 METHODS = ("fa1", "fa2_fma")
+VARIANTS = (("fa1", "float32"), ("fa2_fma", "float32"), ("fa1", "float16"))
 
 
 def tiling_fits(method: str, br: int, bc: int, d: int) -> str:
@@ -42,18 +46,18 @@ def tiling_fits(method: str, br: int, bc: int, d: int) -> str:
 
 def run(ctx: RunContext) -> list[dict]:
     rows, cases = [], []
-    for method in METHODS:
+    for method, dtype in VARIANTS:
         for bc in BCS:
             reason = tiling_fits(method, BR, bc, SHAPE["d"])
             if reason:
-                ctx.skip(f"{NAME}: {method} {reason.removeprefix('skipped: ')}")
-                rows.append({"method": method, **SHAPE, "Br": BR, "Bc": bc, "quantity": "HBM read+write (SM<->L2)",
-                             "unit": "bytes", "note": reason})
+                ctx.skip(f"{NAME}: {method} {dtype} {reason.removeprefix('skipped: ')}")
+                rows.append({"method": method, "dtype": dtype, **SHAPE, "Br": BR, "Bc": bc,
+                             "quantity": "HBM read+write (SM<->L2)", "unit": "bytes", "note": reason})
                 continue
-            case = Case(method, "fwd", tiling=(BR, bc), **SHAPE)
+            case = Case(method, "fwd", tiling=(BR, bc), dtype=dtype, **SHAPE)
             cases.append(case)
             p = model.predict_case(case)
-            base = {"method": method, **SHAPE, "Br": BR, "Bc": bc,
+            base = {"method": method, "dtype": dtype, **SHAPE, "Br": BR, "Bc": bc,
                     "smem_bytes": case.tiling_object().smem_bytes(model.FORWARD_KERNEL[method], SHAPE["d"], 4)}
             rows += [{**base, "quantity": "HBM read+write (SM<->L2)", "unit": "bytes", "predicted": p.total_bytes},
                      {**base, "quantity": "HBM read+write (DRAM)", "unit": "bytes", "predicted": p.dram_bytes},
@@ -74,7 +78,7 @@ def _measure_gpu(ctx: RunContext, cases: list[Case], rows: list[dict]) -> None:
     for row in rows:
         if "predicted" not in row:
             continue
-        case = Case(row["method"], "fwd", tiling=(row["Br"], row["Bc"]), **SHAPE)
+        case = Case(row["method"], "fwd", tiling=(row["Br"], row["Bc"]), dtype=row["dtype"], **SHAPE)
         traffic, timing = measured[case], timings[case]
         if row["quantity"] == "forward runtime":
             if isinstance(timing, str):
@@ -97,7 +101,7 @@ def _tiny_rows(ctx: RunContext) -> list[dict]:
     for case in cases:
         got = measured[case]
         ok = isinstance(got, MeasuredTraffic)
-        rows.append({"method": case.method, **SMALL_SHAPE, "Br": SMALL_BR, "Bc": case.tiling[1],
+        rows.append({"method": case.method, "dtype": case.dtype, **SMALL_SHAPE, "Br": SMALL_BR, "Bc": case.tiling[1],
                      "quantity": "HBM read+write (tiny, simulator)", "unit": "bytes",
                      "predicted": model.predict_case(case).total_bytes,
                      "measured": got.total_bytes if ok else None, "measured_by": got.measured_by if ok else None,
@@ -112,19 +116,22 @@ def plot(rows: list[dict], path) -> None:
     if any(r["quantity"] == "HBM read+write (tiny, simulator)" for r in rows):
         panels.append(("HBM read+write (tiny, simulator)", "tiny copy (N=32, d=8, Br=8): read + write (bytes)"))
     fig, axes = plotting.figure(len(panels), title="Figure 2 (middle): block size Bc, FlashAttention forward "
-                                "(N=1024, d=64, 16 heads, batch 64, Br=64, fp32)")
+                                "(N=1024, d=64, 16 heads, batch 64, Br=64)")
     for ax, (quantity, ylabel) in zip(axes, panels):
-        for i, method in enumerate(METHODS):
+        for i, (method, dtype) in enumerate(VARIANTS):
             pts = sorted((r for r in rows if r["quantity"] == quantity and r["method"] == method
-                          and r.get("predicted") is not None), key=lambda r: r["Bc"])
+                          and r.get("dtype", "float32") == dtype and r.get("predicted") is not None),
+                         key=lambda r: r["Bc"])
             if not pts:
                 continue
             x = [r["Bc"] for r in pts]
-            ax.plot(x, [r["predicted"] for r in pts], color=f"C{i}", label=f"{method} predicted", **plotting.PREDICTED)
+            name = f"{method} {dtype.replace('float', 'fp')}"
+            ax.plot(x, [r["predicted"] for r in pts], color=f"C{i}", label=f"{name} predicted", **plotting.PREDICTED)
             meas = [(r["Bc"], r["measured"]) for r in pts if r.get("measured") is not None]
             if meas:
-                ax.plot(*zip(*meas), color=f"C{i}", label=f"{method} measured", **plotting.MEASURED)
+                ax.plot(*zip(*meas), color=f"C{i}", label=f"{name} measured", **plotting.MEASURED)
         plotting.finish(ax, "block size Bc", ylabel, loglog=True)
         ax.set_xscale("log", base=2)
-    skipped = sorted({f"{r['method']} Bc={r['Bc']}" for r in rows if str(r.get("note", "")).startswith("skipped: Tiling")})
+    skipped = sorted({f"{r['method']} {r.get('dtype', '')} Bc={r['Bc']}" for r in rows
+                      if str(r.get("note", "")).startswith("skipped: Tiling")})
     plotting.save(fig, path, footnote=("does not fit the H200: " + ", ".join(skipped)) if skipped else "")

@@ -26,10 +26,12 @@ import sys
 
 import numpy as np
 
-from simulator.tiling import BACKWARD_KERNELS, FORWARD_KERNELS, HALF_FORWARD_KERNELS
+from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_KERNELS,
+                              HALF_FORWARD_KERNELS)
 
 from . import checks, memory, precision
 from .kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
+from .kernels.flash_backward_half import make_flash_backward_half
 from .kernels.flash_backward_tc import make_flash_backward_tc
 from .kernels.flash_forward_alg1 import make_flash_forward_alg1
 from .kernels.flash_forward_fa2 import make_flash_forward_fa2
@@ -51,10 +53,12 @@ def _row_threads() -> int:
     return 16 if memory.simulator_enabled() else 128
 
 
-def _row_dot(d: int, zero_dq: bool, n_q: int, bh: int):
-    """The D = rowsum(dO * O) kernel (one warp a row) and its grid: (kernel, grid, threads)."""
+def _row_dot(d: int, zero_dq: bool, n_q: int, bh: int, fmt: str = "float32"):
+    """The D = rowsum(dO * O) kernel (one warp a row) for dO, O of format ``fmt`` and its grid:
+    (kernel, grid, threads)."""
     threads = 32 if memory.simulator_enabled() else 128
-    return make_row_dot(threads, d, zero_dq), (math.ceil(n_q / (threads // 32)), bh), threads
+    kernel = make_row_dot(threads, d, zero_dq, *(() if fmt == "float32" else (fmt,)))
+    return kernel, (math.ceil(n_q / (threads // 32)), bh), threads
 
 
 def _flat(x, rows, cols=None):
@@ -87,13 +91,14 @@ def _aligned16(*arrays) -> bool:
 
 def forward_kernel(algorithm: str, fmt: str) -> str:
     """The Tiling kernel name ``flash_attention`` runs for ``algorithm`` on inputs of format
-    ``fmt``; half-precision inputs run on tensor cores in their format ("fa2") only."""
+    ``fmt``; half-precision inputs run on tensor cores in their format ("fa2") or in the
+    Algorithm 1 order storing their format ("fa1"), not on "fa2_fma"."""
     if fmt not in precision.HALF:
         return ALGORITHMS[algorithm]
     if algorithm not in HALF_FORWARD_KERNELS:
         raise ValueError(f"algorithm={algorithm!r} runs in float32 only; {fmt} inputs run on "
-                         f"algorithm='fa2' (tensor cores in {fmt}): pass it, or convert the "
-                         "inputs to float32")
+                         f"algorithm='fa2' (tensor cores in {fmt}) or 'fa1': pass one, or "
+                         "convert the inputs to float32")
     return HALF_FORWARD_KERNELS[algorithm]
 
 
@@ -105,8 +110,9 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     Returns o (B, H, N_q, d) in the inputs' format, or (o, lse) with ``return_lse``; lse
     (B, H, N_q), float32, is the natural-log log-sum-exp of each row of scale * q k^T (-inf for
     rows that see no key). float16 / bfloat16 run on tensor cores in that format (mma m16n8k16,
-    fp32 sums and softmax statistics, P rounded to the format for P V, as FlashAttention-2);
-    ``algorithm`` must then be "fa2".
+    fp32 sums and softmax statistics, P rounded to the format for P V, as FlashAttention-2),
+    or with ``algorithm="fa1"`` in the Algorithm 1 order with q, k, v, o in HBM in that format
+    (fp32 arithmetic; o rounded each time it goes back to HBM); not with "fa2_fma".
     ``causal``: row r sees key c iff c <= r + ``diagonal``, any int (None: N_k - N_q,
     bottom-right; 0: top-left, torch SDPA's ``is_causal``); ``diagonal`` only with ``causal=True``.
     ``algorithm="fa2"``: FA2 loop order (a block per Q tile) on tensor cores, TF32 mma with the
@@ -148,7 +154,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     else:
         l_ws = mem.output((bh, n_q), F32, "l", like=q)
         m_ws = mem.output((bh, n_q), F32, "m", like=q)
-        kernel = make_flash_forward_alg1(tiling, d, causal)
+        kernel = make_flash_forward_alg1(tiling, d, causal, shp.precision)
         launch(kernel, (bh,), tiling.threads, smem, *_flat_forward(Q, K, V, O, L, n_q, n_k, d),
                l_ws, m_ws, scale, n_q, n_k, diagonal)
     o = precision.as_format(mem.result(O, shp.on_host), shp.precision)
@@ -176,11 +182,15 @@ def _forward_on_tensors(q, k, v, shp, tiling, causal, diagonal, scale, return_ls
     return (o, lse) if return_lse else o
 
 
-def backward_kernels(algorithm: str, deterministic: bool) -> tuple[str, ...]:
-    """The kernels (Tiling kernel names) ``flash_attention_backward`` launches, whose shared
-    memory its tiling must fit: the algorithm's, or the FFMA pair when ``deterministic``."""
+def backward_kernels(algorithm: str, deterministic: bool, fmt: str = "float32") -> tuple[str, ...]:
+    """The kernels (Tiling kernel names) ``flash_attention_backward`` launches on inputs of
+    format ``fmt``, whose shared memory its tiling must fit: the algorithm's ("fa2" on
+    half-precision inputs: its kernel in their format), or the FFMA pair when ``deterministic``
+    (half-precision inputs widened to float32 for "fa2_fma" and ``deterministic``)."""
     if deterministic:
         return ("flash_backward", "flash_backward_dq")
+    if fmt in precision.HALF and algorithm in HALF_BACKWARD_KERNELS:
+        return (HALF_BACKWARD_KERNELS[algorithm],)
     return (BACKWARD_ALGORITHMS[algorithm],)
 
 
@@ -188,10 +198,15 @@ def _convert(mem, x, name, fmt, widen, like):
     """x (a device array of ``fmt``'s uint16 patterns, or of float32) converted to float32
     (``widen``) or to the patterns, as a new output ``name``."""
     out = mem.output(tuple(x.shape), F32 if widen else np.uint16, name, like=like)
-    threads = 32 if memory.simulator_enabled() else 256
-    blocks = min(math.ceil(x.size / threads), 4 if memory.simulator_enabled() else 132 * 16)
-    launch(make_convert(fmt, widen), (blocks,), threads, 0, x.reshape(x.size), out.reshape(out.size), x.size)
+    threads, blocks = _convert_grid(x.size)
+    launch(make_convert(fmt, widen), blocks, threads, 0, x.reshape(x.size), out.reshape(out.size), x.size)
     return out
+
+
+def _convert_grid(n: int) -> tuple[int, tuple]:
+    """(threads, grid) of the grid-stride conversion kernel over n elements."""
+    threads = 32 if memory.simulator_enabled() else 256
+    return threads, (min(math.ceil(n / threads), 4 if memory.simulator_enabled() else 132 * 16),)
 
 
 def _widened(mem, shp, like, **named):
@@ -226,12 +241,13 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     ``algorithm="fa2"``: the products on tensor cores, TF32 mma with the 3xTF32 split (errors at
     fp32 level, not bitwise fp32); ``"fa2_fma"``: plain fp32 FFMA arithmetic.
     ``deterministic=True`` runs the FFMA kernels whatever the algorithm.
-    float16 / bfloat16 inputs: widened to float32 on the device (exactly), the same fp32
-    kernels, the gradients rounded to the inputs' format once (no half-precision backward
-    kernels yet: this costs the fp32 backward's time plus the conversions).
+    float16 / bfloat16 inputs, "fa2": tensor cores in that format (mma m16n8k16, fp32 sums; P
+    and dS rounded to the format for their products, as FlashAttention-2), dq accumulated in an
+    fp32 workspace and rounded once; with "fa2_fma" or ``deterministic`` the inputs are widened
+    to float32 on the device (exactly) for the FFMA kernels and the gradients rounded once.
     ``tiling``: a ``Tiling(Br, Bc)`` ("fa2" without ``deterministic``: Br and Bc multiples of
-    16, Bc up to 512); default the fastest measured on the H200, smaller where the head dim
-    needs more shared memory.
+    16, Bc up to 512); default the fastest measured on the H200 for the inputs' format, smaller
+    where the head dim needs more shared memory.
     """
     if not isinstance(algorithm, str) or algorithm not in BACKWARD_ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(BACKWARD_ALGORITHMS)}, got {algorithm!r}")
@@ -240,10 +256,14 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     diagonal = checks.diagonal(diagonal, causal, shp.N_q, shp.N_k)
     deterministic = checks.flag("deterministic", deterministic)
     scale = checks.softmax_scale(softmax_scale, shp.d)
-    kernels = backward_kernels(algorithm, deterministic)
+    kernels = backward_kernels(algorithm, deterministic, shp.precision)
     tiling = checks.tiling_for(tiling, kernels, shp.d, shp.N_q, shp.N_k)
 
     mem = memory.active()
+    if kernels == ("flash_backward_half",):
+        if memory.torch_fast_path(mem, do, q, k, v, o, lse):
+            return _backward_half_on_tensors(do, q, k, v, o, lse, shp, tiling, causal, diagonal, scale)
+        return _backward_half(mem, do, q, k, v, o, lse, shp, tiling, causal, diagonal, scale)
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh = B * H
     dO, Q, K, V, O = _widened(mem, shp, q, dO=do, Q=q, K=k, V=v, O=o)
@@ -253,11 +273,11 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     dV = mem.output((B, H, n_k, d), F32, "dV", like=q)
     D = mem.output((bh, n_q), F32, "D", like=q)
     fq, fk, fv = _flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d)
-    fdo, fo, fl, fdq = _flat(dO, n_q, d), _flat(O, n_q, d), _flat(L, n_q), _flat(dQ, n_q, d)
+    fdo, fl, fdq = _flat(dO, n_q, d), _flat(L, n_q), _flat(dQ, n_q, d)
 
     qscale = F32(scale * LOG2E)
     row_dot, grid, threads = _row_dot(d, not deterministic, n_q, bh)
-    launch(row_dot, grid, threads, 0, fdo, fo, D, fdq, n_q)
+    launch(row_dot, grid, threads, 0, *(x.reshape(x.size) for x in (dO, O, D, dQ)), n_q)
     if kernels == ("flash_backward_tc",):   # takes flat views, as the tensor-core forward
         args = tuple(x.reshape(x.size) for x in (Q, K, V, dO, L, D, dQ, dK, dV))
         launch(make_flash_backward_tc(tiling, d, causal), (tiling.Tc(n_k), bh),
@@ -276,8 +296,58 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     return _narrowed(mem, shp, q, dQ=dQ, dK=dK, dV=dV)
 
 
-def _matmul(tiling, a, b, c, alpha, m, n, kdim, bh, trans_a=False, trans_b=False):
-    kernel = make_matmul(tiling, trans_a, trans_b)
+def _backward_half_launches(shp, tiling, causal, diagonal, scale, vector, run, convert, dQacc, dQ, *args):
+    """The half-precision backward's three launches through ``run(kernel, grid, threads, smem,
+    *args)``: D = rowsum(dO * O) and dQacc = 0; the kernel; dQ = dQacc rounded to the format.
+    args: flat (do, q, k, v, o, lse, D, dk, dv)."""
+    n_q, n_k, d, bh = shp.N_q, shp.N_k, shp.d, shp.B * shp.H
+    do, q, k, v, o, lse, D, dk, dv = args
+    row_dot, grid, threads = _row_dot(d, True, n_q, bh, shp.precision)
+    run(row_dot, grid, threads, 0, do, o, D, dQacc, n_q)
+    kernel = make_flash_backward_half(tiling, d, causal, shp.precision, vector)
+    run(kernel, (tiling.Tc(n_k), bh), tiling.threads_for("flash_backward_half"),
+        tiling.smem_bytes("flash_backward_half", d), q, k, v, do, lse, D, dQacc, dk, dv,
+        F32(scale), F32(scale * LOG2E), n_q, n_k, diagonal)
+    threads, blocks = _convert_grid(bh * n_q * d)
+    run(convert, blocks, threads, 0, dQacc, dQ, bh * n_q * d)
+
+
+def _backward_half(mem, do, q, k, v, o, lse, shp, tiling, causal, diagonal, scale):
+    """``flash_attention_backward`` on tensor cores in the inputs' half format: dq accumulated
+    in an fp32 workspace ("dQ_accum", as flash-attention's dq_accum) and rounded once."""
+    B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
+    dO, Q, K, V, O = _inputs(mem, shp, dO=do, Q=q, K=k, V=v, O=o)
+    L = mem.input(lse, "L")
+    dQacc = mem.output((B, H, n_q, d), F32, "dQ_accum", like=q)
+    D = mem.output((B * H, n_q), F32, "D", like=q)
+    dQ = mem.output((B, H, n_q, d), np.uint16, "dQ", like=q)
+    dK = mem.output((B, H, n_k, d), np.uint16, "dK", like=q)
+    dV = mem.output((B, H, n_k, d), np.uint16, "dV", like=q)
+    flat = [x.reshape(x.size) for x in (dO, Q, K, V, O, L, D, dK, dV, dQacc, dQ)]
+    vector = d % 8 == 0 and _aligned16(dO, Q, K, V)
+    _backward_half_launches(shp, tiling, causal, diagonal, scale, vector, launch,
+                            make_convert(shp.precision, False), flat[9], flat[10], *flat[:9])
+    return tuple(precision.as_format(mem.result(x, shp.on_host), shp.precision) for x in (dQ, dK, dV))
+
+
+def _backward_half_on_tensors(do, q, k, v, o, lse, shp, tiling, causal, diagonal, scale):
+    """``_backward_half`` on torch tensors without numba arrays (``launch.launch_tensors``)."""
+    torch = sys.modules["torch"]
+    B, H, n_q, d = shp.B, shp.H, shp.N_q, shp.d
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    dq_acc = torch.empty((B * H * n_q * d,), dtype=torch.float32, device=q.device)
+    D = torch.empty((B * H * n_q,), dtype=torch.float32, device=q.device)
+    flat = [x.view(torch.int16).view(-1) for x in (do, q, k, v, o)]
+    vector = d % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in flat[:4])
+    _backward_half_launches(shp, tiling, causal, diagonal, scale, vector, launch_tensors,
+                            make_convert(shp.precision, False), dq_acc, dq.view(torch.int16).view(-1),
+                            *flat, lse.view(-1), D, *(x.view(torch.int16).view(-1) for x in (dk, dv)))
+    return dq, dk, dv
+
+
+def _matmul(tiling, fmt, a, b, c, alpha, m, n, kdim, bh, trans_a=False, trans_b=False):
+    """c = alpha opA(a) opB(b) per batch-head (``make_matmul``), a, b, c stored as ``fmt``."""
+    kernel = make_matmul(tiling, trans_a, trans_b, fmt)
     grid = (math.ceil(n / tiling.Bc), math.ceil(m / tiling.Br), bh)
     launch(kernel, grid, tiling.threads, tiling.smem_bytes("standard_matmul", 0),
            a, b, c, F32(alpha), m, n, kdim)
@@ -288,10 +358,11 @@ def standard_attention(q, k, v, *, causal=False, softmax_scale=None, return_prob
     """Standard attention, materialising S and P in HBM (the paper's baseline).
 
     q: (B, H, N_q, d); k, v: (B, H, N_k, d), float32, float16 or bfloat16. Returns o (B, H, N_q,
-    d), or (o, p) with ``return_probs``, p: (B, H, N_q, N_k), in the inputs' format. Half-precision
-    inputs are widened to float32 on the device and the fp32 kernels run (S and P in fp32 in
-    HBM; o and p rounded to the format at the end). ``tiling`` sets the matmuls' output tiles;
-    ``causal`` and ``diagonal`` as in ``flash_attention``.
+    d), or (o, p) with ``return_probs``, p: (B, H, N_q, N_k), in the inputs' format. Every
+    tensor in HBM -- q, k, v, S, P, o -- is in the inputs' format, as a plain same-format
+    implementation stores them: half-precision kernels sum and take the softmax in fp32 and
+    round each result to the format as they store it (S = scale q k^T, P, o = P v). ``tiling``
+    sets the matmuls' output tiles; ``causal`` and ``diagonal`` as in ``flash_attention``.
     """
     shp = checks.attention_shapes(q, k, v)
     causal = checks.flag("causal", causal)
@@ -303,27 +374,31 @@ def standard_attention(q, k, v, *, causal=False, softmax_scale=None, return_prob
     mem = memory.active()
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh = B * H
-    Q, K, V = _widened(mem, shp, q, Q=q, K=k, V=v)
-    S = mem.output((bh, n_q, n_k), F32, "S", like=q)
-    P = mem.output((B, H, n_q, n_k), F32, "P", like=q)
-    O = mem.output((B, H, n_q, d), F32, "O", like=q)
+    fmt, stored = shp.precision, np.uint16 if shp.half else F32
+    Q, K, V = _inputs(mem, shp, Q=q, K=k, V=v)
+    S = mem.output((bh, n_q, n_k), stored, "S", like=q)
+    P = mem.output((B, H, n_q, n_k), stored, "P", like=q)
+    O = mem.output((B, H, n_q, d), stored, "O", like=q)
     fp = _flat(P, n_q, n_k)
-    _matmul(tiling, _flat(Q, n_q, d), _flat(K, n_k, d), S, scale, n_q, n_k, d, bh, trans_b=True)
+    _matmul(tiling, fmt, _flat(Q, n_q, d), _flat(K, n_k, d), S, scale, n_q, n_k, d, bh, trans_b=True)
     threads = _row_threads()
-    launch(make_softmax(threads, causal), (n_q, bh), threads, 0, S, fp, n_k, diagonal)
-    _matmul(tiling, fp, _flat(V, n_k, d), _flat(O, n_q, d), 1.0, n_q, d, n_k, bh)
-    if return_probs:
-        return _narrowed(mem, shp, q, O=O, P=P)
-    return _narrowed(mem, shp, q, O=O)[0]
+    launch(make_softmax(threads, causal, fmt), (n_q, bh), threads, 0, S, fp, n_k, diagonal)
+    _matmul(tiling, fmt, fp, _flat(V, n_k, d), _flat(O, n_q, d), 1.0, n_q, d, n_k, bh)
+    results = (O, P) if return_probs else (O,)
+    results = tuple(precision.as_format(mem.result(x, shp.on_host), fmt) for x in results)
+    return results if return_probs else results[0]
 
 
 def standard_attention_backward(do, q, k, v, o, p, *, causal=False, softmax_scale=None,
                                 tiling=None):
     """Gradients (dq, dk, dv) of standard attention from the saved P (the paper's Algorithm 3).
 
-    do, q, o: (B, H, N_q, d); k, v: (B, H, N_k, d); p: (B, H, N_q, N_k); all in one format
-    (half precision: widened to float32, as the forward). ``causal`` is accepted
-    for symmetry with the forward: the mask is already in p (masked entries are 0).
+    do, q, o: (B, H, N_q, d); k, v: (B, H, N_k, d); p: (B, H, N_q, N_k); all in one format,
+    float32, float16 or bfloat16. Returns (dq, dk, dv) in that format. Every product and dS is
+    stored in HBM in the format (dV = P^T dO, dP = dO V^T, dS = P (dP - D), dQ = scale dS K,
+    dK = scale dS^T Q; sums in fp32, each result rounded once); D = rowsum(dO * o) is fp32 in
+    HBM, rounded to the format, as dP is, where dS takes dP - D. ``causal`` is accepted for symmetry with the forward: the mask is already in p (masked
+    entries are 0).
     """
     shp = checks.backward_shapes(do, q, k, v, o, "p", p, lambda s: (s.B, s.H, s.N_q, s.N_k))
     checks.flag("causal", causal)
@@ -333,22 +408,23 @@ def standard_attention_backward(do, q, k, v, o, p, *, causal=False, softmax_scal
     mem = memory.active()
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh = B * H
-    dO, Q, K, V, O, P = _widened(mem, shp, q, dO=do, Q=q, K=k, V=v, O=o, P=p)
-    dQ = mem.output((B, H, n_q, d), F32, "dQ", like=q)
-    dK = mem.output((B, H, n_k, d), F32, "dK", like=q)
-    dV = mem.output((B, H, n_k, d), F32, "dV", like=q)
-    dP = mem.output((bh, n_q, n_k), F32, "dP", like=q)
-    dS = mem.output((bh, n_q, n_k), F32, "dS", like=q)
+    fmt, stored = shp.precision, np.uint16 if shp.half else F32
+    dO, Q, K, V, O, P = _inputs(mem, shp, dO=do, Q=q, K=k, V=v, O=o, P=p)
+    dQ = mem.output((B, H, n_q, d), stored, "dQ", like=q)
+    dK = mem.output((B, H, n_k, d), stored, "dK", like=q)
+    dV = mem.output((B, H, n_k, d), stored, "dV", like=q)
+    dP = mem.output((bh, n_q, n_k), stored, "dP", like=q)
+    dS = mem.output((bh, n_q, n_k), stored, "dS", like=q)
     D = mem.output((bh, n_q), F32, "D", like=q)
     fq, fk, fv, fdo = _flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d), _flat(dO, n_q, d)
     fp = _flat(P, n_q, n_k)
 
-    _matmul(tiling, fp, fdo, _flat(dV, n_k, d), 1.0, n_k, d, n_q, bh, trans_a=True)
-    _matmul(tiling, fdo, fv, dP, 1.0, n_q, n_k, d, bh, trans_b=True)
-    row_dot, grid, threads = _row_dot(d, False, n_q, bh)
-    launch(row_dot, grid, threads, 0, fdo, _flat(O, n_q, d), D, _flat(dQ, n_q, d), n_q)
+    _matmul(tiling, fmt, fp, fdo, _flat(dV, n_k, d), 1.0, n_k, d, n_q, bh, trans_a=True)
+    _matmul(tiling, fmt, fdo, fv, dP, 1.0, n_q, n_k, d, bh, trans_b=True)
+    row_dot, grid, threads = _row_dot(d, False, n_q, bh, fmt)
+    launch(row_dot, grid, threads, 0, *(x.reshape(x.size) for x in (dO, O, D, dQ)), n_q)
     threads = _row_threads()
-    launch(make_ds(threads), (n_q, bh), threads, 0, fp, dP, D, dS, n_k)
-    _matmul(tiling, dS, fk, _flat(dQ, n_q, d), scale, n_q, d, n_k, bh)
-    _matmul(tiling, dS, fq, _flat(dK, n_k, d), scale, n_k, d, n_q, bh, trans_a=True)
-    return _narrowed(mem, shp, q, dQ=dQ, dK=dK, dV=dV)
+    launch(make_ds(threads, fmt), (n_q, bh), threads, 0, fp, dP, D, dS, n_k)
+    _matmul(tiling, fmt, dS, fk, _flat(dQ, n_q, d), scale, n_q, d, n_k, bh)
+    _matmul(tiling, fmt, dS, fq, _flat(dK, n_k, d), scale, n_k, d, n_q, bh, trans_a=True)
+    return tuple(precision.as_format(mem.result(x, shp.on_host), fmt) for x in (dQ, dK, dV))

@@ -28,7 +28,7 @@ _ALGORITHM_OF = {
     api.flash_attention: lambda kw: api.forward_kernel(kw.get("algorithm", "fa2"), kw["format"]),
     api.flash_attention_backward: lambda kw: (
         "flash_backward_deterministic" if kw.get("deterministic", False)
-        else api.BACKWARD_ALGORITHMS[kw.get("algorithm", "fa2")]),
+        else api.backward_kernels(kw.get("algorithm", "fa2"), False, kw["format"])[0]),
 }
 
 
@@ -124,9 +124,12 @@ def count_traffic(fn, *args, **kwargs):
         names = ", ".join(f.__name__ for f in _ALGORITHM_OF)
         raise ValueError(f"fn must be one of the public entry points ({names}), got {fn!r}")
     fmt = precision.format_of(args[0]) if args else "float32"
-    if fmt in precision.HALF and fn is not api.flash_attention:
-        raise ValueError(f"count_traffic of {fn.__name__} on {fmt} inputs: only flash_attention has "
-                         "half-precision kernels (the others widen them to float32 first)")
+    if (fmt in precision.HALF and fn is api.flash_attention_backward
+            and _ALGORITHM_OF[fn]({**kwargs, "format": fmt}) != "flash_backward_half"):
+        raise ValueError(f"count_traffic of flash_attention_backward on {fmt} inputs with "
+                         f"algorithm={kwargs.get('algorithm', 'fa2')!r}, deterministic="
+                         f"{kwargs.get('deterministic', False)}: those widen the inputs to float32 "
+                         "first (only algorithm='fa2' has half-precision kernels)")
     counting = CountingMemory()
     with memory.using(counting), _atomic_add_as_one_read_one_write():
         fn(*args, **kwargs)

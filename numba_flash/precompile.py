@@ -90,7 +90,7 @@ def _tilings(c: KernelConfig) -> tuple[Tiling | None, Tiling | None]:
     if c.backward == "standard":
         backward = resolve(("standard_matmul",))
     elif c.backward:
-        backward = resolve(backward_kernels(c.backward, c.deterministic))
+        backward = resolve(backward_kernels(c.backward, c.deterministic, c.dtype))
     return forward, backward
 
 

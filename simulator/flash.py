@@ -121,7 +121,9 @@ def flash_forward_half(w: Workload, t: Tiling) -> Plan:
 def flash_forward_v1(w: Workload, t: Tiling) -> Plan:
     """Grid (BH,), Algorithm 1: outer loop over j, inner over active i; O, l, m round-trip
     through HBM between visits.  Other FLOPs: 5 per active score, 3*rows_i*d per active pair
-    (O = keep O + P V / l).  Workspace: l, m and L."""
+    (O = keep O + P V / l).  Workspace: l, m and L.  Half inputs (numba_flash's "fa1" on fp16 /
+    bf16): the same counts, Q, K, V, O in the input's format, l, m, L fp32 (4 bytes an element:
+    ``report.FP32_TENSORS``), SRAM tiles fp32."""
     g, d = _grid(w, t), w.d
     nb, rows = g.nb, g.rows
     visited = g.active_rows()                              # sum over active (i, j) of rows_i
@@ -242,6 +244,61 @@ def flash_backward_tc(w: Workload, t: Tiling) -> Plan:
                               "dS": pairs * t.Br * t.Bc * 2}),
         blocks_per_unit=1 if w.causal else g.tc)
     return Plan((pre, main), workspace={"D": w.tensor_elements("D")})
+
+
+def _renamed(counts: dict, old: str, new: str) -> dict:
+    return {new if name == old else name: n for name, n in counts.items()}
+
+
+def flash_backward_half(w: Workload, t: Tiling) -> Plan:
+    """The backward on tensor cores in fp16 / bf16 (numba_flash's "fa2" for half inputs): HBM
+    and FLOPs as ``flash_backward`` (same contract; elements of the input's format, L, D and dQ
+    accumulated in fp32), except that dQ is accumulated in an fp32 workspace "dQ_accum" (zeroed
+    by the preprocess, atomics in the kernel) and a third launch rounds it into dQ (read N_q d,
+    write N_q d). SRAM of its (Tc, BH) kernel, in 16-bit elements over the zero-padded D16 =
+    half_depth(d) columns (L and D, fp32, two elements a value): tile stores K, V (once per
+    block j), Q, dO (Br x D16), L, D (Br) and dS^T (Bc x Br) per active pair; fragment reads
+    (ldmatrix) per active pair: S^T = K Q^T and dP^T = V dO^T read K and V once and, in each of
+    the Bc/16 warps, all of Q and dO; dV += P^T dO and dK += dS^T Q read all of dO and Q again
+    in each warp; dQ += dS K runs per_warp = ceil(units / warps) 16 x 16 products in every warp
+    (units = Br/16 x D16/16; a warp past the last recomputes it), each reading 16 columns of K
+    over the Bc keys and 16 rows of dS^T -- once for all of a warp's products where D16/16 is a
+    multiple of per_warp. P and dS reach dV and dK in registers; the elementwise reads of L and
+    D are not counted. Causal launches start the K/V blocks heaviest first over all heads.
+    Workspace: D and dQ_accum."""
+    t.check_mma("flash_backward_half")
+    g, d16, nq, d = _grid(w, t), t.half_depth(w.d), w.N_q, w.d
+    warps, pairs = t.Bc // 16, g.active_pairs
+    units = (t.Br // 16) * (d16 // 16)
+    per_warp = -(-units // warps)
+    ds_reads = warps * (1 if (d16 // 16) % per_warp == 0 else per_warp)   # 16 x Bc reads of dS^T
+    pre, main = flash_backward(w, t).phases
+    head_reads = pairs * 2 * warps * t.Br * d16     # Q (or dO): two products a warp
+
+    def per_head(counts):
+        return {name: n * w.BH for name, n in counts.items() if n}
+
+    pre = dataclasses.replace(pre, hbm_writes=_renamed(pre.hbm_writes, "dQ", "dQ_accum"),
+                              code=("row_dot", "zero_dq"))
+    main = dataclasses.replace(
+        main, name="main: dK, dV, dQ atomics (tensor cores, half)", kernel="flash_backward_half",
+        code=("flash_backward_half", ""), tile_major=w.causal,
+        hbm_reads=_renamed(main.hbm_reads, "dQ", "dQ_accum"),
+        hbm_writes=_renamed(main.hbm_writes, "dQ", "dQ_accum"),
+        sram_reads=per_head({"Q": head_reads, "dO": head_reads,
+                             "K": pairs * (t.Bc * d16 + per_warp * warps * t.Bc * 16),
+                             "V": pairs * t.Bc * d16,
+                             "dS": pairs * ds_reads * 16 * t.Bc}),
+        sram_writes=per_head({"K": g.tc * t.Bc * d16, "V": g.tc * t.Bc * d16,
+                              "Q": pairs * t.Br * d16, "dO": pairs * t.Br * d16,
+                              "L": pairs * t.Br * 2, "D": pairs * t.Br * 2,
+                              "dS": pairs * t.Br * t.Bc}),
+        blocks_per_unit=1 if w.causal else g.tc)
+    narrow = phase("dQ = dQ_accum rounded to the format", None, bh=w.BH,
+                   hbm_reads={"dQ_accum": nq * d}, hbm_writes={"dQ": nq * d},
+                   units_per_head=nq, code=("convert", "narrow"))
+    return Plan((pre, main, narrow), workspace={"D": w.tensor_elements("D"),
+                                                "dQ_accum": w.tensor_elements("dQ_accum")})
 
 
 def flash_backward_deterministic(w: Workload, t: Tiling) -> Plan:

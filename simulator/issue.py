@@ -232,7 +232,7 @@ def decode_instruction(mnemonic: str, operands: str, guard: str | None = None) -
             dests += _ALL_PREDICATES
         else:
             srcs += names
-    if guard:
+    if guard and guard != "PT":     # (PT: the constant true predicate, e.g. ptxas's "@!PT LDS RZ, [RZ]")
         srcs.append(guard)
     barrier = base == "BAR" and ("SYNC" in modifiers or "RED" in modifiers)
     return Op(key, pipe, tuple(dict.fromkeys(dests)), tuple(dict.fromkeys(srcs)), barrier,

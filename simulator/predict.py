@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from .flash import (flash_backward, flash_backward_deterministic, flash_backward_tc,
-                    flash_forward_half, flash_forward_tc, flash_forward_v1, flash_forward_v2)
+from .flash import (flash_backward, flash_backward_deterministic, flash_backward_half,
+                    flash_backward_tc, flash_forward_half, flash_forward_tc, flash_forward_v1, flash_forward_v2)
 from .hardware import H200, Hardware
 from .l2 import L2Traffic, l2_traffic
 from .levels import predict_levels
@@ -44,6 +44,7 @@ ALGORITHMS = {
     "flash_backward": flash_backward,
     "flash_backward_deterministic": flash_backward_deterministic,
     "flash_backward_tc": flash_backward_tc,
+    "flash_backward_half": flash_backward_half,
 }
 
 
@@ -58,7 +59,8 @@ def default_tiling(algorithm: str, workload: Workload, hardware: Hardware) -> Ti
     """Flash algorithms: the paper's choice for M = hardware.smem_per_block / dtype_bytes
     elements, except on tensor cores (whose mma layout those sizes do not suit): the kernel's
     default.  Standard algorithms: what the kernels' matmul uses, Tiling(64, 64)."""
-    if algorithm in ("flash_forward_tc", "flash_forward_half", "flash_backward_tc"):
+    if algorithm in ("flash_forward_tc", "flash_forward_half", "flash_backward_tc",
+                     "flash_backward_half"):
         return Tiling.kernel_default(algorithm, workload.d, workload.dtype_bytes,
                                      hardware.smem_per_block)
     if algorithm.startswith("standard"):

@@ -14,7 +14,13 @@ if TYPE_CHECKING:
     from .workload import Workload
 
 #: Display order of tensors: the names of docs/traffic-contract.md.
-TENSOR_ORDER = ("Q", "K", "V", "O", "L", "dO", "dQ", "dK", "dV", "S", "P", "dP", "dS", "D", "m", "l")
+TENSOR_ORDER = ("Q", "K", "V", "O", "L", "dO", "dQ", "dQ_accum", "dK", "dV", "S", "P", "dP", "dS", "D", "m", "l")
+
+
+#: Tensors the kernels keep in fp32 whatever the inputs' format: the softmax statistics (L, l,
+#: m), D = rowsum(dO * O) and the half backward's dQ accumulator. Their bytes are 4 an element
+#: in every report; the others' the report's ``dtype_bytes``.
+FP32_TENSORS = frozenset({"L", "l", "m", "D", "dQ_accum"})
 
 
 def ordered_tensors(names) -> list[str]:
@@ -77,13 +83,17 @@ class TrafficReport:
         return cls(algorithm, dtype_bytes, hbm)
 
     # ---- totals ---------------------------------------------------------------------------
+    def element_bytes(self, name: str) -> int:
+        """Bytes of one element of tensor ``name`` in global memory (``FP32_TENSORS``: 4)."""
+        return 4 if name in FP32_TENSORS else self.dtype_bytes
+
     @property
     def hbm_read_bytes(self) -> int:
-        return sum(t.reads for t in self.hbm.values()) * self.dtype_bytes
+        return sum(t.reads * self.element_bytes(name) for name, t in self.hbm.items())
 
     @property
     def hbm_write_bytes(self) -> int:
-        return sum(t.writes for t in self.hbm.values()) * self.dtype_bytes
+        return sum(t.writes * self.element_bytes(name) for name, t in self.hbm.items())
 
     @property
     def hbm_bytes(self) -> int:
@@ -106,7 +116,9 @@ class TrafficReport:
     @property
     def extra_memory_bytes(self) -> int | None:
         """Peak device memory beyond inputs and outputs (bytes): the whole workspace."""
-        return None if self.workspace is None else sum(self.workspace.values()) * self.dtype_bytes
+        if self.workspace is None:
+            return None
+        return sum(n * self.element_bytes(name) for name, n in self.workspace.items())
 
     # ---- every memory level and the time (``simulator.levels``; None without a model) -----
     def _level(self, name: str):

@@ -112,6 +112,11 @@ def makespan(durations: list[float], slots: int) -> float:
     return end
 
 
+#: Kernels whose tensor-core instructions the calibration never timed: their time is not
+#: modelled (``launch_seconds`` raises LookupError; ``simulator.levels`` gives NaN).
+UNCALIBRATED_MMA = frozenset({"flash_forward_half", "flash_backward_half"})
+
+
 def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_bytes=None) -> float:
     """The model's time of launch ``p`` (module docstring); NaN without measured rates.
     ``dram_bytes``: (read, write) DRAM bytes of the launch, for the row kernels."""
@@ -122,6 +127,9 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
         read, write = dram_bytes or (0.0, 0.0)
         return read / r.dram_read_bytes_per_s + write / r.dram_write_bytes_per_s
     kernel, variant = p.code
+    if kernel in UNCALIBRATED_MMA:
+        raise LookupError(f"{kernel}: its mma (m16n8k16, fp16 / bf16) has no measured rate "
+                          "(the calibrate experiment times the TF32 m16n8k8)")
     res = resources(kernel, tiling, w.d, w.causal, variant)
     occ = res.occupancy(hw)
     warps_b = occ.warps_per_block

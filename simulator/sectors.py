@@ -18,7 +18,13 @@ Per kernel (``Phase.kernel``), from its code:
 - ``RED_SECTORS``: sectors one warp-wide atomic add touches per sector of data it updates. The
   tensor-core backward adds an mma C fragment (rows g, columns 2t + e of an 8-column tile) one
   element a lane: 8 rows x 4 of every other column, so each touched sector gets 4 of its 8
-  floats: 2 sectors per sector of dQ.
+  floats: 2 sectors per sector of dQ (the fp16 / bf16 backward's fp32 dQ_accum the same).
+- The fp16 / bf16 kernels copy Q, K, V, dO by 16-byte ``cp.async`` chunks, row by row (one
+  request a sector), and store O, dK, dV from C fragments one 2-byte element a lane (columns
+  2t + e of each 8-column tile, e = 0 then 1): a 32-byte sector (16 elements, two tiles) is sent
+  in four pieces of 8 bytes (``STORE_REQUESTS`` 4).
+Elements are ``Workload.dtype_bytes`` each, but for the tensors kept in fp32 in every format
+(``simulator.report.FP32_TENSORS``: L, D, l, m, dQ_accum): 4.
 No reuse between thread blocks is counted: on the H200, co-resident blocks of one head showed no
 L1 hits (ncu, results/h200/levels); reads of one sector by several SMs at once are merged
 further on, by the L2's request coalescer, which the SM-side counts do not see.
@@ -30,6 +36,7 @@ from dataclasses import dataclass
 from math import gcd
 
 from .phases import Phase
+from .report import FP32_TENSORS
 from .workload import Workload
 
 SECTOR_BYTES = 32
@@ -38,12 +45,14 @@ LOAD_REQUESTS = {
     "flash_forward_tc": {"K": 2},
     "flash_backward_tc": {"K": 2, "V": 2, "Q": 2, "dO": 2},
 }
-STORE_REQUESTS = {"flash_forward_tc": {"O": 2}, "flash_backward_tc": {"dK": 2, "dV": 2}}
-ATOMIC = {"flash_backward_tc": ("dQ",), "flash_backward": ("dQ",)}
-RED_SECTORS = {"flash_backward_tc": 2}
+STORE_REQUESTS = {"flash_forward_tc": {"O": 2}, "flash_backward_tc": {"dK": 2, "dV": 2},
+                  "flash_forward_half": {"O": 4}, "flash_backward_half": {"dK": 4, "dV": 4}}
+ATOMIC = {"flash_backward_tc": ("dQ",), "flash_backward": ("dQ",),
+          "flash_backward_half": ("dQ_accum",)}
+RED_SECTORS = {"flash_backward_tc": 2, "flash_backward_half": 2}
 
 #: The row length (a Workload dimension) of every two-dimensional tensor of the contract.
-_ROW = {**{t: "d" for t in ("Q", "K", "V", "O", "dO", "dQ", "dK", "dV")},
+_ROW = {**{t: "d" for t in ("Q", "K", "V", "O", "dO", "dQ", "dQ_accum", "dK", "dV")},
         **{t: "N_k" for t in ("S", "P", "dP", "dS")}}
 
 
@@ -59,10 +68,11 @@ def row_sectors(n: int, element_bytes: int) -> float:
 
 def tensor_sectors(name: str, elements: int, w: Workload) -> float:
     """Sectors of ``elements`` elements of tensor ``name`` moved as whole rows."""
+    size = 4 if name in FP32_TENSORS else w.dtype_bytes
     if name not in _ROW:
-        return elements * w.dtype_bytes / SECTOR_BYTES
+        return elements * size / SECTOR_BYTES
     n = getattr(w, _ROW[name])
-    return elements / n * row_sectors(n, w.dtype_bytes)
+    return elements / n * row_sectors(n, size)
 
 
 @dataclass(frozen=True)

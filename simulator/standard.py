@@ -3,6 +3,10 @@
 S, P (and dP, dS) live in HBM; every matrix product is the generic tiled matmul of
 docs/traffic-contract.md: ``Tiling(Br, Bc)`` output tiles, ``MATMUL_BK``-deep k-chunks staged
 through shared memory.  Counts per (batch, head) pair, scaled by B*H in ``phase``.
+Elements are the workload's (``Workload.dtype_bytes``): the kernels store every tensor, S, P,
+dP and dS included, in the inputs' format (fp32, or fp16 / bf16 patterns), D in fp32 (4 bytes
+an element: ``report.FP32_TENSORS``); their shared memory is fp32 in every format (``Tiling.smem_bytes``), the
+SRAM counts' bytes (``TrafficReport.sram_read_bytes``) assume the workload's element size.
 """
 from __future__ import annotations
 

@@ -30,7 +30,8 @@ MMA_ROWS, MMA_K, WARP = 16, 8, 32
 #: that has one warp per MMA_ROWS ("Br" or "Bc"; at most 1024 threads).
 MMA_KERNELS = {"flash_forward_tc": (MMA_ROWS, MMA_K, "Br"),
                "flash_forward_half": (MMA_ROWS, MMA_ROWS, "Br"),
-               "flash_backward_tc": (MMA_ROWS, MMA_ROWS, "Bc")}
+               "flash_backward_tc": (MMA_ROWS, MMA_ROWS, "Bc"),
+               "flash_backward_half": (MMA_ROWS, MMA_ROWS, "Bc")}
 #: The half-precision (fp16, bf16) mma's k: the depth of its fragments and of the tiles' columns.
 HALF_K = 16
 #: Depth of the k-chunks the standard-attention matmul streams through shared memory.
@@ -45,16 +46,20 @@ KERNELS = (
     "flash_backward",
     "flash_backward_dq",
     "flash_backward_tc",
+    "flash_backward_half",
 )
 #: numba_flash.flash_attention's algorithm -> its kernel (a name above): FA2 order on tensor
 #: cores (3xTF32), FA2 order on FFMA (plain fp32 arithmetic), the paper's Algorithm 1 order.
 #: Here, beside the kernel names, so that the cost model's users need not import the kernels.
 FORWARD_KERNELS = {"fa2": "flash_forward_tc", "fa2_fma": "flash_forward_v2", "fa1": "flash_forward_v1"}
-#: ... and for fp16 / bf16 inputs: the FA2 order on tensor cores in the input's format.
-HALF_FORWARD_KERNELS = {"fa2": "flash_forward_half"}
+#: ... and for fp16 / bf16 inputs: the FA2 order on tensor cores in the input's format; the
+#: Algorithm 1 order storing Q, K, V, O in the input's format (fp32 arithmetic and SRAM).
+HALF_FORWARD_KERNELS = {"fa2": "flash_forward_half", "fa1": "flash_forward_v1"}
 #: flash_attention_backward's algorithm -> its kernel: KV-outer on tensor cores (3xTF32), the
 #: same loop order on FFMA. Both add dQ atomically; ``deterministic=True`` runs the FFMA kernels.
 BACKWARD_KERNELS = {"fa2": "flash_backward_tc", "fa2_fma": "flash_backward"}
+#: ... and for fp16 / bf16 inputs: KV-outer on tensor cores in the input's format.
+HALF_BACKWARD_KERNELS = {"fa2": "flash_backward_half"}
 #: Default (Br, Bc) per kernel where 64 x 64 is not the fastest. H200, fp32, B=4 H=16 N=4096
 #: d=64 (tools/tune_forward.py, 2026-11-29): FFMA forward 18.7 TFLOP/s at 128 x 64, 16.75 at
 #: 64 x 64; tensor-core forward (128 registers) v5: 40.0 at 256 x 32, 36.7 at 128 x 32, 36.5 at
@@ -63,7 +68,8 @@ BACKWARD_KERNELS = {"fa2": "flash_backward_tc", "fa2_fma": "flash_backward"}
 #: v5, so one block a multiprocessor; ptxas: 255 registers, 32-64 B of spills): 23.4 (v4), 36.3 (v5);
 #: other tilings not measured.
 PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32),
-             "flash_backward_tc": (32, 128), "flash_forward_half": (128, 64)}
+             "flash_backward_tc": (32, 128), "flash_forward_half": (128, 64),
+             "flash_backward_half": (64, 128)}
 #: fp16 forward (flash_forward_half v2, H200, per-call events, results/h200/tuning/tune_half_v2.csv):
 #: d = 64: 146 TFLOP/s at 128 x 64 and 256 x 64 (4,16,4096), 183 / 176 at (1,16,16384); d = 128:
 #: 200 at 128 x 32, 205 at 256 x 64, 197 at 128 x 64; causal (2,32,4096,128): 174 at 128 x 32,
@@ -75,11 +81,15 @@ PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32),
 #: also fit 256 x 32; not measured); the backward's
 #: dK and dV fragments (64 registers each at d = 128) spill at 16 x 64 (0.9 KB), less than at
 #: 32 x 64 (1.5 KB; not measured either).
+#: fp16 backward (flash_backward_half v1, H200, backward alone, results/h200/tuning/
+#: tune_half_bwd_v1_d*.csv): (4,16,4096,64): 149 TFLOP/s at 64 x 128, 136 at 32 x 128, 133 at
+#: 64 x 64, 87 at 128 x 64; d = 128: 160 at 32 x 128, 136 at 32 x 64, 123 at 16 x 64, 77 at
+#: 64 x 64 (causal and N = 16384 not tuned).
 PREFERRED_WIDE_HEADS = {"flash_forward_tc": (256, 32), "flash_backward_tc": (16, 64),
-                        "flash_forward_half": (128, 32)}
+                        "flash_forward_half": (128, 32), "flash_backward_half": (32, 128)}
 #: Bytes of a shared-memory element of the kernels whose tiles are not fp32 (``smem_terms``
 #: counts elements): the fp16 / bf16 forward's 16-bit ones.
-ELEMENT_BYTES = {"flash_forward_half": 2}
+ELEMENT_BYTES = {"flash_forward_half": 2, "flash_backward_half": 2}
 #: Dynamic shared memory a block may opt into on sm_80/sm_90 (A100: 163 KB, H100/H200: 227 KB).
 H200_SMEM_PER_BLOCK = 232448
 
@@ -242,6 +252,14 @@ class Tiling:
         return self.half_depth(d) + 8
 
     @property
+    def half_score_stride(self) -> int:
+        """Row stride (16-bit elements) of the fp16 / bf16 backward's dS^T tile (Bc keys x Br
+        queries): Br + 8, an odd number of 16-byte chunks (Br a multiple of 16), so that
+        ldmatrix's 8 row addresses and a warp's 4-byte stores of its C fragments (rows g, words
+        t) meet no bank conflict."""
+        return self.Br + 8
+
+    @property
     def mma_v_stride(self) -> int:
         """Row stride (floats) of the tensor-core kernel's transposed Vj tile (d rows of Bc keys,
         hi and lo parts of each key pair together): 2 Bc rounded up to whole 128-byte lines, at least one, so that
@@ -278,6 +296,11 @@ class Tiling:
         if kernel == "flash_backward_dq":
             return {"Qi": br * ld, "dOi": br * ld, "Kj": bc * ld, "Vj": bc * ld,
                     "dS": br * ls, "L": br, "D": br}
+        if kernel == "flash_backward_half":
+            self.check_mma(kernel)
+            ld = self.half_stride(d)   # 16-bit elements; two stages of Qi, dOi, L, D (fp32: 2 each)
+            return {"Kj": bc * ld, "Vj": bc * ld, "Qi": 2 * br * ld, "dOi": 2 * br * ld,
+                    "dS": bc * self.half_score_stride, "L": 2 * 2 * br, "D": 2 * 2 * br}
         if kernel == "flash_backward_tc":
             self.check_mma(kernel)
             d8, lq = self.mma_depth(d), self.mma_swizzled_stride(d)
@@ -362,6 +385,7 @@ SMALL_N_SIDES = {
     "flash_forward_tc": (MMA_ROWS, MMA_K),
     "flash_forward_half": (MMA_ROWS, MMA_ROWS),
     "flash_backward_tc": (MMA_ROWS, MMA_ROWS),
+    "flash_backward_half": (MMA_ROWS, MMA_ROWS),
     "flash_forward_v1": (MICRO_TILE, MICRO_TILE),
     "flash_forward_v2": (MICRO_TILE, MICRO_TILE),
     "flash_backward": (MICRO_TILE, MICRO_TILE),

@@ -10,7 +10,7 @@ PRECISION_OF_BYTES = {4: "fp32", 2: "fp16"}
 
 #: The dimensions of every tensor name of docs/traffic-contract.md, per (batch, head) pair.
 _TENSOR_SHAPE = {
-    **{name: ("N_q", "d") for name in ("Q", "O", "dO", "dQ")},
+    **{name: ("N_q", "d") for name in ("Q", "O", "dO", "dQ", "dQ_accum")},
     **{name: ("N_k", "d") for name in ("K", "V", "dK", "dV")},
     **{name: ("N_q", "N_k") for name in ("S", "P", "dP", "dS")},
     **{name: ("N_q",) for name in ("L", "D", "l", "m")},

@@ -92,14 +92,16 @@ def rel(x, ref):
     return float(np.abs(np.asarray(x, np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
 
 
-def check_half_forward(fmt, B, H, n_q, n_k, d, causal, diagonal=None, tiling=None, logit_scale=1.0, seed=0):
-    """flash_attention on fresh ``fmt`` inputs, poisoned outputs: o within flash-attention's rule
-    (2x the plain same-format implementation's error against float64), lse within 1e-5."""
+def check_half_forward(fmt, B, H, n_q, n_k, d, causal, diagonal=None, tiling=None, logit_scale=1.0, seed=0,
+                       algorithm="fa2"):
+    """flash_attention(``algorithm``) on fresh ``fmt`` inputs, poisoned outputs: o within
+    flash-attention's rule (2x the plain same-format implementation's error against float64),
+    lse within 1e-5."""
     rng = np.random.default_rng(seed)
     q, k, v, _ = half_inputs(rng, fmt, B, H, n_q, n_k, d, logit_scale)
     with nf.poison_outputs():
         o, lse = nf.flash_attention(q, k, v, causal=causal, diagonal=diagonal, tiling=tiling,
-                                    return_lse=True)
+                                    return_lse=True, algorithm=algorithm)
     assert o.dtype == FORMATS[fmt] and o.shape == q.shape and lse.dtype == np.float32
     f64 = [x.astype(np.float64) for x in (q, k, v)]
     ref, ref_lse = reference.attention_forward(*f64, causal=causal, diagonal=diagonal)
@@ -108,3 +110,25 @@ def check_half_forward(fmt, B, H, n_q, n_k, d, causal, diagonal=None, tiling=Non
     seen = np.isfinite(ref_lse)
     np.testing.assert_allclose(lse[seen], ref_lse[seen], rtol=1e-5, atol=1e-5)
     assert np.all(lse[~seen] == -np.inf) and np.all(o.astype(np.float32)[~seen] == 0)
+
+
+def check_half_backward(fmt, B, H, n_q, n_k, d, causal, diagonal=None, tiling=None, logit_scale=1.0,
+                        seed=0, **options):
+    """flash_attention_backward on fresh ``fmt`` inputs (o, lse from our forward), poisoned
+    outputs: each gradient within flash-attention's rule (3x the plain same-format
+    implementation's error against float64)."""
+    rng = np.random.default_rng(seed)
+    q, k, v, do = half_inputs(rng, fmt, B, H, n_q, n_k, d, logit_scale)
+    mask = dict(causal=causal, diagonal=diagonal)
+    o, lse = nf.flash_attention(q, k, v, **mask, return_lse=True)
+    with nf.poison_outputs():
+        grads = nf.flash_attention_backward(do, q, k, v, o, lse, **mask, tiling=tiling, **options)
+    f64 = [x.astype(np.float64) for x in (do, q, k, v)]
+    refs = reference.attention_backward(*f64, **mask)
+    plains = reference.plain_attention_backward(do, q, k, v, fmt, **mask)
+    for name, g, ref, plain in zip(("dq", "dk", "dv"), grads, refs, plains):
+        assert g.dtype == FORMATS[fmt] and g.shape == ref.shape
+        if not np.abs(ref).any():   # (one key: dq = 0 in exact arithmetic) against dv's scale
+            assert np.abs(g).max() <= FLOOR * np.abs(refs[2]).max(), (name, np.abs(g).max())
+            continue
+        assert rel(g, ref) <= 3 * rel(plain, ref) + FLOOR, (name, rel(g, ref), rel(plain, ref))

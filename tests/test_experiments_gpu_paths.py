@@ -48,8 +48,8 @@ def test_gpu_branches_fill_measured_columns(fake_gpu):
         cli.run_module(module, name, fake_gpu)
         assert (fake_gpu.out / name / f"{name}.png").exists()
     left = _rows(fake_gpu.out / "fig2_left" / "fig2_left.csv")
-    fp32 = [r for r in left if r["dtype"] == "fp32" and r["quantity"] != "GFLOPs"]
-    assert fp32 and all(float(r["measured"]) > 0 for r in fp32)
+    h200 = [r for r in left if r["gpu"] == "H200_MEASURED" and r["quantity"] != "GFLOPs"]
+    assert {r["dtype"] for r in h200} == {"fp32", "fp16"} and all(float(r["measured"]) > 0 for r in h200)
     middle = _rows(fake_gpu.out / "fig2_middle" / "fig2_middle.csv")
     assert any(r["note"].startswith("skipped: Tiling") for r in middle)
     assert all(r["measured"] for r in middle if r["predicted"])

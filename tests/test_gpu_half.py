@@ -1,11 +1,12 @@
-"""float16 / bfloat16 forward on the GPU (``pytest -m gpu``): flash-attention's rule at real
-and awkward sizes (N = 4099, odd d, causal with N_q != N_k, logits x30), as tests/test_half.py
-under the simulator. (d = 256 in half precision is tested under the simulator only.)"""
+"""float16 / bfloat16 forward and backward on the GPU (``pytest -m gpu``): flash-attention's rule
+at real and awkward sizes (N = 4099, odd d, causal with N_q != N_k, logits x30), as
+tests/test_half.py under the simulator. (d = 256 in half precision is tested under the simulator
+only.)"""
 import pytest
 
 import numba_flash as nf
 
-from .helpers import check_half_forward
+from .helpers import check_half_backward, check_half_forward
 
 pytestmark = pytest.mark.gpu
 
@@ -19,8 +20,17 @@ SHAPES = [
 
 
 def test_half_forward_against_reference():
-    nf.warmup([nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, backward=None, dtype=fmt)
+    nf.warmup([nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, dtype=fmt)
                for fmt, _, _, n_q, n_k, d, causal in SHAPES])
     for fmt, B, H, n_q, n_k, d, causal in SHAPES:
         check_half_forward(fmt, B, H, n_q, n_k, d, causal)
     check_half_forward("float16", 1, 1, 300, 301, 64, False, logit_scale=30.0)
+
+
+def test_half_backward_against_reference():
+    nf.warmup([nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, dtype=fmt)
+               for fmt, _, _, n_q, n_k, d, causal in SHAPES])   # (already built by the forward test)
+    for fmt, B, H, n_q, n_k, d, causal in SHAPES:
+        check_half_backward(fmt, B, H, n_q, n_k, d, causal)
+    check_half_backward("bfloat16", 1, 1, 300, 301, 40, True, logit_scale=30.0)
+    check_half_backward("float16", 1, 2, 97, 255, 24, True, diagonal=0)

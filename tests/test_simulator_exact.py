@@ -41,6 +41,15 @@ class Walk:
     def visible(self, r, c):
         return not self.w.causal or c <= r + self.off
 
+    def kv_outer(self, kv_sram):
+        """The KV-outer loop of the backwards: K/V block j (K and V read once, ``kv_sram``
+        elements of each stored) and the rows of each active row block, in order."""
+        for j in range(self.tc):
+            for name in ("K", "V"):
+                self.reads[name] += self.cols(j) * self.w.d
+                self.sram_writes[name] += kv_sram
+            yield j, [self.rows(i) for i in range(self.tr) if self.active(i, j)]
+
     # -- generic pieces ---------------------------------------------------------------------
     def matmul(self, a, b, c, m, n, k):
         t = self.t
@@ -248,14 +257,8 @@ class Walk:
         warps = t.Bc // 16
         dq_tiles = (t.Br // 16) * (d8 // 8)
         self._preprocess(zero_dq=True)
-        for j in range(self.tc):
-            for name in ("K", "V"):
-                self.reads[name] += self.cols(j) * d
-                self.sram_writes[name] += t.Bc * d8 * 2
-            for i in range(self.tr):
-                if not self.active(i, j):
-                    continue
-                rows = self.rows(i)
+        for j, pairs in self.kv_outer(t.Bc * d8 * 2):
+            for rows in pairs:
                 for name in ("Q", "dO"):
                     self.reads[name] += rows * d
                     self.sram_writes[name] += 2 * t.Br * d8 * 2
@@ -278,9 +281,51 @@ class Walk:
             self.writes["dK"] += self.cols(j) * d
             self.writes["dV"] += self.cols(j) * d
 
+    def flash_backward_half(self):
+        """The fp16 / bf16 backward: the tensor-core backward's HBM, but dQ accumulated in the fp32
+        "dQ_accum" (zeroed, one atomic a pair) and then rounded into dQ; SRAM tiles of 16-bit
+        elements, d rounded up to 16 columns (L and D: two elements a value); per active pair
+        each warp (16 keys) reads its K and V rows once, all of Q and dO twice, and runs its share
+        of the 16 x 16 pieces of dQ (16 rows of dS^T, read once where its pieces share their
+        rows; 16 columns of K)."""
+        t, d = self.t, self.w.d
+        d16 = _ceil(d, 16) * 16
+        warps = t.Bc // 16
+        pieces = (t.Br // 16) * (d16 // 16)
+        per_warp = _ceil(pieces, warps)
+        w = self.w
+        self.reads["dO"] += w.N_q * d
+        self.reads["O"] += w.N_q * d
+        self.writes["D"] += w.N_q
+        self.writes["dQ_accum"] += w.N_q * d
+        for j, pairs in self.kv_outer(t.Bc * d16):
+            for rows in pairs:
+                for name in ("Q", "dO"):
+                    self.reads[name] += rows * d
+                    self.sram_writes[name] += t.Br * d16
+                for name in ("L", "D"):
+                    self.reads[name] += rows
+                    self.sram_writes[name] += 2 * t.Br
+                self.sram_writes["dS"] += t.Bc * t.Br
+                for _warp in range(warps):
+                    self.sram_reads["K"] += 16 * d16           # S^T
+                    self.sram_reads["V"] += 16 * d16           # dP^T
+                    self.sram_reads["Q"] += 2 * t.Br * d16     # S^T, dK
+                    self.sram_reads["dO"] += 2 * t.Br * d16    # dP^T, dV
+                    for piece in range(per_warp):
+                        if piece == 0 or (d16 // 16) % per_warp:
+                            self.sram_reads["dS"] += 16 * t.Bc
+                        self.sram_reads["K"] += t.Bc * 16
+                self.reads["dQ_accum"] += rows * d
+                self.writes["dQ_accum"] += rows * d
+            self.writes["dK"] += self.cols(j) * d
+            self.writes["dV"] += self.cols(j) * d
+        self.reads["dQ_accum"] += w.N_q * d
+        self.writes["dQ"] += w.N_q * d
+
 
 def for_algorithm(algorithm, t):
-    if algorithm in ("flash_forward_tc", "flash_forward_half", "flash_backward_tc"):
+    if algorithm in ("flash_forward_tc", "flash_forward_half", "flash_backward_tc", "flash_backward_half"):
         return mma_tiling(t, algorithm)
     return t
 

@@ -18,10 +18,10 @@ from .helpers import causal_masks, mma_tiling, qkv
 FORWARD = {"flash_forward_v1": "fa1", "flash_forward_v2": "fa2_fma", "flash_forward_tc": "fa2",
            "flash_forward_half": "fa2"}
 #: simulator algorithms whose kernels take half-precision inputs (2-byte elements)
-HALF = {"flash_forward_half"}
+HALF = {"flash_forward_half", "flash_backward_half"}
 #: simulator algorithm -> flash_attention_backward's (algorithm, deterministic)
 BACKWARD = {"flash_backward": ("fa2_fma", False), "flash_backward_deterministic": ("fa2_fma", True),
-            "flash_backward_tc": ("fa2", False)}
+            "flash_backward_tc": ("fa2", False), "flash_backward_half": ("fa2", False)}
 
 
 def measured_and_predicted(algorithm, B, H, n_q, n_k, d, causal, tiling, seed=0, diagonal=None):
@@ -29,14 +29,15 @@ def measured_and_predicted(algorithm, B, H, n_q, n_k, d, causal, tiling, seed=0,
     arguments (``diagonal`` passed to both)."""
     rng = np.random.default_rng(seed)
     q, k, v, do = qkv(rng, B, H, n_q, n_k, d)
-    if algorithm in HALF:
-        q, k, v = (x.astype(np.float16) for x in (q, k, v))
+    fmt = np.float16 if algorithm in HALF else np.float32
+    q, k, v, do = (x.astype(fmt) for x in (q, k, v, do))
     mask = dict(causal=causal, diagonal=diagonal)
     if algorithm in FORWARD:
         report = count_traffic(nf.flash_attention, q, k, v, **mask, tiling=tiling,
                                algorithm=FORWARD[algorithm])
     elif algorithm in BACKWARD:
-        o, lse = (x.astype(np.float32) for x in ref.attention_forward(q, k, v, **mask))
+        o, lse = ref.attention_forward(q, k, v, **mask)
+        o, lse = o.astype(fmt), lse.astype(np.float32)
         backward, deterministic = BACKWARD[algorithm]
         report = count_traffic(nf.flash_attention_backward, do, q, k, v, o, lse, **mask,
                                tiling=tiling, algorithm=backward, deterministic=deterministic)
@@ -118,6 +119,28 @@ def test_predict_equals_counted_traffic_tensor_core_backward(n_q, n_k, d, causal
     assert report.hbm_counts() == predicted.hbm_counts()
     assert predicted.hbm_counts() == simulator.predict(
         "flash_backward", simulator.Workload(1, 2, n_q, n_k, d, 4, causal), tiling).hbm_counts()
+
+
+@pytest.mark.parametrize("n_q,n_k,d,causal,tiling", [
+    (21, 13, 5, True, nf.Tiling(16, 16)),   # N_q > N_k, ragged; d padded to 16 (element copies)
+    (13, 29, 16, True, nf.Tiling(16, 32)),  # two warps, ragged keys, cp.async tiles
+    (40, 13, 8, True, nf.Tiling(16, 16)),   # row blocks that see no key of Kj: skipped, not read
+    (33, 20, 24, False, nf.Tiling(32, 16)), # two stages of Qi, dOi in turn; dQ pieces shared
+])
+def test_predict_equals_counted_traffic_half_backward(n_q, n_k, d, causal, tiling):
+    """The fp16 backward keeps the same contract but for dQ: accumulated in an fp32 workspace
+    (zeroed with D, one atomic add per element per active pair) and rounded once into dQ."""
+    report, predicted = measured_and_predicted("flash_backward_half", 1, 2, n_q, n_k, d, causal, tiling)
+    assert report.hbm_counts() == predicted.hbm_counts()
+    tc = simulator.predict("flash_backward_tc", simulator.Workload(1, 2, n_q, n_k, d, 4, causal),
+                           tiling).hbm_counts()
+    atomics_and_zeros, narrowed = tc["dQ"], n_q * d * 2
+    assert predicted.hbm_counts()["dQ_accum"] == (atomics_and_zeros[0] + narrowed, atomics_and_zeros[1])
+    assert predicted.hbm_counts()["dQ"] == (0, narrowed)
+    # bytes: 2 an element of the format, 4 of the fp32 ones (L, D, dQ_accum), counted alike
+    reads = predicted.hbm_counts()
+    assert report.hbm_read_bytes == predicted.hbm_read_bytes == sum(
+        n * (4 if name in ("L", "D", "dQ_accum") else 2) for name, (n, _) in reads.items())
 
 
 def test_count_traffic_sees_every_tensor_and_counts_bytes():

@@ -3,6 +3,8 @@ CUDA toolkit), to catch Numba typing errors before spending device time.
 
     python tools/compile_check.py [d [kind]]   # each kernel's registers and spills (ptxas -v)
 
+(kinds: the keys of SIGS; "*_half" are the half-storage kernels, fp16 then bf16)
+
 ptxas runs with the kernel's register cap (``max_registers``, launch.REGISTER_CAPS), as the
 driver's JIT compiles it at launch.
 """
@@ -28,6 +30,7 @@ from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
 dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
 
 A3, A2 = "float32[:,:,::1]", "float32[:,::1]"
+H3 = "uint16[:,:,::1]"   # fp16 / bf16 patterns of the half-storage kernels
 SIGS = {
     "fa2": f"({A3}, {A3}, {A3}, {A3}, {A2}, float32, int64, int64, int64)",
     "fa2_tc": "(float32[::1], float32[::1], float32[::1], float32[::1], float32[::1], float32, int64, int64, int64)",
@@ -35,10 +38,19 @@ SIGS = {
     "bwd_tc": "(" + ", ".join(["float32[::1]"] * 9) + ", float32, float32, int64, int64, int64)",
     "bwd_kv": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, {A3}, {A3}, float32, float32, int64, int64, int64)",
     "bwd_dq": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, float32, float32, int64, int64, int64)",
-    "row_dot": f"({A3}, {A3}, {A2}, {A3}, int64)",
+    "row_dot": "(" + ", ".join(["float32[::1]"] * 4) + ", int64)",
     "matmul": f"({A3}, {A3}, {A3}, float32, int64, int64, int64)",
     "softmax": f"({A3}, {A3}, int64, int64)",
     "ds": f"({A3}, {A3}, {A2}, {A3}, int64)",
+    "alg1_half": f"({H3}, {H3}, {H3}, {H3}, {A2}, {A2}, {A2}, float32, int64, int64, int64)",
+    "matmul_half": f"({H3}, {H3}, {H3}, float32, int64, int64, int64)",
+    "softmax_half": f"({H3}, {H3}, int64, int64)",
+    "ds_half": f"({H3}, {H3}, {A2}, {H3}, int64)",
+    # the tensor-core fp16 / bf16 kernels (flat views: 16-bit patterns, fp32 statistics)
+    "fwd_half": "(" + ", ".join(["uint16[::1]"] * 4) + ", float32[::1], float32, int64, int64, int64)",
+    "bwd_half": "(" + ", ".join(["uint16[::1]"] * 4) + ", float32[::1], float32[::1], float32[::1], "
+                "uint16[::1], uint16[::1], float32, float32, int64, int64, int64)",
+    "convert_narrow": "(float32[::1], uint16[::1], int64)",
 }
 
 
@@ -48,14 +60,19 @@ def kernels(d):
     yield "fa2_tc", make_flash_forward_fa2_tc(nf.Tiling.kernel_default("flash_forward_tc", d), d, True)  # causal, the default at d
     yield "fa2", make_flash_forward_fa2(t, d, True)
     yield "fa2", make_flash_forward_fa2(t, d, False)
-    yield "alg1", make_flash_forward_alg1(t, d, True)
+    yield "alg1", make_flash_forward_alg1(t, d, True, "float32")
     yield "bwd_tc", make_flash_backward_tc(nf.Tiling.kernel_default("flash_backward_tc", d), d, True)
     yield "bwd_kv", make_flash_backward_kv(t, d, True, True)
     yield "bwd_dq", make_flash_backward_dq(t, d, False)
     yield "row_dot", make_row_dot(128, d, True)
-    yield "matmul", make_matmul(t, True, False)
-    yield "softmax", make_softmax(128, True)
-    yield "ds", make_ds(128)
+    yield "matmul", make_matmul(t, True, False, "float32")
+    yield "softmax", make_softmax(128, True, "float32")
+    yield "ds", make_ds(128, "float32")
+    for fmt in ("float16", "bfloat16"):   # the half-storage kernels: cvt on load and store
+        yield "alg1_half", make_flash_forward_alg1(t, d, True, fmt)
+        yield "matmul_half", make_matmul(t, False, True, fmt)
+        yield "softmax_half", make_softmax(128, True, fmt)
+        yield "ds_half", make_ds(128, fmt)
 
 
 def main(argv):
@@ -65,7 +82,7 @@ def main(argv):
         if only and kind != only:
             continue
         cap = register_cap(kernel)
-        print(f"{kernel.py_func.__name__:22s} d={d:<4d} cap={cap or '-':<4} "
+        print(f"{kernel.py_func.__name__:22s} {kind:12s} d={d:<4d} cap={cap or '-':<4} "
               f"{ptxas_report(sm90_ptx(kind, kernel), cap)}")
 
 

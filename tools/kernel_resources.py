@@ -7,11 +7,13 @@ writes ``simulator/kernel_resources.csv``, which the occupancy model reads
 Each kernel is compiled to PTX for sm_90 and assembled by ``ptxas -arch=sm_90 -v`` with its
 register cap, as tools/compile_check.py does (and the driver's JIT at launch, which may be a
 different ptxas version: the H200's readings are checked in tests/test_simulator_occupancy.py).
-Configurations: the tensor-core forward and backward and the FFMA forward, backward (dQ by
+Configurations: the tensor-core forward and backward (fp32, and fp16 with 16-byte copies) and
+the FFMA forward, backward (dQ by
 atomics, and without for ``deterministic=True``), dQ kernel and Algorithm 1 forward at their
 default tilings (``Tiling.kernel_default``), causal and not, at each ``--d``; the standard
 attention's matmuls (64 x 64; each transpose variant), softmax, dS and D = rowsum(dO * O) kernels
-with the API's 128 threads (D at each --d). A blank d or causal in the CSV: the kernel's code depends on neither.
+with the API's 128 threads (D at each --d), and the fp32 -> fp16 conversion of the half
+backward's dQ. A blank d or causal in the CSV: the kernel's code depends on neither.
 """
 from __future__ import annotations
 
@@ -28,10 +30,13 @@ from compile_check import ptxas_resources, ptxas_version, register_cap, sm90_ptx
 
 from numba_flash import kernel_cache
 from numba_flash.kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
+from numba_flash.kernels.convert import make_convert
+from numba_flash.kernels.flash_backward_half import make_flash_backward_half
 from numba_flash.kernels.flash_backward_tc import make_flash_backward_tc
 from numba_flash.kernels.flash_forward_alg1 import make_flash_forward_alg1
 from numba_flash.kernels.flash_forward_fa2 import make_flash_forward_fa2
 from numba_flash.kernels.flash_forward_fa2_tc import make_flash_forward_fa2_tc
+from numba_flash.kernels.flash_forward_half import make_flash_forward_half
 from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
 from simulator.tiling import Tiling
 
@@ -73,10 +78,15 @@ def configurations(head_dims) -> list[Config]:
                              lambda t, d=d, c=causal: make_flash_forward_fa2_tc(t, d, c)))
             tc.append(Config("flash_backward_tc", "", "bwd_tc", d, causal,
                              lambda t, d=d, c=causal: make_flash_backward_tc(t, d, c)))
+            # fp16 (bf16 compiles to the same code but its conversions), 16-byte copies
+            tc.append(Config("flash_forward_half", "", "fwd_half", d, causal,
+                             lambda t, d=d, c=causal: make_flash_forward_half(t, d, c, "float16", True)))
+            tc.append(Config("flash_backward_half", "", "bwd_half", d, causal,
+                             lambda t, d=d, c=causal: make_flash_backward_half(t, d, c, "float16", True)))
             fma.append(Config("flash_forward_v2", "", "fa2", d, causal,
                               lambda t, d=d, c=causal: make_flash_forward_fa2(t, d, c)))
             fma.append(Config("flash_forward_v1", "", "alg1", d, causal,
-                              lambda t, d=d, c=causal: make_flash_forward_alg1(t, d, c)))
+                              lambda t, d=d, c=causal: make_flash_forward_alg1(t, d, c, "float32")))
             fma.append(Config("flash_backward", "", "bwd_kv", d, causal,
                               lambda t, d=d, c=causal: make_flash_backward_kv(t, d, c, True)))
             fma.append(Config("flash_backward", "no_atomic_dq", "bwd_kv", d, causal,
@@ -87,13 +97,16 @@ def configurations(head_dims) -> list[Config]:
                        lambda _, d=d, z=zero: make_row_dot(ROW_THREADS, d, z), tiled=False)
                 for zero in (True, False)]
     standard = [Config("standard_matmul", variant, "matmul", None, None,
-                       lambda t, a=trans_a, b=trans_b: make_matmul(t, a, b))
+                       lambda t, a=trans_a, b=trans_b: make_matmul(t, a, b, "float32"))
                 for variant, trans_a, trans_b in (("", False, False), ("trans_a", True, False),
                                                   ("trans_b", False, True))]
     standard += [Config("softmax", "", "softmax", None, causal,
-                        lambda _, c=causal: make_softmax(ROW_THREADS, c), tiled=False)
+                        lambda _, c=causal: make_softmax(ROW_THREADS, c, "float32"), tiled=False)
                  for causal in (False, True)]
-    standard.append(Config("ds", "", "ds", None, None, lambda _: make_ds(ROW_THREADS), tiled=False))
+    standard.append(Config("ds", "", "ds", None, None, lambda _: make_ds(ROW_THREADS, "float32"), tiled=False))
+    # the half backward's dQ_accum -> dQ (fp16)
+    standard.append(Config("convert", "narrow", "convert_narrow", None, None,
+                           lambda _: make_convert("float16", False), tiled=False))
     return tc + fma + standard
 
 

@@ -11,7 +11,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from simulator.tiling import BACKWARD_KERNELS, FORWARD_KERNELS, HALF_FORWARD_KERNELS
+from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_KERNELS,
+                              HALF_FORWARD_KERNELS)
 
 #: Our kernels: standard attention and FlashAttention in the paper's (fa1) or FA2 loop order,
 #: on tensor cores (fa2, 3xTF32) or FFMA (fa2_fma); the names are flash_attention's algorithms.
@@ -24,8 +25,10 @@ BACKWARD_ALGORITHM = {"fa1": "fa2_fma", "fa2": "fa2", "fa2_fma": "fa2_fma"}
 #: "fwd": the forward call; "fwd_bwd": forward then backward, as in training.
 PASSES = ("fwd", "fwd_bwd")
 BACKWARD_FLOPS_FACTOR = 2.5
-#: Input formats (numba_flash.precision.FORMATS); half precision runs the "fa2" method only.
+#: Input formats (numba_flash.precision.FORMATS); half precision runs the methods of
+#: HALF_METHODS (fa1: its forward only; its backward would widen the inputs to fp32).
 DTYPES = ("float32", "float16", "bfloat16")
+HALF_METHODS = ("standard", "fa1", "fa2")
 #: Bytes an element of each.
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -40,7 +43,7 @@ def attention_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool) -
 @dataclass(frozen=True)
 class Case:
     """One measured call pattern.  ``tiling`` is (Br, Bc) or None for the kernels' default;
-    ``dtype``: the inputs' format (float16 / bfloat16: method "fa2" only)."""
+    ``dtype``: the inputs' format (float16 / bfloat16: HALF_METHODS)."""
 
     method: str
     passes: str
@@ -56,8 +59,10 @@ class Case:
     def __post_init__(self):
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {DTYPES}, got {self.dtype!r}")
-        if self.dtype != "float32" and self.method != "fa2":
-            raise ValueError(f"{self.dtype} runs on method 'fa2' only, got {self.method!r}")
+        if self.dtype != "float32" and (self.method not in HALF_METHODS
+                                        or (self.method == "fa1" and self.passes == "fwd_bwd")):
+            raise ValueError(f"{self.dtype} runs on methods {HALF_METHODS} (fa1: passes 'fwd'), "
+                             f"got {self.method!r} {self.passes!r}")
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.passes not in PASSES:
@@ -104,9 +109,12 @@ class Case:
         if self.method == "standard":
             forward, backward = "standard_forward", "standard_backward"
         else:
-            forward = (FORWARD_KERNELS if self.dtype == "float32" else HALF_FORWARD_KERNELS)[self.method]
+            half = self.dtype != "float32"
+            forward = (HALF_FORWARD_KERNELS if half else FORWARD_KERNELS)[self.method]
+            if self.passes == "fwd":
+                return [forward]
             backward = ("flash_backward_deterministic" if self.deterministic
-                        else BACKWARD_KERNELS[BACKWARD_ALGORITHM[self.method]])
+                        else (HALF_BACKWARD_KERNELS if half else BACKWARD_KERNELS)[BACKWARD_ALGORITHM[self.method]])
         return [forward, backward] if self.passes == "fwd_bwd" else [forward]
 
     def tiling_object(self):

@@ -31,6 +31,7 @@ KERNELS_OF = {
     "flash_forward_half": ("flash_forward_half",),
     "flash_backward": ("flash_backward",),
     "flash_backward_tc": ("flash_backward_tc",),
+    "flash_backward_half": ("flash_backward_half",),
     "flash_backward_deterministic": ("flash_backward", "flash_backward_dq"),
 }
 #: The Tiling kernel each method's forward launches (a flash method's forward algorithm has its

@@ -32,42 +32,49 @@ from __future__ import annotations
 
 import math
 
-from numba import cuda, float32
+from numba import cuda, float32, uint64
 
 from simulator.tiling import Tiling
 
 from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
+from .storage import storage_ops
 from .tiles import LN2, ONE, POS_INF, ZERO, active_blocks, lse_base2, masked, tile_ops
 
 VERSION = 3
 
 
 @kernel_factory
-def make_row_dot(threads: int, d: int, zero_dq: bool):
-    """Kernel ``(do, o, dvec, dq, n_q)``: D[bh, r] = sum_x dO[bh, r, x] O[bh, r, x], and, with
-    ``zero_dq``, dq[bh, r, :] = 0. One warp per row, its lanes on consecutive columns (so that a
+def make_row_dot(threads: int, d: int, zero_dq: bool, dtype: str = "float32"):
+    """Kernel ``(do, o, dvec, dq, n_q)`` on flat (1-D) views of do, o, dq: (B*H, N_q, d) and
+    dvec: (B*H, N_q): D[bh, r] = sum_x dO[bh, r, x] O[bh, r, x], and, with ``zero_dq``,
+    dq[bh, r, :] = 0. One warp per row, its lanes on consecutive columns (so that a
     warp's loads and stores fill whole 32-byte sectors), summed by shuffles: ``threads`` (a
     multiple of 32) make ``threads // 32`` rows a block; grid (ceil(N_q / rows), B*H).
+    ``dtype``: the format of do and o ("float16", "bfloat16": their uint16 patterns, each
+    product exact in fp32); D and dq are float32 in every format.
     v1 (one thread per row) touched a sector per element: 8x the sectors, 2.5x the DRAM reads."""
     rows = threads // 32
     warp_sum = warp_ops().warp_sum
+    value = storage_ops(dtype).load
 
     @cuda.jit
     def row_dot(do, o, dvec, dq, n_q):
         lane = cuda.threadIdx.x % 32
         r = cuda.blockIdx.x * rows + cuda.threadIdx.x // 32
         bh = cuda.blockIdx.y
+        row = uint64(bh * n_q + r)
         acc = ZERO
         if r < n_q:
             for x in range(lane, d, 32):
-                acc += do[bh, r, x] * o[bh, r, x]
+                at = row * uint64(d) + uint64(x)
+                acc += value(do[at]) * value(o[at])
                 if zero_dq:
-                    dq[bh, r, x] = 0.0
+                    dq[at] = 0.0
         acc = warp_sum(acc)            # every lane, also past n_q: the shuffles are warp-wide
         if r < n_q and lane == 0:
-            dvec[bh, r] = acc
+            dvec[row] = acc
 
     return row_dot
 

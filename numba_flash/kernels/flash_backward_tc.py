@@ -120,8 +120,8 @@ from simulator.tiling import Tiling
 from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
-from .tiles import (LN2, ONE, POS_INF, ZERO, active_blocks, lse_base2, masked, scaled_element,
-                    tile_major_block)
+from .tiles import (LN2, ONE, POS_INF, ZERO, active_blocks, identity, lse_base2,
+                    make_key_rows_store, masked, scaled_element, tile_major_block)
 from .unroll import static_range, unrolled
 
 VERSION = 7
@@ -156,6 +156,7 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
 
     w = warp_ops(lo_truncated=True)   # see the module docstring
     split, split_finite, exp2, mma_3xtf32 = w.split, w.split_finite, w.exp2_ftz, w.mma_3xtf32
+    store_key_rows = make_key_rows_store(d, OT, identity)
     ALIGN = smem_alignment()
 
     @cuda.jit(device=True)
@@ -417,14 +418,7 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
                                     cuda.atomic.add(dq, uint64((bh * n_q + row0 + r) * d + c),
                                                     scale * cq[f, 2 * h + e])
 
-        for h in static_range(2):
-            key = wkey + g + 8 * h
-            if key < cols:
-                at = uint64((bh * n_k + col0 + key) * d + 2 * t)
-                for n in static_range(OT):
-                    for e in static_range(2):
-                        if 8 * n + 2 * t + e < d:
-                            dk[at + uint64(8 * n + e)] = LN2_F * dk_acc[n, 2 * h + e]   # scale dS^T Q
-                            dv[at + uint64(8 * n + e)] = dv_acc[n, 2 * h + e]
+        # dKj times ln 2 (scale dS^T Q, as Qi holds scale*log2(e) q)
+        store_key_rows(dk, dv, dk_acc, dv_acc, LN2_F, bh * n_k + col0, wkey + g, cols, t)
 
     return cuda.jit(**jit_options("flash_backward_tc", tiling, d))(unrolled(flash_backward_tc))

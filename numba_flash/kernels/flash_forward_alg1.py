@@ -17,9 +17,20 @@ against m_new directly is the same arithmetic with one rescale fewer.  The paper
 m in HBM (line 2); here the first visit simply starts from O = 0, l = 0, m = -inf.
 This kernel is for the IO analysis, not for speed: B*H blocks only.
 
+Storage: the HBM format ``dtype`` ("float32", "float16", "bfloat16") is a compile-time parameter
+of the one body (``storage.storage_ops``). In half, Q, K, V and O hold the format's 16-bit
+patterns, converted to fp32 as the tiles load and rounded to nearest even as O is stored -- on
+every inner step, as Algorithm 1 writes O_i back to HBM (line 12), so O is rounded once per
+visit of its row block; l, m and L stay fp32. Arithmetic and the SRAM tiles are fp32 in every
+format: the element counts are the same, their bytes halve.
+
 Versions (H200, fp32, B=4 H=16 N=4096 d=64, `python -m experiments bench`, 2026-11-29):
     v1  Algorithm 1 as written, tiles and thread layout shared with the FA2-order kernel, row-wise
         softmax one thread per row: 3.2 TFLOP/s (85.9 ms; B*H = 64 blocks on 132 SMs).
+    v2  half storage: Q, K, V, O in the HBM format ``dtype`` (fp16 / bf16 patterns converted on
+        load and store, fp32 arithmetic, SRAM and l, m, L); in fp32 the O update is now fp32
+        FMAs (v1's ``else 0.0`` for the first visit made it fp64); rows past N_q get P = 0
+        (v1 left masked -inf there, NaN in discarded products) (not timed yet).
 """
 from __future__ import annotations
 
@@ -31,19 +42,22 @@ from simulator.tiling import Tiling
 
 from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
+from .storage import storage_ops
 from .tiles import NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max, tile_ops
 
-VERSION = 1
+VERSION = 2
 
 
 @kernel_factory
-def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
+def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool, dtype: str):
     """Kernel ``(q, k, v, o, lse, l_hbm, m_hbm, scale, n_q, n_k, diagonal)``; q, o:
-    (B*H, N_q, d); k, v: (B*H, N_k, d); lse, l_hbm, m_hbm: (B*H, N_q) (l, m are HBM workspace);
+    (B*H, N_q, d); k, v: (B*H, N_k, d), stored as ``dtype`` (uint16 patterns in half); lse,
+    l_hbm, m_hbm: (B*H, N_q) float32 (l, m are HBM workspace);
     ``diagonal`` (int, read only when ``causal``): row r sees key c iff c <= r + diagonal.
     Launch with grid (B*H,), ``tiling.threads`` threads and
     ``tiling.smem_bytes("flash_forward_v1", d)`` bytes of dynamic shared memory."""
-    t = tile_ops(tiling, d)
+    t = tile_ops(tiling, d, dtype)
+    load, store = storage_ops(dtype).load, storage_ops(dtype).store
     BR, BC, TY, TX, T, RA, CB, OB, LD, LS = t.BR, t.BC, t.TY, t.TX, t.T, t.RA, t.CB, t.OB, t.LD, t.LS
     load_head_tile, rows_dot_rows, scores_times_tile = t.load_head_tile, t.rows_dot_rows, t.scores_times_tile
     V0 = BC * LD
@@ -58,8 +72,8 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
     @cuda.jit(**jit_options("flash_forward_v1", tiling))
     def flash_forward_alg1(q, k, v, o, lse, l_hbm, m_hbm, scale, n_q, n_k, diagonal):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
-        # SRAM tiles, at fixed offsets of smem: Kj [0, V0) and Vj [V0, Q0) for a whole outer
-        # step, Qi [Q0, S0) for one inner step
+        # SRAM tiles (fp32 in every storage format), at fixed offsets of smem: Kj [0, V0) and
+        # Vj [V0, Q0) for a whole outer step, Qi [Q0, S0) for one inner step
         S = smem[S0:A0]        # SRAM: S, then P in place
         keep = smem[A0:B0]     # SRAM: l_i exp(m_i - m_new) / l_new, weight of the old O_i
         inv_l = smem[B0:END]   # SRAM: 1 / l_new, weight of P Vj
@@ -104,7 +118,9 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
                 # barrier: the whole S tile is in SRAM before the row-wise softmax reads it
                 cuda.syncthreads()
                 for r in range(tid, BR, T):
-                    if r >= rows:
+                    if r >= rows:         # a row past N_q: P = 0 (its masked -inf would
+                        for c in range(BC):   # make -inf * 0 = NaN in the discarded P Vj)
+                            S[r * LS + c] = 0.0
                         keep[r] = 0.0
                         inv_l[r] = 0.0
                         continue
@@ -149,8 +165,8 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
                         for b in range(OB):
                             x = tx + TX * b
                             if x < d:
-                                o_old = o[bh, row0 + r, x] if j > 0 else 0.0
-                                o[bh, row0 + r, x] = keep[r] * o_old + inv_l[r] * pv[a, b]
+                                o_old = load(o[bh, row0 + r, x]) if j > 0 else ZERO
+                                o[bh, row0 + r, x] = store(keep[r] * o_old + inv_l[r] * pv[a, b])
 
         # row blocks no key reaches (causal, last row + diagonal < 0): O = 0, L = -inf
         for i in range(tr):
@@ -159,7 +175,7 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool):
             if active_blocks(row0 + rows - 1, diagonal, BC, tc, causal) == 0:
                 for idx in range(tid, rows * d, T):
                     r = idx // d
-                    o[bh, row0 + r, idx - r * d] = 0.0
+                    o[bh, row0 + r, idx - r * d] = store(ZERO)
                 for r in range(tid, rows, T):
                     lse[bh, row0 + r] = NEG_INF
 

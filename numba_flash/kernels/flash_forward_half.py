@@ -73,6 +73,7 @@ from simulator.tiling import Tiling
 from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .half import half_ops
+from .half_tiles import make_tile_copy
 from .mma import warp_ops
 from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, tile_major_block
 from .unroll import static_range, unrolled
@@ -97,7 +98,6 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
     LD = tiling.half_stride(d)
     KS, NT, OT = D16 // 16, BC // 8, D16 // 8   # k steps of Qi Kj^T; n tiles of S; of O
     PK = NT // 2                       # 16-key steps of P Vj (pairs of n tiles of S)
-    CH = D16 // 8                      # 16-byte chunks of a tile row
     terms = tiling.smem_terms("flash_forward_half", d)
     QO = np.uint64(0)
     KO = np.uint64(terms["Qi"])        # stage s: Kj at KO + s STAGE, Vj at VO + s STAGE
@@ -109,36 +109,12 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
     h = half_ops(dtype)
     mma, max_nan, pack2, to_half = h.mma, h.max_nan, h.pack2, h.to_half
     ldmatrix, ldmatrix_trans = h.ldmatrix, h.ldmatrix_trans
-    cp_async16, commit, wait_all = h.cp_async16, h.commit, h.wait_all
+    commit, wait_all = h.commit, h.wait_all
     w = warp_ops()
     exp2, quad_max, quad_sum = w.exp2_ftz, w.quad_max, w.quad_sum
     ALIGN = smem_alignment()
 
-    def make_copy(rows_max):
-        """HBM -> SRAM: tile[r, c] = src[(row0 + r) d + c] for r < nrows, c < d, zero for the
-        other rows < ``rows_max`` and columns < D16; the tile at offset ``at0``."""
-        per = -(-rows_max * CH // T)
-
-        def copy(smem, at0, src, row0, nrows, tid):
-            for f in static_range(per):
-                idx = tid + T * f
-                r = idx // CH
-                c = idx - r * CH
-                if r < rows_max:
-                    at = at0 + uint64(r * LD + 8 * c)
-                    inside = r < nrows and 8 * c < d
-                    if vector:
-                        src_at = uint64((row0 + r) * d + 8 * c) if inside else uint64(row0 * d)
-                        cp_async16(smem, at, src, src_at, 16 if inside else 0)
-                    else:
-                        for e in static_range(8):
-                            x = uint16(0)
-                            if inside and 8 * c + e < d:
-                                x = src[uint64((row0 + r) * d + 8 * c + e)]
-                            smem[at + uint64(e)] = x
-        return cuda.jit(device=True)(unrolled(copy))
-
-    copy_q, copy_kv = make_copy(BR), make_copy(BC)
+    copy_q, copy_kv = (make_tile_copy(rows, T, d, D16, LD, vector, dtype) for rows in (BR, BC))
 
     def flash_forward_half(q, k, v, o, lse, qscale, n_q, n_k, diagonal):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN)

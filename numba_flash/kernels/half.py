@@ -127,17 +127,22 @@ def _gpu_primitives(dtype: str) -> SimpleNamespace:
             return types.UniTuple(types.uint32, 4)(smem, types.uint64), codegen
         return ldmatrix
 
-    @intrinsic
-    def cp_async16(typingctx, smem, at, src, index, src_bytes):
-        """SRAM smem[at .. at + 7] = HBM src[index .. index + 7] (16 bytes, both 16-byte
-        aligned), asynchronously; the first src_bytes bytes are read, the rest zero-filled."""
-        def codegen(context, builder, sig, args):
-            dst = shared_address(context, builder, sig.args[0], args[0], args[1])
-            src_address = global_address(context, builder, sig.args[2], args[2], args[3])
-            asm(builder, ir.VoidType(), [dst, src_address, args[4]],
-                "cp.async.cg.shared.global [$0], [$1], 16, $2;", "r,l,r,~{memory}", side_effect=True)
-            return context.get_dummy_value()
-        return types.void(smem, types.uint64, src, types.uint64, types.int32), codegen
+    def make_cp_async(nbytes, level):
+        """``cp_async(smem, at, src, index, src_bytes)``: SRAM smem[at ..] = HBM src[index ..],
+        ``nbytes`` bytes (both addresses aligned to it), asynchronously; the first src_bytes
+        bytes are read, the rest zero-filled. ``level``: "cg" (L2 only; 16-byte copies) or "ca"
+        (through L1: the only one 4-byte copies allow)."""
+        @intrinsic
+        def cp_async(typingctx, smem, at, src, index, src_bytes):
+            def codegen(context, builder, sig, args):
+                dst = shared_address(context, builder, sig.args[0], args[0], args[1])
+                src_address = global_address(context, builder, sig.args[2], args[2], args[3])
+                asm(builder, ir.VoidType(), [dst, src_address, args[4]],
+                    f"cp.async.{level}.shared.global [$0], [$1], {nbytes}, $2;", "r,l,r,~{memory}",
+                    side_effect=True)
+                return context.get_dummy_value()
+            return types.void(smem, types.uint64, src, types.uint64, types.int32), codegen
+        return cp_async
 
     @intrinsic
     def commit(typingctx):
@@ -157,7 +162,8 @@ def _gpu_primitives(dtype: str) -> SimpleNamespace:
 
     return SimpleNamespace(mma=mma, max_nan=max_nan, pack2=pack2, to_half=to_half, from_half=from_half,
                            ldmatrix=make_ldmatrix(False), ldmatrix_trans=make_ldmatrix(True),
-                           cp_async16=cp_async16, commit=commit, wait_all=wait_all)
+                           cp_async16=make_cp_async(16, "cg"), cp_async4=make_cp_async(4, "ca"),
+                           commit=commit, wait_all=wait_all)
 
 
 @lru_cache(maxsize=None)
@@ -240,6 +246,10 @@ def _simulator_primitives(dtype: str) -> SimpleNamespace:
             smem[at + e] = src[index + e] if 2 * e < src_bytes else 0
 
     @cuda.jit(device=True)
+    def cp_async4(smem, at, src, index, src_bytes):
+        smem[at] = src[index] if src_bytes > 0 else 0
+
+    @cuda.jit(device=True)
     def commit():
         pass
 
@@ -249,7 +259,7 @@ def _simulator_primitives(dtype: str) -> SimpleNamespace:
 
     return SimpleNamespace(mma=mma, max_nan=max_nan, pack2=pack2, to_half=to_half, from_half=from_half,
                            ldmatrix=make_ldmatrix(False), ldmatrix_trans=make_ldmatrix(True),
-                           cp_async16=cp_async16, commit=commit, wait_all=wait_all)
+                           cp_async16=cp_async16, cp_async4=cp_async4, commit=commit, wait_all=wait_all)
 
 
 @lru_cache(maxsize=None)
@@ -263,7 +273,8 @@ def half_ops(dtype: str) -> SimpleNamespace:
     - ``to_half(x)`` -> uint16 bits of x rounded to nearest even; ``from_half(h)`` -> float32;
     - ``ldmatrix(smem, index)``, ``ldmatrix_trans(smem, index)`` -> four uint32 fragment
       registers, this lane's row address ``index`` into the uint16 shared array ``smem``;
-    - ``cp_async16(smem, at, src, index, src_bytes)``, ``commit()``, ``wait_all()``.
+    - ``cp_async16(smem, at, src, index, src_bytes)`` (16 bytes), ``cp_async4(...)`` (one
+      4-byte element), ``commit()``, ``wait_all()``.
     """
     if dtype not in HALF_DTYPES:
         raise ValueError(f"dtype must be one of {HALF_DTYPES}, got {dtype!r}")

@@ -13,11 +13,23 @@ Backward (its Algorithm 3), reading the saved P::
 
 One register-tiled matmul kernel serves all six products; its transposes are compile-time flags.
 
+Storage: every kernel takes the HBM format ``dtype`` ("float32", "float16", "bfloat16") as a
+compile-time parameter of the one body (``storage.storage_ops``): in half every tensor it reads
+or writes (Q, K, V, O, S, P, dO, dP, dS, dQ, dK, dV) holds the format's 16-bit patterns,
+converted to fp32 on load and rounded to nearest even on store -- S, P, dP, dS stored in the
+format, as a plain same-format implementation stores them; D stays fp32 in HBM (the dS kernel
+rounds it to the format, as dP is, before dP - D). Arithmetic and shared memory are fp32 in
+every format: the element counts moved are the same, their bytes halve.
+
 Versions (H200, fp32, B=4 H=16 N=4096 d=64, `python -m experiments bench`, 2026-11-29):
     v1  matmul: Br x Bc output tile, 16-deep k-chunks through shared memory, 4x4 register tile
         per thread; softmax: one block per row, online max/sum in pass 1, P in pass 2.
         Forward 3.1 TFLOP/s (87.3 ms), forward + backward 4.3. Not tuned: the signed indexing
         and scalar shared loads that the flash kernels shed (tiles.py) are still here.
+    v2  half storage: the HBM format a compile-time parameter (fp16 / bf16 patterns converted
+        on load and store, fp32 arithmetic and SRAM; dS rounds D like dP); fp32 PTX: softmax
+        and dS the same, the matmul's blocks laid out otherwise (ptxas at sm_90: 122 registers,
+        v1 124) (not timed yet).
 """
 from __future__ import annotations
 
@@ -29,14 +41,16 @@ from simulator.tiling import MATMUL_BK, Tiling
 
 from ..kernel_cache import kernel_factory
 from ..launch import jit_options
+from .storage import storage_ops
 from .tiles import NEG_INF, ONE, ZERO
 
-VERSION = 1
+VERSION = 2
 
 
 @kernel_factory
-def make_matmul(tiling: Tiling, trans_a: bool, trans_b: bool):
-    """Kernel ``(a, b, c, alpha, m, n, kdim)``: c[bh] = alpha opA(a[bh]) opB(b[bh]), c (B*H, m, n).
+def make_matmul(tiling: Tiling, trans_a: bool, trans_b: bool, dtype: str):
+    """Kernel ``(a, b, c, alpha, m, n, kdim)``: c[bh] = alpha opA(a[bh]) opB(b[bh]), c (B*H, m, n),
+    a, b, c stored as ``dtype`` (uint16 patterns in half), sums in fp32, c rounded once.
 
     opA(a) is a (m x k) matrix stored as a[bh, m, k], or a[bh, k, m] when ``trans_a``; opB(b) is
     (k x n) stored as b[bh, k, n], or b[bh, n, k] when ``trans_b``. Grid (ceil(n/Bc), ceil(m/Br),
@@ -49,19 +63,20 @@ def make_matmul(tiling: Tiling, trans_a: bool, trans_b: bool):
     LA = BK | 1
     B0 = BR * LA
     END = B0 + BK * BC
+    load, store = storage_ops(dtype).load, storage_ops(dtype).store
 
     @cuda.jit(**jit_options("standard_matmul", tiling))
     def matmul(a, b, c, alpha, m, n, kdim):
         smem = cuda.shared.array(0, float32)
-        As = smem[0:B0]     # SRAM: Br x BK chunk of opA
-        Bs = smem[B0:END]   # SRAM: BK x Bc chunk of opB
+        As = smem[0:B0]     # SRAM (fp32): Br x BK chunk of opA
+        Bs = smem[B0:END]   # SRAM (fp32): BK x Bc chunk of opB
         col0 = cuda.blockIdx.x * BC
         row0 = cuda.blockIdx.y * BR
         bh = cuda.blockIdx.z
         tid = cuda.threadIdx.x
         ty = tid // TX
         tx = tid - ty * TX
-        acc = cuda.local.array((RA, CB), float32)
+        acc = cuda.local.array((RA, CB), float32)   # registers: this thread's slice of the c tile
         for x in range(RA):
             for y in range(CB):
                 acc[x, y] = 0.0
@@ -76,7 +91,7 @@ def make_matmul(tiling: Tiling, trans_a: bool, trans_b: bool):
                     r = idx // BK
                     kk = idx - r * BK
                 if row0 + r < m and k0 + kk < kdim:
-                    As[r * LA + kk] = a[bh, k0 + kk, row0 + r] if trans_a else a[bh, row0 + r, k0 + kk]
+                    As[r * LA + kk] = load(a[bh, k0 + kk, row0 + r] if trans_a else a[bh, row0 + r, k0 + kk])
                 else:
                     As[r * LA + kk] = 0.0
             for idx in range(tid, BK * BC, T):
@@ -87,7 +102,7 @@ def make_matmul(tiling: Tiling, trans_a: bool, trans_b: bool):
                     kk = idx // BC
                     cc = idx - kk * BC
                 if col0 + cc < n and k0 + kk < kdim:
-                    Bs[kk * BC + cc] = b[bh, col0 + cc, k0 + kk] if trans_b else b[bh, k0 + kk, col0 + cc]
+                    Bs[kk * BC + cc] = load(b[bh, col0 + cc, k0 + kk] if trans_b else b[bh, k0 + kk, col0 + cc])
                 else:
                     Bs[kk * BC + cc] = 0.0
             # barrier: the chunk is complete before the products read it
@@ -103,23 +118,24 @@ def make_matmul(tiling: Tiling, trans_a: bool, trans_b: bool):
                 for y in range(CB):
                     cc = col0 + tx + TX * y
                     if tx + TX * y < BC and cc < n:
-                        c[bh, r, cc] = alpha * acc[x, y]
+                        c[bh, r, cc] = store(alpha * acc[x, y])
 
     return matmul
 
 
 @kernel_factory
-def make_softmax(threads: int, causal: bool):
+def make_softmax(threads: int, causal: bool, dtype: str):
     """Kernel ``(s, p, n_k, diagonal)``: p[bh, r, :] = softmax(s[bh, r, :]), with
-    ``causal`` over the keys c <= r + ``diagonal`` only; one block of ``threads`` threads per
-    row, grid (N_q, B*H), no dynamic smem.
+    ``causal`` over the keys c <= r + ``diagonal`` only; s and p stored as ``dtype``, the
+    softmax in fp32; one block of ``threads`` threads per row, grid (N_q, B*H), no dynamic smem.
     Pass 1 reads each visible score once (online max and sum per thread, then combined);
     pass 2 reads it again and writes P. Masked entries are written 0 and never read."""
+    load, store = storage_ops(dtype).load, storage_ops(dtype).store
 
     @cuda.jit
     def softmax(s, p, n_k, diagonal):
-        part_m = cuda.shared.array(threads, float32)
-        part_l = cuda.shared.array(threads, float32)
+        part_m = cuda.shared.array(threads, float32)   # SRAM: each thread's running max ...
+        part_l = cuda.shared.array(threads, float32)   # ... and sum, then the row's (m, l)
         row = cuda.blockIdx.x
         bh = cuda.blockIdx.y
         tid = cuda.threadIdx.x
@@ -129,7 +145,7 @@ def make_softmax(threads: int, causal: bool):
         m = NEG_INF
         l = ZERO
         for c in range(tid, visible, threads):
-            x = s[bh, row, c]
+            x = load(s[bh, row, c])
             if x > m:
                 l = l * math.exp(m - x) + ONE
                 m = x
@@ -157,30 +173,34 @@ def make_softmax(threads: int, causal: bool):
         inv = ZERO if l == 0.0 else ONE / l   # l = 0: the row sees no key (or only -inf scores)
         for c in range(tid, n_k, threads):
             if c < visible and l != 0.0:
-                p[bh, row, c] = math.exp(s[bh, row, c] - m) * inv
+                p[bh, row, c] = store(math.exp(load(s[bh, row, c]) - m) * inv)
             else:
-                p[bh, row, c] = 0.0
+                p[bh, row, c] = store(ZERO)
 
     return softmax
 
 
 @kernel_factory
-def make_ds(threads: int):
+def make_ds(threads: int, dtype: str):
     """Kernel ``(p, dp, dvec, ds, n_k)``: dS[bh, r, c] = P (dP - D[bh, r]); D read once per row.
-    One block of ``threads`` threads per row, grid (N_q, B*H)."""
+    p, dp, ds stored as ``dtype``, dvec float32 (rounded to ``dtype`` as it is read, like dP),
+    arithmetic in fp32. One block of ``threads`` threads per row, grid (N_q, B*H)."""
+    load, store = storage_ops(dtype).load, storage_ops(dtype).store
 
     @cuda.jit
     def ds_kernel(p, dp, dvec, ds, n_k):
-        d_row = cuda.shared.array(1, float32)
+        d_row = cuda.shared.array(1, float32)   # SRAM: D[row]
         row = cuda.blockIdx.x
         bh = cuda.blockIdx.y
         tid = cuda.threadIdx.x
         if tid == 0:
-            d_row[0] = dvec[bh, row]
+            # D rounded to the format, as dP was: where the exact dP and D agree (one key, a
+            # peaked row) the difference is then exactly 0, as in a same-format implementation
+            d_row[0] = load(store(dvec[bh, row]))
         # barrier: D[row] is in SRAM
         cuda.syncthreads()
         dr = d_row[0]
         for c in range(tid, n_k, threads):
-            ds[bh, row, c] = p[bh, row, c] * (dp[bh, row, c] - dr)
+            ds[bh, row, c] = store(load(p[bh, row, c]) * (load(dp[bh, row, c]) - dr))
 
     return ds_kernel

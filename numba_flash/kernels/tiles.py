@@ -22,6 +22,8 @@ from numba import cuda, float32, uint64
 
 from simulator.tiling import Tiling
 
+from .unroll import static_range, unrolled
+
 NEG_INF = np.float32(-np.inf)   # float32 constants keep kernel arithmetic in fp32
 POS_INF = np.float32(np.inf)
 ZERO = np.float32(0.0)
@@ -55,6 +57,20 @@ def active_blocks(last_row, off, bc, tc, causal):
 
 
 @cuda.jit(device=True)
+def first_active_row_block(col0, off, br, n_q, causal):
+    """The first row block that sees a key of the K/V block starting at key ``col0``: 0, or
+    (causal) the first whose last row r has r + off >= col0; the blocks after it see the block
+    too (``active_blocks`` grows with the row), so a KV-outer loop can run from it to Tr.
+    Tr (= ceil(n_q / br)) where no row does."""
+    if not causal:
+        return 0
+    x = col0 - off                   # a row sees the block's first key iff r >= x
+    if x > n_q - 1:
+        return (n_q + br - 1) // br
+    return max(0, x // br)
+
+
+@cuda.jit(device=True)
 def lse_base2(x):
     """A row's log-sum-exp L (natural log) in base 2, to match base-2 scores: P = exp2(S - L);
     +inf for a row that saw no key (L = -inf), so that P = 0 there exactly (the backward's
@@ -71,6 +87,25 @@ def tile_major_block():
     return at // cuda.gridDim.y, at % cuda.gridDim.y
 
 
+def make_key_rows_store(d: int, tiles: int, store):
+    """Device function ``(dk, dv, dk_acc, dv_acc, k_factor, row0, key0, cols, t)`` of the
+    KV-outer backwards: a lane's C fragments of dKj (times ``k_factor``) and dVj -- ``tiles``
+    8-column tiles of keys key0 and key0 + 8 (slots 0, 1 and 2, 3), columns 8n + 2t (+1) -- to
+    rows row0 + key of the flat (rows, d) dk, dv, keys past ``cols`` and columns past d left
+    out, each element through ``store`` (the format's rounding, or ``identity``)."""
+    def store_key_rows(dk, dv, dk_acc, dv_acc, k_factor, row0, key0, cols, t):
+        for h in static_range(2):
+            key = key0 + 8 * h
+            if key < cols:
+                at = uint64((row0 + key) * d + 2 * t)
+                for n in static_range(tiles):
+                    for e in static_range(2):
+                        if 8 * n + 2 * t + e < d:
+                            dk[at + uint64(8 * n + e)] = store(k_factor * dk_acc[n, 2 * h + e])
+                            dv[at + uint64(8 * n + e)] = store(dv_acc[n, 2 * h + e])
+    return cuda.jit(device=True)(unrolled(store_key_rows))
+
+
 @cuda.jit(device=True)
 def masked(r, c, row0, col0, cols, off, causal):
     """True where score (r, c) of tile (row0, col0) is not a key: past the ragged edge (c >= cols)
@@ -80,14 +115,24 @@ def masked(r, c, row0, col0, cols, off, causal):
 
 
 @cuda.jit(device=True)
+def identity(x):
+    """x itself: a float32 element's value (where a half format's would be ``from_half``)."""
+    return x
+
+
+@cuda.jit(device=True)
 def sticky_max(m, x):
     """max(m, x), except that a NaN, once seen, stays (max() would drop it, hiding bad input)."""
     return x if (x > m or x != x) else m
 
 
 @lru_cache(maxsize=None)
-def tile_ops(tiling: Tiling, d: int) -> SimpleNamespace:
-    """Device functions for ``tiling`` at head dim ``d`` (returned as attributes)."""
+def tile_ops(tiling: Tiling, d: int, dtype: str = "float32") -> SimpleNamespace:
+    """Device functions for ``tiling`` at head dim ``d`` (returned as attributes); head tiles
+    load from HBM tensors stored as ``dtype`` (``storage.storage_ops``), into fp32 SRAM."""
+    from .storage import storage_ops   # (storage -> half -> mma -> this module)
+
+    load = storage_ops(dtype).load
     BR, BC = tiling.Br, tiling.Bc
     TY, TX, T = tiling.threads_y, tiling.threads_x, tiling.threads
     RA, CB = tiling.rows_per_thread, tiling.cols_per_thread
@@ -102,16 +147,16 @@ def tile_ops(tiling: Tiling, d: int) -> SimpleNamespace:
 
     @cuda.jit(device=True)
     def load_head_tile(smem, at0, src, bh, row0, nrows, max_rows, tid, factor):
-        """HBM -> SRAM: tile[r, :] = factor * src[bh, row0 + r, :] for r < nrows, the tile at
-        offset ``at0`` of ``smem``; rows nrows..max_rows-1 are zero-filled in SRAM (no HBM
-        access) so ragged tiles add nothing to any product."""
+        """HBM -> SRAM: tile[r, :] = factor * src[bh, row0 + r, :] (fp32) for r < nrows, the
+        tile at offset ``at0`` of ``smem``; rows nrows..max_rows-1 are zero-filled in SRAM (no
+        HBM access) so ragged tiles add nothing to any product."""
         ubh = uint64(bh)
         for idx in range(tid, max_rows * d, T):
             r = idx // d
             c = idx - r * d
             at = uint64(at0 + r * LD + c)
             if r < nrows:
-                smem[at] = factor * src[ubh, uint64(row0 + r), uint64(c)]
+                smem[at] = factor * load(src[ubh, uint64(row0 + r), uint64(c)])
             else:
                 smem[at] = 0.0
 

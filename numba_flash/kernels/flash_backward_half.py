@@ -1,0 +1,314 @@
+"""FlashAttention backward on tensor cores in fp16 or bf16 (one body; the format is a
+compile-time parameter): mma.sync m16n8k16 with fp32 accumulators, KV-outer as FA2.
+
+Algorithm (per batch-head, K/V block j; grid Tc x B*H, Bc/16 warps a block, warp w owning
+keys 16w .. 16w + 15 of the block)::
+
+    D = rowsum(dO * O), dQacc = 0 (fp32)  (flash_backward.make_row_dot, before this kernel)
+    Kj, Vj, and Qi, dOi, L_i, D_i of the first row block that sees Kj: HBM -> SRAM by cp.async
+    dKj = dVj = 0                         (registers: C fragments of the warp's 16 keys)
+    for each active row block i:          (causal: from the first row block that sees a key)
+        wait for Qi, dOi, L_i, D_i; barrier
+        Qi+1, dOi+1, L_i+1, D_i+1: HBM -> the other SRAM stage by cp.async (in flight)
+        S^T = Kj Qi^T                     (registers: fp32 C fragments, rows keys, cols queries)
+        P^T = exp2(scale S^T - L_i log2 e), masked   (in place, fp32)
+        dP^T = Vj dOi^T;  dS^T = P^T * (dP^T - D_i)  (fp32)
+        P^T, dS^T rounded to the format: their C fragments are the A fragments of
+        dVj += P^T dOi;  dKj += dS^T Qi   (dOi, Qi fragments by ldmatrix.trans)
+        dS^T -> SRAM (format); barrier
+        dQacc_i += softmax_scale dS Kj    (warps split Br x d; fp32 atomics into HBM)
+    dKj times softmax_scale, both rounded to the format -> HBM;  dQ = dQacc rounded (api)
+
+Precision as FlashAttention-2: products of format values with fp32 sums; P and dS rounded to
+the format once for their products; statistics, dP, D and all accumulators in fp32. dKj, dVj
+accumulate on the tensor cores across row blocks (the fp32 kernel sums each row block from zero
+because TF32 mma's truncating adds cost it accuracy at fp32 level; here they are ~2^-23 against
+the format's 2^-9..2^-12 roundings of P and dS, so no extra adds or registers are spent).
+
+SRAM (uint16 elements, row stride LD = half_stride(d) = D16 + 8, D16 = d rounded up to the mma's
+k = 16; an odd number of 16-byte chunks, so ldmatrix's 8 row addresses meet no bank conflict):
+    Kj, Vj     Bc x LD, row-major as in HBM, the whole kernel
+    Qi, dOi    two stages of Br x LD each (stage (i - i0) % 2)
+    dS^T       Bc x LS (LS = Br + 8, keys x queries): one i step
+    L, D       two stages of Br fp32 each (read through an fp32 view of the same memory): L_i
+               as saved, taken to base 2 when read (+inf where a row saw no key: P = 0); rows
+               past N_q zero-filled (with dO = 0 and D = 0 there, their dS and P^T dO are 0)
+Fragments (lane = 8 mi + ml gives the address of row ml of matrix mi of an ldmatrix.x4):
+    A of S^T, dP^T (Kj, Vj), k step ks: rows wkey + 8 (mi % 2) + ml, cols 16 ks + 8 (mi // 2)
+    B of S^T, dP^T (Qi, dOi), query tiles 2p, 2p + 1, k step ks:
+                                        rows 16 p + 8 (mi // 2) + ml, cols 16 ks + 8 (mi % 2)
+    B of dV, dK (dOi, Qi .trans), query step kk, column tiles 2p, 2p + 1:
+                                        rows 16 kk + 8 (mi % 2) + ml, cols 16 p + 8 (mi // 2)
+    A of dQ (dS^T .trans), query tile mt, key step kk:
+                                        rows 16 kk + 8 (mi // 2) + ml, cols 16 mt + 8 (mi % 2)
+    B of dQ (Kj .trans), key step kk, column tiles 2p, 2p + 1: as B of dV on Kj
+A lane's C fragment of S^T holds keys g, g + 8 and queries 2t, 2t + 1 of each 8: packed in
+pairs, two query tiles make one A fragment of a 16-query k step (as P in the forward), and the
+same pairs are the 4-byte stores of dS^T (word t of rows g: no bank conflict).
+
+Barriers per step: (1) after waiting for the step's copies: Qi, dOi, L_i, D_i (first step: and
+Kj, Vj) complete for every warp; every warp done with the previous step, so its stage of Qi,
+dOi, L, D (last read before barrier 2 of that step) and dS (read by its dQ product) are free;
+(2) after writing dS^T: complete before the dQ product reads other warps' keys.
+
+Versions (H200, fp16, per-call CUDA events; tools/tune_half.py --backward,
+results/h200/tuning/tune_half_bwd_v1_d*.csv; bench: results/h200/bench/bench_half.csv):
+    v1  first cut: the above. (4,16,4096,64): backward alone 149 TFLOP/s at 64 x 128 (254
+        registers, no spills), 136 at 32 x 128, 133 at 64 x 64, 87 at 128 x 64 (spills); d = 128:
+        160 at 32 x 128 (255 registers, 12 B of spill stores), 136 at 32 x 64, 123 at 16 x 64,
+        77 at 64 x 64. Bench, forward v3 + this: forward + backward 0.60-0.66x SDPA
+        FLASH_ATTENTION on the four shapes, fp16 and bf16 (171 / 180 / 188 / 159 TFLOP/s fp16 at
+        (4,16,4096,64), (4,16,4096,128), (1,16,16384,64), causal (2,32,4096,128)).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda, float32, uint16, uint32, uint64
+
+from simulator.tiling import Tiling
+
+from ..kernel_cache import kernel_factory
+from ..launch import jit_options, smem_alignment
+from .half import half_ops
+from .half_tiles import make_tile_copy
+from .mma import warp_ops
+from .tiles import (ZERO, first_active_row_block, lse_base2, make_key_rows_store, masked,
+                    tile_major_block)
+from .unroll import static_range, unrolled
+
+VERSION = 1
+
+
+@kernel_factory
+def make_flash_backward_half(tiling: Tiling, d: int, causal: bool, dtype: str, vector: bool):
+    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, diagonal)`` on flat
+    (1-D) views: q, do: (B*H, N_q, d) and k, v, dk, dv: (B*H, N_k, d) uint16 patterns of
+    ``dtype`` ("float16" or "bfloat16"); lse, dvec (D): (B*H, N_q) float32; dq: (B*H, N_q, d)
+    float32, zeros (the kernel adds scale dS K into it). ``scale`` the softmax scale and
+    ``qscale`` = scale * log2(e), float32; ``diagonal`` (read only when ``causal``): row r sees
+    key c iff c <= r + diagonal. ``vector``: d % 8 == 0 and q, k, v, do 16-byte aligned (tiles
+    copied by cp.async). Launch with grid (Tc, B*H), ``tiling.threads_for("flash_backward_half")``
+    threads and ``tiling.smem_bytes("flash_backward_half", d)`` bytes of dynamic shared memory."""
+    BR, BC = tiling.Br, tiling.Bc
+    T = tiling.threads_for("flash_backward_half")
+    WARPS = T // 32
+    D16, LD, LS = tiling.half_depth(d), tiling.half_stride(d), tiling.half_score_stride
+    KS, NT, QK, OT = D16 // 16, BR // 8, BR // 16, D16 // 8   # k steps over d; query tiles; query
+    JS, CP = BC // 16, D16 // 16       # steps; column tiles; key steps of dS Kj; column pairs
+    UNITS = (BR // 16) * CP            # 16 x 16 pieces of dQ_i
+    PER_WARP = -(-UNITS // WARPS)
+    SHARED_ROWS = CP % PER_WARP == 0   # a warp's pieces of dQ_i share their 16 rows
+    KO, VO, QO, OO, SO, LO, DO = (np.uint64(x) for x in np.cumsum(
+        [0, *tiling.smem_terms("flash_backward_half", d).values()])[:-1])
+    QSTAGE = np.uint64(BR * LD)
+    LF, DF, FSTAGE = LO // np.uint64(2), DO // np.uint64(2), np.uint64(BR)   # in fp32 words
+    SW = SO // np.uint64(2)                                                  # dS^T in 4-byte words
+
+    h = half_ops(dtype)
+    mma, pack2, to_half = h.mma, h.pack2, h.to_half
+    ldmatrix, ldmatrix_trans = h.ldmatrix, h.ldmatrix_trans
+    cp_async4, commit, wait_all = h.cp_async4, h.commit, h.wait_all
+    exp2 = warp_ops().exp2_ftz
+    copy_q, copy_kv = (make_tile_copy(rows, T, d, D16, LD, vector, dtype) for rows in (BR, BC))
+    store_key_rows = make_key_rows_store(d, OT, to_half)
+    ALIGN = smem_alignment()
+
+    @cuda.jit(device=True)
+    def load_row_block(smem, stats, stage, q, do, lse, dvec, row0, rows, tid):
+        """HBM -> SRAM stage ``stage`` (0 or 1), by cp.async: Qi, dOi (rows past ``rows`` zero)
+        and L_i, D_i (zero past ``rows``); row0 is the block's first row in the flat tensors."""
+        copy_q(smem, QO + stage * QSTAGE, q, row0, rows, tid)
+        copy_q(smem, OO + stage * QSTAGE, do, row0, rows, tid)
+        for r in range(tid, BR, T):
+            at = uint64(row0 + r) if r < rows else uint64(row0)
+            n = 4 if r < rows else 0
+            cp_async4(stats, LF + stage * FSTAGE + uint64(r), lse, at, n)
+            cp_async4(stats, DF + stage * FSTAGE + uint64(r), dvec, at, n)
+
+    def rows_times_tile_t(c, smem, a_at, b_at):
+        """c = A B^T (16 x Br C fragments) for A = this warp's 16 rows of Kj or Vj (this lane's
+        ldmatrix address a_at) and B = the stage's Qi or dOi (b_at)."""
+        for n in static_range(NT):
+            for e in static_range(4):
+                c[n, e] = ZERO
+        for ks in static_range(KS):
+            a0, a1, a2, a3 = ldmatrix(smem, a_at + uint64(16 * ks))
+            for p in static_range(NT // 2):
+                b0, b1, b2, b3 = ldmatrix(smem, b_at + uint64(16 * p * LD + 16 * ks))
+                c[2 * p, 0], c[2 * p, 1], c[2 * p, 2], c[2 * p, 3] = mma(
+                    a0, a1, a2, a3, b0, b1, c[2 * p, 0], c[2 * p, 1], c[2 * p, 2], c[2 * p, 3])
+                c[2 * p + 1, 0], c[2 * p + 1, 1], c[2 * p + 1, 2], c[2 * p + 1, 3] = mma(
+                    a0, a1, a2, a3, b2, b3,
+                    c[2 * p + 1, 0], c[2 * p + 1, 1], c[2 * p + 1, 2], c[2 * p + 1, 3])
+
+    def add_scores_times_tile(acc, x, smem, b_at):
+        """acc += X B (16 x D16 C fragments) for X (16 keys x Br queries) held as A fragments
+        ``x`` (one per 16-query step) and B = the stage's dOi or Qi (b_at: .trans address)."""
+        for kk in static_range(QK):
+            for p in static_range(OT // 2):
+                b0, b1, b2, b3 = ldmatrix_trans(smem, b_at + uint64(16 * kk * LD + 16 * p))
+                acc[2 * p, 0], acc[2 * p, 1], acc[2 * p, 2], acc[2 * p, 3] = mma(
+                    x[kk, 0], x[kk, 1], x[kk, 2], x[kk, 3], b0, b1,
+                    acc[2 * p, 0], acc[2 * p, 1], acc[2 * p, 2], acc[2 * p, 3])
+                acc[2 * p + 1, 0], acc[2 * p + 1, 1], acc[2 * p + 1, 2], acc[2 * p + 1, 3] = mma(
+                    x[kk, 0], x[kk, 1], x[kk, 2], x[kk, 3], b2, b3,
+                    acc[2 * p + 1, 0], acc[2 * p + 1, 1], acc[2 * p + 1, 2], acc[2 * p + 1, 3])
+
+    def pack_fragments(x, c):
+        """x = the C fragments c (16 keys x Br queries, fp32) rounded to the format, as A
+        fragments of the 16-query steps: keys g, g + 8 of queries 16 kk + 2t (+1), then + 8."""
+        for kk in static_range(QK):
+            x[kk, 0] = pack2(c[2 * kk, 0], c[2 * kk, 1])
+            x[kk, 1] = pack2(c[2 * kk, 2], c[2 * kk, 3])
+            x[kk, 2] = pack2(c[2 * kk + 1, 0], c[2 * kk + 1, 1])
+            x[kk, 3] = pack2(c[2 * kk + 1, 2], c[2 * kk + 1, 3])
+
+    rows_times_tile_t, add_scores_times_tile, pack_fragments = (
+        cuda.jit(device=True)(unrolled(f)) for f in (rows_times_tile_t, add_scores_times_tile,
+                                                    pack_fragments))
+
+    def flash_backward_half(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, diagonal):
+        # one block of dynamic shared memory, three views: 16-bit tiles, fp32 L and D, and
+        # 4-byte words for the stores of dS^T
+        smem = cuda.shared.array(0, uint16, alignment=ALIGN)
+        stats = cuda.shared.array(0, float32, alignment=ALIGN)
+        words = cuda.shared.array(0, uint32, alignment=ALIGN)
+        j, bh = cuda.blockIdx.x, cuda.blockIdx.y
+        if causal:
+            # low j see the most row blocks: start them first over all heads, so that the final
+            # wave holds the lightest blocks
+            j, bh = tile_major_block()
+        col0 = j * BC
+        cols = min(BC, n_k - col0)
+        tid = cuda.threadIdx.x
+        lane = tid % 32
+        warp = tid // 32
+        g = lane // 4                 # fragment row group: this lane's keys are g and g + 8 (of 16)
+        t = lane % 4                  # thread in group: its queries are 2t, 2t + 1 of each 8
+        mi, ml = lane // 8, lane % 8  # the ldmatrix matrix and row this lane addresses
+        wkey = warp * 16              # this warp's first key of the Bc tile
+        tr = (n_q + BR - 1) // BR
+        i0 = first_active_row_block(col0, diagonal, BR, n_q, causal)
+
+        copy_kv(smem, KO, k, bh * n_k + col0, cols, tid)
+        copy_kv(smem, VO, v, bh * n_k + col0, cols, tid)
+        if i0 < tr:
+            load_row_block(smem, stats, uint64(0), q, do, lse, dvec, bh * n_q + i0 * BR,
+                           min(BR, n_q - i0 * BR), tid)
+        commit()
+
+        s = cuda.local.array((NT, 4), float32)    # registers: S^T, then P^T (C fragments)
+        ds = cuda.local.array((NT, 4), float32)   # registers: dP^T, then dS^T
+        p16 = cuda.local.array((QK, 4), uint32)   # registers: P^T as A fragments (format)
+        ds16 = cuda.local.array((QK, 4), uint32)  # registers: dS^T as A fragments (format)
+        dk_acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of dKj
+        dv_acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of dVj
+        a = cuda.local.array(4, uint32)               # registers: an A fragment of dS
+        cq = cuda.local.array((PER_WARP, 2, 4), float32)   # registers: this warp's pieces of dQ_i
+        qa = cuda.local.array(PER_WARP, uint64)   # their ldmatrix addresses in dS^T (query tile)
+        qb = cuda.local.array(PER_WARP, uint64)   # ... and in Kj (column pair)
+        for n in static_range(OT):
+            for e in static_range(4):
+                dk_acc[n, e] = ZERO
+                dv_acc[n, e] = ZERO
+        # this lane's ldmatrix row addresses (see the module docstring)
+        ka = KO + uint64((wkey + 8 * (mi % 2) + ml) * LD + 8 * (mi // 2))
+        va = ka + (VO - KO)
+        qrow = uint64((8 * (mi // 2) + ml) * LD + 8 * (mi % 2))     # Qi, dOi as B of S^T, dP^T
+        qcol = uint64((8 * (mi % 2) + ml) * LD + 8 * (mi // 2))     # ... .trans as B of dV, dK
+        sa = SO + uint64((8 * (mi // 2) + ml) * LS + 8 * (mi % 2))  # dS^T .trans as A of dQ
+        kb = KO + qcol                                              # Kj .trans as B of dQ
+        for f in static_range(PER_WARP):
+            u = min(warp * PER_WARP + f, UNITS - 1)
+            ua = min(warp * PER_WARP + (0 if SHARED_ROWS else f), UNITS - 1)
+            qa[f] = sa + uint64(16 * (ua // CP))
+            qb[f] = kb + uint64(16 * (u - u // CP * CP))
+
+        for i in range(i0, tr):
+            row0 = i * BR
+            rows = min(BR, n_q - row0)
+            stage = uint64((i - i0) % 2)
+            wait_all()
+            # barrier: this step's Qi, dOi, L_i, D_i (first step: and Kj, Vj) complete in SRAM;
+            # every warp done with the previous step (its stage and dS are free)
+            cuda.syncthreads()
+            if i + 1 < tr:
+                load_row_block(smem, stats, uint64(1) - stage, q, do, lse, dvec,
+                               bh * n_q + row0 + BR, min(BR, n_q - row0 - BR), tid)
+                commit()
+            qs = QO + stage * QSTAGE
+            os = OO + stage * QSTAGE
+            ls = LF + stage * FSTAGE
+            dd = DF + stage * FSTAGE
+
+            rows_times_tile_t(s, smem, ka, qs + qrow)     # S^T
+            rows_times_tile_t(ds, smem, va, os + qrow)    # dP^T
+            for n in static_range(NT):
+                for e in static_range(2):
+                    r = 8 * n + 2 * t + e                 # query of slots e, 2 + e
+                    l2 = lse_base2(stats[ls + uint64(r)])  # +inf where a row saw no key: P = 0
+                    dr = stats[dd + uint64(r)]
+                    for hk in static_range(2):            # slot 2hk + e: key wkey + g + 8hk
+                        x = exp2(s[n, 2 * hk + e] * qscale - l2)
+                        s[n, 2 * hk + e] = x
+                        ds[n, 2 * hk + e] = x * (ds[n, 2 * hk + e] - dr)
+            # interior tiles (full, and left of the causal diagonal) need no mask; rows past
+            # N_q have dO = 0 and D = 0, so dS = 0 and P^T dO = 0 there
+            if cols < BC or (causal and col0 + BC - 1 > row0 + diagonal):
+                for hk in static_range(2):
+                    key = wkey + g + 8 * hk
+                    for n in static_range(NT):
+                        for e in static_range(2):
+                            if masked(8 * n + 2 * t + e, key, row0, col0, cols, diagonal, causal):
+                                s[n, 2 * hk + e] = ZERO
+                                ds[n, 2 * hk + e] = ZERO
+            pack_fragments(p16, s)
+            add_scores_times_tile(dv_acc, p16, smem, os + qcol)   # dVj += P^T dOi
+            pack_fragments(ds16, ds)
+            add_scores_times_tile(dk_acc, ds16, smem, qs + qcol)  # dKj += dS^T Qi
+            # dS^T -> SRAM: ds16[kk, 2hq + hk] holds keys wkey + g + 8hk, queries 16kk + 8hq +
+            # 2t (+1): one 4-byte word
+            for kk in static_range(QK):
+                for hq in static_range(2):
+                    for hk in static_range(2):
+                        words[SW + uint64(((wkey + g + 8 * hk) * LS + 16 * kk + 8 * hq + 2 * t) // 2)] = (
+                            ds16[kk, 2 * hq + hk])
+            # barrier: dS^T complete before the dQ product reads other warps' keys
+            cuda.syncthreads()
+
+            # dQacc_i += scale dS Kj: the (Br/16) x (D16/16) pieces of 16 x 16 dealt to the warps
+            # in runs of PER_WARP; a warp past the last piece recomputes it (every warp must run
+            # the same mma) and does not add it. Where a run lies in one query tile
+            # (SHARED_ROWS) its pieces share the A fragment of each key step.
+            for f in static_range(PER_WARP):
+                for h2 in static_range(2):
+                    for e in static_range(4):
+                        cq[f, h2, e] = ZERO
+            for kk in static_range(JS):
+                for f in static_range(PER_WARP):
+                    if f == 0 or not SHARED_ROWS:
+                        a[0], a[1], a[2], a[3] = ldmatrix_trans(smem, qa[f] + uint64(16 * kk * LS))
+                    b0, b1, b2, b3 = ldmatrix_trans(smem, qb[f] + uint64(16 * kk * LD))
+                    cq[f, 0, 0], cq[f, 0, 1], cq[f, 0, 2], cq[f, 0, 3] = mma(
+                        a[0], a[1], a[2], a[3], b0, b1, cq[f, 0, 0], cq[f, 0, 1], cq[f, 0, 2], cq[f, 0, 3])
+                    cq[f, 1, 0], cq[f, 1, 1], cq[f, 1, 2], cq[f, 1, 3] = mma(
+                        a[0], a[1], a[2], a[3], b2, b3, cq[f, 1, 0], cq[f, 1, 1], cq[f, 1, 2], cq[f, 1, 3])
+            for f in static_range(PER_WARP):
+                unit = warp * PER_WARP + f
+                if unit < UNITS:
+                    mt = unit // CP
+                    c0 = 16 * (unit - mt * CP)
+                    for hr in static_range(2):
+                        r = 16 * mt + g + 8 * hr
+                        if r < rows:
+                            at = uint64((bh * n_q + row0 + r) * d)
+                            for h2 in static_range(2):
+                                for e in static_range(2):
+                                    c = c0 + 8 * h2 + 2 * t + e
+                                    if c < d:
+                                        cuda.atomic.add(dq, at + uint64(c), scale * cq[f, h2, 2 * hr + e])
+        wait_all()   # (no active row block: the copies of Kj, Vj may still be in flight)
+
+        store_key_rows(dk, dv, dk_acc, dv_acc, scale, bh * n_k + col0, wkey + g, cols, t)
+
+    return cuda.jit(**jit_options("flash_backward_half", tiling, d))(unrolled(flash_backward_half))
