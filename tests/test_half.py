@@ -103,6 +103,13 @@ def test_bad_half_input_is_named():
         nf.flash_attention(q, q.astype(ml_dtypes.bfloat16), q)
     with pytest.raises(ValueError, match="Tiling.*flash_forward_half.*multiple of 16"):
         nf.flash_attention(q, q, q, tiling=nf.Tiling(16, 8))
+    lse = np.zeros((1, 1, 4), np.float32)
+    with pytest.raises(ValueError, match="Tiling.*flash_backward_half.*multiple of 16"):
+        nf.flash_attention_backward(q, q, q, q, q, lse, tiling=nf.Tiling(16, 8))
+    with pytest.raises(TypeError, match="lse has dtype float16; it must be float32"):
+        nf.flash_attention_backward(q, q, q, q, q, lse.astype(np.float16))
+    with pytest.raises(TypeError, match=r"mixed dtypes \(do float32, q float16"):
+        nf.flash_attention_backward(q.astype(np.float32), q, q, q, q, lse)
     with pytest.raises(ValueError, match="flash_attention_backward on float16 inputs with .*deterministic=True: those widen"):
         count_traffic(nf.flash_attention_backward, q, q, q, q, q, np.zeros((1, 1, 4), np.float32),
                       deterministic=True)
