@@ -57,8 +57,7 @@ def _row_dot(d: int, zero_dq: bool, n_q: int, bh: int, fmt: str = "float32"):
     """The D = rowsum(dO * O) kernel (one warp a row) for dO, O of format ``fmt`` and its grid:
     (kernel, grid, threads)."""
     threads = 32 if memory.simulator_enabled() else 128
-    kernel = make_row_dot(threads, d, zero_dq, *(() if fmt == "float32" else (fmt,)))
-    return kernel, (math.ceil(n_q / (threads // 32)), bh), threads
+    return make_row_dot(threads, d, zero_dq, fmt), (math.ceil(n_q / (threads // 32)), bh), threads
 
 
 def _flat(x, rows, cols=None):
@@ -296,12 +295,12 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     return _narrowed(mem, shp, q, dQ=dQ, dK=dK, dV=dV)
 
 
-def _backward_half_launches(shp, tiling, causal, diagonal, scale, vector, run, convert, dQacc, dQ, *args):
+def _backward_half_launches(shp, tiling, causal, diagonal, scale, vector, run,
+                            do, q, k, v, o, lse, D, dQacc, dk, dv, dQ):
     """The half-precision backward's three launches through ``run(kernel, grid, threads, smem,
-    *args)``: D = rowsum(dO * O) and dQacc = 0; the kernel; dQ = dQacc rounded to the format.
-    args: flat (do, q, k, v, o, lse, D, dk, dv)."""
+    *args)`` on flat views: D = rowsum(dO * O) and dQacc = 0; the kernel; dQ = dQacc rounded
+    to the format."""
     n_q, n_k, d, bh = shp.N_q, shp.N_k, shp.d, shp.B * shp.H
-    do, q, k, v, o, lse, D, dk, dv = args
     row_dot, grid, threads = _row_dot(d, True, n_q, bh, shp.precision)
     run(row_dot, grid, threads, 0, do, o, D, dQacc, n_q)
     kernel = make_flash_backward_half(tiling, d, causal, shp.precision, vector)
@@ -309,7 +308,7 @@ def _backward_half_launches(shp, tiling, causal, diagonal, scale, vector, run, c
         tiling.smem_bytes("flash_backward_half", d), q, k, v, do, lse, D, dQacc, dk, dv,
         F32(scale), F32(scale * LOG2E), n_q, n_k, diagonal)
     threads, blocks = _convert_grid(bh * n_q * d)
-    run(convert, blocks, threads, 0, dQacc, dQ, bh * n_q * d)
+    run(make_convert(shp.precision, False), blocks, threads, 0, dQacc, dQ, bh * n_q * d)
 
 
 def _backward_half(mem, do, q, k, v, o, lse, shp, tiling, causal, diagonal, scale):
@@ -323,10 +322,9 @@ def _backward_half(mem, do, q, k, v, o, lse, shp, tiling, causal, diagonal, scal
     dQ = mem.output((B, H, n_q, d), np.uint16, "dQ", like=q)
     dK = mem.output((B, H, n_k, d), np.uint16, "dK", like=q)
     dV = mem.output((B, H, n_k, d), np.uint16, "dV", like=q)
-    flat = [x.reshape(x.size) for x in (dO, Q, K, V, O, L, D, dK, dV, dQacc, dQ)]
     vector = d % 8 == 0 and _aligned16(dO, Q, K, V)
     _backward_half_launches(shp, tiling, causal, diagonal, scale, vector, launch,
-                            make_convert(shp.precision, False), flat[9], flat[10], *flat[:9])
+                            *(x.reshape(x.size) for x in (dO, Q, K, V, O, L, D, dQacc, dK, dV, dQ)))
     return tuple(precision.as_format(mem.result(x, shp.on_host), shp.precision) for x in (dQ, dK, dV))
 
 
@@ -337,11 +335,14 @@ def _backward_half_on_tensors(do, q, k, v, o, lse, shp, tiling, causal, diagonal
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     dq_acc = torch.empty((B * H * n_q * d,), dtype=torch.float32, device=q.device)
     D = torch.empty((B * H * n_q,), dtype=torch.float32, device=q.device)
-    flat = [x.view(torch.int16).view(-1) for x in (do, q, k, v, o)]
-    vector = d % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in flat[:4])
+
+    def bits(x):   # the flat 16-bit patterns the kernels take
+        return x.view(torch.int16).view(-1)
+
+    vector = d % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in (do, q, k, v))
     _backward_half_launches(shp, tiling, causal, diagonal, scale, vector, launch_tensors,
-                            make_convert(shp.precision, False), dq_acc, dq.view(torch.int16).view(-1),
-                            *flat, lse.view(-1), D, *(x.view(torch.int16).view(-1) for x in (dk, dv)))
+                            *map(bits, (do, q, k, v, o)), lse.view(-1), D, dq_acc, bits(dk),
+                            bits(dv), bits(dq))
     return dq, dk, dv
 
 

@@ -124,8 +124,9 @@ def count_traffic(fn, *args, **kwargs):
         names = ", ".join(f.__name__ for f in _ALGORITHM_OF)
         raise ValueError(f"fn must be one of the public entry points ({names}), got {fn!r}")
     fmt = precision.format_of(args[0]) if args else "float32"
+    algorithm = _ALGORITHM_OF[fn]({**kwargs, "format": fmt})
     if (fmt in precision.HALF and fn is api.flash_attention_backward
-            and _ALGORITHM_OF[fn]({**kwargs, "format": fmt}) != "flash_backward_half"):
+            and algorithm != "flash_backward_half"):
         raise ValueError(f"count_traffic of flash_attention_backward on {fmt} inputs with "
                          f"algorithm={kwargs.get('algorithm', 'fa2')!r}, deterministic="
                          f"{kwargs.get('deterministic', False)}: those widen the inputs to float32 "
@@ -135,5 +136,5 @@ def count_traffic(fn, *args, **kwargs):
         fn(*args, **kwargs)
     reads = {name: n for (name, kind), n in counting.counts.items() if kind == "reads"}
     writes = {name: n for (name, kind), n in counting.counts.items() if kind == "writes"}
-    return TrafficReport.from_hbm_counts(_ALGORITHM_OF[fn]({**kwargs, "format": fmt}), reads, writes,
+    return TrafficReport.from_hbm_counts(algorithm, reads, writes,
                                          dtype_bytes=precision.ITEMSIZE.get(fmt, 4))

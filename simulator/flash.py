@@ -29,6 +29,11 @@ FORWARD_SCORE_FLOPS = 5
 BACKWARD_SCORE_FLOPS = 5
 
 
+def _per_head(w: Workload, counts: dict) -> dict:
+    """Counts of one (batch, head) pair over all B*H, zero entries dropped (as ``phase``)."""
+    return {name: n * w.BH for name, n in counts.items() if n}
+
+
 def _grid(w: Workload, t: Tiling) -> BlockGrid:
     return BlockGrid(w.N_q, w.N_k, t.Br, t.Bc, w.causal, w.causal_diagonal)
 
@@ -76,17 +81,14 @@ def _fa2_on_tensor_cores(w: Workload, t: Tiling, kernel: str, name: str, q_read:
     warps, pairs = t.Br // t.rows_per_warp(kernel), g.active_pairs
     plan = flash_forward_v2(w, t)
 
-    def per_head(counts):
-        return {name: n * w.BH for name, n in counts.items() if n}
-
     main = dataclasses.replace(
         plan.phases[0], name=name, kernel=kernel, code=(kernel, ""),
         block_trips=tuple(int(n) for n in g.nb[::-1]) if w.causal else plan.phases[0].block_trips,
         tile_major=w.causal,
-        sram_reads=per_head({"Q": pairs * q_read, "K": pairs * warps * t.Bc * kv_element,
-                             "V": pairs * warps * t.Bc * kv_element}),
-        sram_writes=per_head({"Q": g.tr * q_write, "K": pairs * t.Bc * kv_element,
-                              "V": pairs * t.Bc * kv_element}),
+        sram_reads=_per_head(w, {"Q": pairs * q_read, "K": pairs * warps * t.Bc * kv_element,
+                                 "V": pairs * warps * t.Bc * kv_element}),
+        sram_writes=_per_head(w, {"Q": g.tr * q_write, "K": pairs * t.Bc * kv_element,
+                                  "V": pairs * t.Bc * kv_element}),
         blocks_per_unit=1 if w.causal else g.tr)
     return Plan((main,), workspace=plan.workspace)
 
@@ -228,20 +230,17 @@ def flash_backward_tc(w: Workload, t: Tiling) -> Plan:
     pre, main = flash_backward(w, t).phases
     head_reads = pairs * 2 * warps * t.Br * d8 * 2          # Q (or dO): two products a warp
 
-    def per_head(counts):
-        return {name: n * w.BH for name, n in counts.items() if n}
-
     main = dataclasses.replace(
         main, name="main: dK, dV, dQ atomics (tensor cores)", kernel="flash_backward_tc",
         code=("flash_backward_tc", ""), tile_major=w.causal,
-        sram_reads=per_head({"Q": head_reads, "dO": head_reads,
-                             "K": pairs * (t.Bc * d8 * 2 + products * t.Bc * 8 * 2),
-                             "V": pairs * t.Bc * d8 * 2,
-                             "dS": pairs * ds_reads * 16 * t.Bc * 2}),
-        sram_writes=per_head({"K": g.tc * t.Bc * d8 * 2, "V": g.tc * t.Bc * d8 * 2,
-                              "Q": pairs * t.Br * d8 * 4, "dO": pairs * t.Br * d8 * 4,
-                              "L": pairs * t.Br, "D": pairs * t.Br,
-                              "dS": pairs * t.Br * t.Bc * 2}),
+        sram_reads=_per_head(w, {"Q": head_reads, "dO": head_reads,
+                                 "K": pairs * (t.Bc * d8 * 2 + products * t.Bc * 8 * 2),
+                                 "V": pairs * t.Bc * d8 * 2,
+                                 "dS": pairs * ds_reads * 16 * t.Bc * 2}),
+        sram_writes=_per_head(w, {"K": g.tc * t.Bc * d8 * 2, "V": g.tc * t.Bc * d8 * 2,
+                                  "Q": pairs * t.Br * d8 * 4, "dO": pairs * t.Br * d8 * 4,
+                                  "L": pairs * t.Br, "D": pairs * t.Br,
+                                  "dS": pairs * t.Br * t.Bc * 2}),
         blocks_per_unit=1 if w.causal else g.tc)
     return Plan((pre, main), workspace={"D": w.tensor_elements("D")})
 
@@ -275,9 +274,6 @@ def flash_backward_half(w: Workload, t: Tiling) -> Plan:
     pre, main = flash_backward(w, t).phases
     head_reads = pairs * 2 * warps * t.Br * d16     # Q (or dO): two products a warp
 
-    def per_head(counts):
-        return {name: n * w.BH for name, n in counts.items() if n}
-
     pre = dataclasses.replace(pre, hbm_writes=_renamed(pre.hbm_writes, "dQ", "dQ_accum"),
                               code=("row_dot", "zero_dq"))
     main = dataclasses.replace(
@@ -285,14 +281,14 @@ def flash_backward_half(w: Workload, t: Tiling) -> Plan:
         code=("flash_backward_half", ""), tile_major=w.causal,
         hbm_reads=_renamed(main.hbm_reads, "dQ", "dQ_accum"),
         hbm_writes=_renamed(main.hbm_writes, "dQ", "dQ_accum"),
-        sram_reads=per_head({"Q": head_reads, "dO": head_reads,
-                             "K": pairs * (t.Bc * d16 + per_warp * warps * t.Bc * 16),
-                             "V": pairs * t.Bc * d16,
-                             "dS": pairs * ds_reads * 16 * t.Bc}),
-        sram_writes=per_head({"K": g.tc * t.Bc * d16, "V": g.tc * t.Bc * d16,
-                              "Q": pairs * t.Br * d16, "dO": pairs * t.Br * d16,
-                              "L": pairs * t.Br * 2, "D": pairs * t.Br * 2,
-                              "dS": pairs * t.Br * t.Bc}),
+        sram_reads=_per_head(w, {"Q": head_reads, "dO": head_reads,
+                                 "K": pairs * (t.Bc * d16 + per_warp * warps * t.Bc * 16),
+                                 "V": pairs * t.Bc * d16,
+                                 "dS": pairs * ds_reads * 16 * t.Bc}),
+        sram_writes=_per_head(w, {"K": g.tc * t.Bc * d16, "V": g.tc * t.Bc * d16,
+                                  "Q": pairs * t.Br * d16, "dO": pairs * t.Br * d16,
+                                  "L": pairs * t.Br * 2, "D": pairs * t.Br * 2,
+                                  "dS": pairs * t.Br * t.Bc}),
         blocks_per_unit=1 if w.causal else g.tc)
     narrow = phase("dQ = dQ_accum rounded to the format", None, bh=w.BH,
                    hbm_reads={"dQ_accum": nq * d}, hbm_writes={"dQ": nq * d},

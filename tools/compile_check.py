@@ -64,7 +64,7 @@ def kernels(d):
     yield "bwd_tc", make_flash_backward_tc(nf.Tiling.kernel_default("flash_backward_tc", d), d, True)
     yield "bwd_kv", make_flash_backward_kv(t, d, True, True)
     yield "bwd_dq", make_flash_backward_dq(t, d, False)
-    yield "row_dot", make_row_dot(128, d, True)
+    yield "row_dot", make_row_dot(128, d, True, "float32")
     yield "matmul", make_matmul(t, True, False, "float32")
     yield "softmax", make_softmax(128, True, "float32")
     yield "ds", make_ds(128, "float32")

@@ -94,7 +94,7 @@ def configurations(head_dims) -> list[Config]:
             fma.append(Config("flash_backward_dq", "", "bwd_dq", d, causal,
                               lambda t, d=d, c=causal: make_flash_backward_dq(t, d, c)))
         fma += [Config("row_dot", "zero_dq" if zero else "", "row_dot", d, None,
-                       lambda _, d=d, z=zero: make_row_dot(ROW_THREADS, d, z), tiled=False)
+                       lambda _, d=d, z=zero: make_row_dot(ROW_THREADS, d, z, "float32"), tiled=False)
                 for zero in (True, False)]
     standard = [Config("standard_matmul", variant, "matmul", None, None,
                        lambda t, a=trans_a, b=trans_b: make_matmul(t, a, b, "float32"))
