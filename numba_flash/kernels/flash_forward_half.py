@@ -14,8 +14,8 @@ not a multiple of 32: Tiling.rows_per_warp)::
         P = exp2(scale S - m_new); alpha = exp2(m - m_new); l = alpha l + rowsum P (fp32)
         P rounded to the half format, in registers: the C fragments of S are the A fragments
         of P, two 8-key tiles to one 16-key step
-        O_acc = diag(alpha) O_acc + P Vj  (Vj^T fragments by ldmatrix.trans; P Vj on the
-                                           tensor cores from zero, added in fp32)
+        O_acc = diag(alpha) O_acc + P Vj  (Vj^T fragments by ldmatrix.trans; O_acc, rescaled,
+                                           is the mma's fp32 accumulator)
     O = diag(1/l) O_acc rounded to the half format; L = (m + log2 l) ln 2 (fp32) -> HBM
 
 One barrier a step: K and V have two SRAM stages; the copies into stage (j + 1) % 2 start after
@@ -60,6 +60,12 @@ tools/tune_half.py; results/h200/tuning/tune_half_v*.csv):
         defaults 128 x 64 for d <= 64, 128 x 32 above): (4,16,4096,64) 180 TFLOP/s (0.70x),
         d = 128 218 (0.64x), (1,16,16384,64) 258 (0.87x), causal (2,32,4096,128) 175 (0.61x);
         bf16 184 / 220 / 239 / 172 (0.67 / 0.67 / 0.79 / 0.64x).
+    v4  P Vj accumulated into O_acc by the mma (O_acc rescaled first), no separate P Vj
+        fragment: kernel alone (launch_tensors, no API checks; results/h200/tuning/
+        half_forward_variants_2026-12-01.log) (4,16,4096,64) 229 -> 234 TFLOP/s (0.82x),
+        (1,16,16384,64) 263 -> 270 (0.89x), d = 128 at 128 x 32 242 -> 284 (0.85x; spills 72 ->
+        16 B), causal (2,32,4096,128) 228 -> 261 (0.87x); 239 registers at d = 64. Through the
+        API (bench) not measured yet.
 """
 from __future__ import annotations
 
@@ -78,7 +84,7 @@ from .mma import warp_ops
 from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, tile_major_block
 from .unroll import static_range, unrolled
 
-VERSION = 3
+VERSION = 4
 
 
 @kernel_factory
@@ -150,7 +156,6 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
         l = cuda.local.array((MT, 2), float32)
         rescale = cuda.local.array((MT, 2), float32)
         a = cuda.local.array((MT, 4), uint32)       # registers: A fragments of Qi, one k step
-        c = cuda.local.array((MT, 2, 4), float32)   # registers: P Vj of two O tiles
         for mt in static_range(MT):
             for e in static_range(2):
                 m[mt, e] = NEG_INF
@@ -226,26 +231,23 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
                     p[mt, kk, 1] = pack2(s[mt, 2 * kk, 2], s[mt, 2 * kk, 3])
                     p[mt, kk, 2] = pack2(s[mt, 2 * kk + 1, 0], s[mt, 2 * kk + 1, 1])
                     p[mt, kk, 3] = pack2(s[mt, 2 * kk + 1, 2], s[mt, 2 * kk + 1, 3])
-            # O_acc = diag(alpha) O_acc + P Vj, P Vj summed on the tensor cores from zero for this
-            # tile, then added in fp32 (round to nearest)
+            # O_acc = diag(alpha) O_acc + P Vj: O_acc rescaled, then the C operand of the mma
+            # that adds P Vj (fp32 accumulation on the tensor cores)
+            for mt in static_range(MT):
+                for n in static_range(OT):
+                    for e in static_range(4):
+                        acc[mt, n, e] = acc[mt, n, e] * rescale[mt, e // 2]
             for np2 in static_range(OT // 2):
-                for mt in static_range(MT):
-                    for h2 in static_range(2):
-                        for e in static_range(4):
-                            c[mt, h2, e] = ZERO
+                n0, n1 = 2 * np2, 2 * np2 + 1
                 for kk in static_range(PK):
                     b0, b1, b2, b3 = ldmatrix_trans(smem, vb + stage + uint64(16 * kk * LD + 16 * np2))
                     for mt in static_range(MT):   # each V fragment feeds MT products
-                        c[mt, 0, 0], c[mt, 0, 1], c[mt, 0, 2], c[mt, 0, 3] = mma(
+                        acc[mt, n0, 0], acc[mt, n0, 1], acc[mt, n0, 2], acc[mt, n0, 3] = mma(
                             p[mt, kk, 0], p[mt, kk, 1], p[mt, kk, 2], p[mt, kk, 3], b0, b1,
-                            c[mt, 0, 0], c[mt, 0, 1], c[mt, 0, 2], c[mt, 0, 3])
-                        c[mt, 1, 0], c[mt, 1, 1], c[mt, 1, 2], c[mt, 1, 3] = mma(
+                            acc[mt, n0, 0], acc[mt, n0, 1], acc[mt, n0, 2], acc[mt, n0, 3])
+                        acc[mt, n1, 0], acc[mt, n1, 1], acc[mt, n1, 2], acc[mt, n1, 3] = mma(
                             p[mt, kk, 0], p[mt, kk, 1], p[mt, kk, 2], p[mt, kk, 3], b2, b3,
-                            c[mt, 1, 0], c[mt, 1, 1], c[mt, 1, 2], c[mt, 1, 3])
-                for mt in static_range(MT):
-                    for h2 in static_range(2):
-                        for e in static_range(4):
-                            acc[mt, 2 * np2 + h2, e] = acc[mt, 2 * np2 + h2, e] * rescale[mt, e // 2] + c[mt, h2, e]
+                            acc[mt, n1, 0], acc[mt, n1, 1], acc[mt, n1, 2], acc[mt, n1, 3])
         wait_all()   # (nb = 0: the copy of Qi may still be in flight)
 
         for mt in static_range(MT):
