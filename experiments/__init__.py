@@ -19,6 +19,7 @@ EXPERIMENTS = {
     "memory": "experiments.memory",
     "runtime": "experiments.runtime",
     "train_gpt": "experiments.train_gpt",
+    "window": "experiments.window",
     "validation": "experiments.validation",
 }
 

@@ -13,6 +13,11 @@ hides nothing), and it is a runtime argument of the kernels: no compile per diag
 that see no key at all (r + diagonal < 0: bottom-right with N_q > N_k, or a negative diagonal)
 give o = 0 and lse = -inf.
 
+Sliding windows (``window=(left, right)``, flash-attention's ``window_size``) cut the band
+r + diagonal - left <= c <= r + diagonal + right around the same diagonal (``simulator.spec``);
+grouped-query attention (GQA / MQA) takes k and v with fewer heads than q. Both run on the
+"fa2" kernels, whose K/V loops skip the blocks outside the band.
+
 NaN and Inf are not special-cased, and never replaced by numbers: a NaN in a row of q makes that
 row of o (and lse) NaN; a NaN in a row of k reaches every row that sees that key (masked scores
 are set to -inf before the exponential); a NaN in a row of v also reaches the other rows of its
@@ -26,6 +31,7 @@ import sys
 
 import numpy as np
 
+from simulator.spec import Mask
 from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_KERNELS,
                               HALF_FORWARD_KERNELS)
 
@@ -102,7 +108,7 @@ def forward_kernel(algorithm: str, fmt: str) -> str:
 
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False,
-                    algorithm="fa2", tiling=None, diagonal=None):
+                    algorithm="fa2", tiling=None, diagonal=None, window=None):
     """FlashAttention forward. q: (B, H, N_q, d); k, v: (B, H, N_k, d); float32, float16 or
     bfloat16 (all three the same).
 
@@ -113,7 +119,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     or with ``algorithm="fa1"`` in the Algorithm 1 order with q, k, v, o in HBM in that format
     (fp32 arithmetic; o rounded each time it goes back to HBM); not with "fa2_fma".
     ``causal``: row r sees key c iff c <= r + ``diagonal``, any int (None: N_k - N_q,
-    bottom-right; 0: top-left, torch SDPA's ``is_causal``); ``diagonal`` only with ``causal=True``.
+    bottom-right; 0: top-left, torch SDPA's ``is_causal``); ``diagonal`` only with ``causal=True``
+    or a ``window``.
     ``algorithm="fa2"``: FA2 loop order (a block per Q tile) on tensor cores, TF32 mma with the
     3xTF32 split (errors at fp32 level, not bitwise fp32; infinite inputs become +-3.4e38);
     ``"fa2_fma"``: the same loop order in plain fp32 FFMA arithmetic; ``"fa1"``: the paper's
@@ -121,12 +128,23 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     ``tiling``: a ``Tiling(Br, Bc)`` ("fa2": Br a multiple of 16, Bc of 8); default the fastest
     measured on the H200 ("fa2": 256 x 32 for d <= 64, else 128 x 32; "fa2_fma": 128 x 64;
     "fa1": 64 x 64), smaller where the head dim needs more shared memory.
+    ``window=(left, right)``: sliding-window attention, flash-attention's ``window_size``: row r
+    sees keys c with r + diagonal - left <= c <= r + diagonal + right (-1: no bound on that
+    side; ``diagonal`` None is N_k - N_q here too); with ``causal``, right must be 0 or -1.
+    K/V blocks outside the band are neither loaded nor computed.
+    Grouped-query attention (GQA / MQA): k and v may have H_kv heads, H a multiple of H_kv;
+    query head h reads K/V head h // (H / H_kv). Windows and grouped heads run on "fa2".
     """
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
-    shp = checks.attention_shapes(q, k, v)
+    shp = checks.attention_shapes(q, k, v, grouped=True)
     causal = checks.flag("causal", causal)
-    diagonal = checks.diagonal(diagonal, causal, shp.N_q, shp.N_k)
+    band, hi, lo = checks.band(causal, window, diagonal, shp.N_q, shp.N_k)
+    mask = Mask(band.upper, band.lower, shp.group)
+    if algorithm != "fa2" and (band.lower or mask.upper != causal or mask.group > 1):
+        raise ValueError(f"algorithm={algorithm!r} has no sliding window nor grouped K/V heads: "
+                         "pass algorithm='fa2' (or window=None and k, v with q's heads)")
+    diagonal = hi
     checks.flag("return_lse", return_lse)
     scale = checks.softmax_scale(softmax_scale, shp.d)
     kernel_name = forward_kernel(algorithm, shp.precision)
@@ -138,15 +156,15 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     smem = tiling.smem_bytes(kernel_name, d)
     grid, threads = (tiling.Tr(n_q), bh), tiling.threads_for(kernel_name)
     if algorithm == "fa2" and memory.torch_fast_path(mem, q, k, v):
-        return _forward_on_tensors(q, k, v, shp, tiling, causal, diagonal, scale, return_lse, grid,
+        return _forward_on_tensors(q, k, v, shp, tiling, mask, hi, lo, scale, return_lse, grid,
                                    threads, smem)
     Q, K, V = _inputs(mem, shp, Q=q, K=k, V=v)
     O = mem.output((B, H, n_q, d), np.uint16 if shp.half else F32, "O", like=q)
     L = mem.output((B, H, n_q), F32, "L", like=q)
     if algorithm == "fa2":   # the tensor-core kernels take flat views (see their factories)
         args = tuple(x.reshape(x.size) for x in (Q, K, V, O, L))
-        kernel = _forward_kernel_fa2(tiling, d, causal, shp, d % 8 == 0 and _aligned16(Q, K, V))
-        launch(kernel, grid, threads, smem, *args, F32(scale * LOG2E), n_q, n_k, diagonal)
+        kernel = _forward_kernel_fa2(tiling, d, mask, shp, d % 8 == 0 and _aligned16(Q, K, V))
+        launch(kernel, grid, threads, smem, *args, F32(scale * LOG2E), n_q, n_k, hi, lo)
     elif algorithm == "fa2_fma":
         launch(make_flash_forward_fa2(tiling, d, causal), grid, threads, smem,
                *_flat_forward(Q, K, V, O, L, n_q, n_k, d), F32(scale * LOG2E), n_q, n_k, diagonal)
@@ -160,14 +178,14 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     return (o, mem.result(L, shp.on_host)) if return_lse else o
 
 
-def _forward_kernel_fa2(tiling, d, causal, shp, vector):
-    """The "fa2" forward kernel for the inputs' format."""
+def _forward_kernel_fa2(tiling, d, mask, shp, vector):
+    """The "fa2" forward kernel for the inputs' format and ``mask`` (a ``simulator.spec.Mask``)."""
     if shp.half:
-        return make_flash_forward_half(tiling, d, causal, shp.precision, vector)
-    return make_flash_forward_fa2_tc(tiling, d, causal)
+        return make_flash_forward_half(tiling, d, mask, shp.precision, vector)
+    return make_flash_forward_fa2_tc(tiling, d, mask)
 
 
-def _forward_on_tensors(q, k, v, shp, tiling, causal, diagonal, scale, return_lse, grid, threads, smem):
+def _forward_on_tensors(q, k, v, shp, tiling, mask, hi, lo, scale, return_lse, grid, threads, smem):
     """``flash_attention``'s "fa2" launch on torch tensors without numba arrays
     (``launch.launch_tensors``): outputs from torch's allocator, returned as torch tensors."""
     torch = sys.modules["torch"]
@@ -176,8 +194,8 @@ def _forward_on_tensors(q, k, v, shp, tiling, causal, diagonal, scale, return_ls
     lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
     flat = [(x.view(torch.int16) if shp.half else x).view(-1) for x in (q, k, v, o)]
     vector = d % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in flat[:3])
-    launch_tensors(_forward_kernel_fa2(tiling, d, causal, shp, vector), grid, threads, smem,
-                   *flat, lse.view(-1), F32(scale * LOG2E), shp.N_q, shp.N_k, diagonal)
+    launch_tensors(_forward_kernel_fa2(tiling, d, mask, shp, vector), grid, threads, smem,
+                   *flat, lse.view(-1), F32(scale * LOG2E), shp.N_q, shp.N_k, hi, lo)
     return (o, lse) if return_lse else o
 
 
@@ -228,11 +246,14 @@ def _narrowed(mem, shp, like, **named):
 
 
 def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
-                             tiling=None, deterministic=False, algorithm="fa2", diagonal=None):
-    """Gradients (dq, dk, dv) of ``flash_attention`` from the saved o and lse (``causal`` and
-    ``diagonal`` as the forward's).
+                             tiling=None, deterministic=False, algorithm="fa2", diagonal=None,
+                             window=None):
+    """Gradients (dq, dk, dv) of ``flash_attention`` from the saved o and lse (``causal``,
+    ``diagonal`` and ``window`` as the forward's).
 
-    do, q, o: (B, H, N_q, d); k, v: (B, H, N_k, d); float32, float16 or bfloat16 (all the same);
+    do, q, o: (B, H, N_q, d); k, v: (B, H_kv, N_k, d) (H_kv = H, or a divisor of H for grouped
+    K/V heads: dk, dv are then the sums over each K/V head's query heads; "fa2" without
+    ``deterministic`` only, as windows); float32, float16 or bfloat16 (all the same);
     lse: (B, H, N_q) float32. P is recomputed from lse,
     never stored; a grid of K/V blocks accumulates dK, dV on chip. dQ is accumulated with fp32
     atomics (run-to-run bit differences possible) unless ``deterministic``, which computes dQ
@@ -250,26 +271,34 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     """
     if not isinstance(algorithm, str) or algorithm not in BACKWARD_ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(BACKWARD_ALGORITHMS)}, got {algorithm!r}")
-    shp = checks.backward_shapes(do, q, k, v, o, "lse", lse, lambda s: (s.B, s.H, s.N_q))
+    shp = checks.backward_shapes(do, q, k, v, o, "lse", lse, lambda s: (s.B, s.H, s.N_q),
+                                 grouped=True)
     causal = checks.flag("causal", causal)
-    diagonal = checks.diagonal(diagonal, causal, shp.N_q, shp.N_k)
+    band, hi, lo = checks.band(causal, window, diagonal, shp.N_q, shp.N_k)
+    mask = Mask(band.upper, band.lower, shp.group)
     deterministic = checks.flag("deterministic", deterministic)
     scale = checks.softmax_scale(softmax_scale, shp.d)
     kernels = backward_kernels(algorithm, deterministic, shp.precision)
+    if kernels not in (("flash_backward_tc",), ("flash_backward_half",)) and (
+            band.lower or mask.upper != causal or mask.group > 1):
+        raise ValueError(f"algorithm={algorithm!r}, deterministic={deterministic} has no sliding "
+                         "window nor grouped K/V heads: pass algorithm='fa2', deterministic=False "
+                         "(or window=None and k, v with q's heads)")
+    diagonal = hi
     tiling = checks.tiling_for(tiling, kernels, shp.d, shp.N_q, shp.N_k)
 
     mem = memory.active()
     if kernels == ("flash_backward_half",):
         if memory.torch_fast_path(mem, do, q, k, v, o, lse):
-            return _backward_half_on_tensors(do, q, k, v, o, lse, shp, tiling, causal, diagonal, scale)
-        return _backward_half(mem, do, q, k, v, o, lse, shp, tiling, causal, diagonal, scale)
+            return _backward_half_on_tensors(do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale)
+        return _backward_half(mem, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale)
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
-    bh = B * H
+    bh, h_kv = B * H, H // mask.group
     dO, Q, K, V, O = _widened(mem, shp, q, dO=do, Q=q, K=k, V=v, O=o)
     L = mem.input(lse, "L")
     dQ = mem.output((B, H, n_q, d), F32, "dQ", like=q)
-    dK = mem.output((B, H, n_k, d), F32, "dK", like=q)
-    dV = mem.output((B, H, n_k, d), F32, "dV", like=q)
+    dK = mem.output((B, h_kv, n_k, d), F32, "dK", like=q)
+    dV = mem.output((B, h_kv, n_k, d), F32, "dV", like=q)
     D = mem.output((bh, n_q), F32, "D", like=q)
     fq, fk, fv = _flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d)
     fdo, fl, fdq = _flat(dO, n_q, d), _flat(L, n_q), _flat(dQ, n_q, d)
@@ -279,9 +308,9 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     launch(row_dot, grid, threads, 0, *(x.reshape(x.size) for x in (dO, O, D, dQ)), n_q)
     if kernels == ("flash_backward_tc",):   # takes flat views, as the tensor-core forward
         args = tuple(x.reshape(x.size) for x in (Q, K, V, dO, L, D, dQ, dK, dV))
-        launch(make_flash_backward_tc(tiling, d, causal), (tiling.Tc(n_k), bh),
+        launch(make_flash_backward_tc(tiling, d, mask), (tiling.Tc(n_k), B * h_kv),
                tiling.threads_for("flash_backward_tc"), tiling.smem_bytes("flash_backward_tc", d),
-               *args, F32(scale), qscale, n_q, n_k, diagonal)
+               *args, F32(scale), qscale, n_q, n_k, hi, lo)
     else:
         kv = make_flash_backward_kv(tiling, d, causal, not deterministic)
         launch(kv, (tiling.Tc(n_k), bh), tiling.threads, tiling.smem_bytes("flash_backward", d),
@@ -295,23 +324,23 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     return _narrowed(mem, shp, q, dQ=dQ, dK=dK, dV=dV)
 
 
-def _backward_half_launches(shp, tiling, causal, diagonal, scale, vector, run,
+def _backward_half_launches(shp, tiling, mask, hi, lo, scale, vector, run,
                             do, q, k, v, o, lse, D, dQacc, dk, dv, dQ):
     """The half-precision backward's three launches through ``run(kernel, grid, threads, smem,
-    *args)`` on flat views: D = rowsum(dO * O) and dQacc = 0; the kernel; dQ = dQacc rounded
-    to the format."""
+    *args)`` on flat views: D = rowsum(dO * O) and dQacc = 0; the kernel (a block per K/V block
+    of a K/V head); dQ = dQacc rounded to the format."""
     n_q, n_k, d, bh = shp.N_q, shp.N_k, shp.d, shp.B * shp.H
     row_dot, grid, threads = _row_dot(d, True, n_q, bh, shp.precision)
     run(row_dot, grid, threads, 0, do, o, D, dQacc, n_q)
-    kernel = make_flash_backward_half(tiling, d, causal, shp.precision, vector)
-    run(kernel, (tiling.Tc(n_k), bh), tiling.threads_for("flash_backward_half"),
+    kernel = make_flash_backward_half(tiling, d, mask, shp.precision, vector)
+    run(kernel, (tiling.Tc(n_k), bh // mask.group), tiling.threads_for("flash_backward_half"),
         tiling.smem_bytes("flash_backward_half", d), q, k, v, do, lse, D, dQacc, dk, dv,
-        F32(scale), F32(scale * LOG2E), n_q, n_k, diagonal)
+        F32(scale), F32(scale * LOG2E), n_q, n_k, hi, lo)
     threads, blocks = _convert_grid(bh * n_q * d)
     run(make_convert(shp.precision, False), blocks, threads, 0, dQacc, dQ, bh * n_q * d)
 
 
-def _backward_half(mem, do, q, k, v, o, lse, shp, tiling, causal, diagonal, scale):
+def _backward_half(mem, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale):
     """``flash_attention_backward`` on tensor cores in the inputs' half format: dq accumulated
     in an fp32 workspace ("dQ_accum", as flash-attention's dq_accum) and rounded once."""
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
@@ -320,15 +349,15 @@ def _backward_half(mem, do, q, k, v, o, lse, shp, tiling, causal, diagonal, scal
     dQacc = mem.output((B, H, n_q, d), F32, "dQ_accum", like=q)
     D = mem.output((B * H, n_q), F32, "D", like=q)
     dQ = mem.output((B, H, n_q, d), np.uint16, "dQ", like=q)
-    dK = mem.output((B, H, n_k, d), np.uint16, "dK", like=q)
-    dV = mem.output((B, H, n_k, d), np.uint16, "dV", like=q)
+    dK = mem.output((B, H // mask.group, n_k, d), np.uint16, "dK", like=q)
+    dV = mem.output((B, H // mask.group, n_k, d), np.uint16, "dV", like=q)
     vector = d % 8 == 0 and _aligned16(dO, Q, K, V)
-    _backward_half_launches(shp, tiling, causal, diagonal, scale, vector, launch,
+    _backward_half_launches(shp, tiling, mask, hi, lo, scale, vector, launch,
                             *(x.reshape(x.size) for x in (dO, Q, K, V, O, L, D, dQacc, dK, dV, dQ)))
     return tuple(precision.as_format(mem.result(x, shp.on_host), shp.precision) for x in (dQ, dK, dV))
 
 
-def _backward_half_on_tensors(do, q, k, v, o, lse, shp, tiling, causal, diagonal, scale):
+def _backward_half_on_tensors(do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale):
     """``_backward_half`` on torch tensors without numba arrays (``launch.launch_tensors``)."""
     torch = sys.modules["torch"]
     B, H, n_q, d = shp.B, shp.H, shp.N_q, shp.d
@@ -340,7 +369,7 @@ def _backward_half_on_tensors(do, q, k, v, o, lse, shp, tiling, causal, diagonal
         return x.view(torch.int16).view(-1)
 
     vector = d % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in (do, q, k, v))
-    _backward_half_launches(shp, tiling, causal, diagonal, scale, vector, launch_tensors,
+    _backward_half_launches(shp, tiling, mask, hi, lo, scale, vector, launch_tensors,
                             *map(bits, (do, q, k, v, o)), lse.view(-1), D, dq_acc, bits(dk),
                             bits(dv), bits(dq))
     return dq, dk, dv

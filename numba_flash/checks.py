@@ -9,7 +9,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator import spec
 from simulator.blocks import causal_diagonal
+from simulator.spec import Mask
 from simulator.tiling import Tiling
 
 from . import precision
@@ -26,8 +28,8 @@ MAX_THREADS = 1024
 
 @dataclass(frozen=True)
 class Shapes:
-    """Problem size read off q (B, H, N_q, d) and k (B, H, N_k, d); ``on_host``: NumPy inputs;
-    ``precision``: their element format (``precision.FORMATS``)."""
+    """Problem size read off q (B, H, N_q, d) and k (B, H_kv, N_k, d); ``on_host``: NumPy inputs;
+    ``precision``: their element format (``precision.FORMATS``); ``H_kv``: K/V heads (None: H)."""
 
     B: int
     H: int
@@ -36,10 +38,16 @@ class Shapes:
     d: int
     on_host: bool
     precision: str = "float32"
+    H_kv: int | None = None
 
     @property
     def half(self) -> bool:
         return self.precision in precision.HALF
+
+    @property
+    def group(self) -> int:
+        """Query heads per K/V head (GQA / MQA; 1: one K/V head a query head)."""
+        return 1 if self.H_kv is None else self.H // self.H_kv
 
 
 def _torch_tensor(name, x) -> None:
@@ -138,17 +146,26 @@ def tensors(float32=(), **named) -> tuple[bool, str]:
     return next(iter(kinds.values())) == "host", next(iter(formats.values()), "float32")
 
 
-def attention_shapes(q, k, v) -> Shapes:
-    """Validate q (B, H, N_q, d), k and v (B, H, N_k, d) and return the sizes."""
+def attention_shapes(q, k, v, grouped: bool = False) -> Shapes:
+    """Validate q (B, H, N_q, d), k and v (B, H, N_k, d) and return the sizes; with ``grouped``
+    (GQA / MQA), k and v may have H_kv heads, H a multiple of H_kv."""
     on_host, fmt = tensors(q=q, k=k, v=v)
     for name, x in (("q", q), ("k", k), ("v", v)):
         if len(x.shape) != 4:
             raise ValueError(f"{name} must be 4-D (batch, heads, seq_len, head_dim) as in torch "
                              f"SDPA, got shape {tuple(x.shape)}")
     B, H, n_q, d = (int(s) for s in q.shape)
-    if tuple(k.shape[:2]) != (B, H) or tuple(v.shape[:2]) != (B, H):
+    h_kv = int(k.shape[1])
+    if int(k.shape[0]) != B or tuple(v.shape[:2]) != tuple(k.shape[:2]):
         raise ValueError(f"batch and heads of k {tuple(k.shape)} and v {tuple(v.shape)} must "
-                         f"match q {tuple(q.shape)}")
+                         f"match each other and q's batch {tuple(q.shape)}")
+    if h_kv != H and not grouped:
+        raise ValueError(f"heads of k, v ({h_kv}) must equal q's ({H}) here; grouped K/V heads "
+                         "(GQA / MQA) run on flash_attention / flash_attention_backward with "
+                         "algorithm='fa2'")
+    if h_kv == 0 or H % h_kv:
+        raise ValueError(f"q has {H} heads and k, v have {h_kv}: for grouped-query attention q's "
+                         "heads must be a multiple of k's and v's (H = group * H_kv)")
     if int(k.shape[3]) != d or int(v.shape[3]) != d:
         raise ValueError(f"head_dim of k ({k.shape[3]}) and v ({v.shape[3]}) must equal q's ({d})")
     if int(v.shape[2]) != int(k.shape[2]):
@@ -164,14 +181,14 @@ def attention_shapes(q, k, v) -> Shapes:
     if d > MAX_HEAD_DIM:
         raise ValueError(f"head_dim d={d} is larger than the kernels support ({MAX_HEAD_DIM}): "
                          "split the heads")
-    return Shapes(B, H, n_q, n_k, d, on_host, fmt)
+    return Shapes(B, H, n_q, n_k, d, on_host, fmt, None if h_kv == H else h_kv)
 
 
-def backward_shapes(do, q, k, v, o, saved_name, saved, saved_shape) -> Shapes:
+def backward_shapes(do, q, k, v, o, saved_name, saved, saved_shape, grouped: bool = False) -> Shapes:
     """``attention_shapes`` plus the backward's extra inputs: do and o shaped like q, and the
     saved tensor (lse or p) shaped ``saved_shape(shapes)``; all on one side, contiguous, in q's
     format (lse: float32)."""
-    shp = attention_shapes(q, k, v)
+    shp = attention_shapes(q, k, v, grouped)
     tensors(("lse",), do=do, q=q, k=k, v=v, o=o, **{saved_name: saved})
     same_shape("do", do, q.shape)
     same_shape("o", o, q.shape)
@@ -212,13 +229,48 @@ def diagonal(value, causal: bool, n_q: int, n_k: int) -> int:
     N_k - N_q (bottom-right) when None, else ``value``, an int given with ``causal=True``;
     clamped to [-N_q, N_k], the same mask (``simulator.blocks.causal_diagonal``)."""
     if value is not None:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"diagonal must be an int or None, got {value!r}")
+        _diagonal_int(value)
         if not causal:
             raise ValueError(f"diagonal={value} is the causal mask's diagonal: pass causal=True "
                              "with it (or leave diagonal=None)")
         value = int(value)
     return causal_diagonal(n_q, n_k, value)
+
+
+def _int(name, value) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    return int(value)
+
+
+def _diagonal_int(value) -> None:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"diagonal must be an int or None, got {value!r}")
+
+
+def band(causal: bool, window, diagonal_value, n_q: int, n_k: int) -> tuple[Mask, int, int]:
+    """(Mask, hi, lo) of ``simulator.spec.band`` for the API's ``causal``, ``window`` (None or
+    flash-attention's ``window_size`` pair (left, right), -1 for an unbounded side) and
+    ``diagonal`` (an int, with causal or a window; None: N_k - N_q, bottom-right)."""
+    if window is not None:
+        if not isinstance(window, (tuple, list)) or len(window) != 2:
+            raise TypeError(f"window must be None or a pair (left, right) of ints, got {window!r}")
+        window = tuple(_int(f"window[{i}]", w) for i, w in enumerate(window))
+        if min(window) < -1:
+            raise ValueError(f"window={window}: each side is a number of keys >= 0, or -1 for "
+                             "no bound on that side (flash-attention's window_size)")
+        if causal and window[1] > 0:
+            raise ValueError(f"window={window} with causal=True: causal already ends the band at "
+                             f"the diagonal; pass window=({window[0]}, 0) or causal=False")
+        if window == (-1, -1):
+            window = None
+    if diagonal_value is not None:
+        _diagonal_int(diagonal_value)
+        if not causal and window is None:
+            raise ValueError(f"diagonal={diagonal_value} places the causal mask or the window: "
+                             "pass causal=True or a window with it (or leave diagonal=None)")
+        diagonal_value = int(diagonal_value)
+    return spec.band(n_q, n_k, causal, window, diagonal_value)
 
 
 def tiling_for(value, kernels, d: int, n_q: int | None = None, n_k: int | None = None) -> Tiling:

@@ -7,8 +7,9 @@ kernel it compiled (its cubin, PTX and launch metadata, numba-cuda's own seriali
 entry's key holds everything that changes the binary:
 
 - the kernel source: a digest of every file the kernels are built from (``numba_flash/kernels/``,
-  ``launch.py`` with its register caps, ``simulator/tiling.py`` with the SRAM layouts), so a
-  changed line, version or layout never loads an old binary;
+  ``launch.py`` with its register caps, ``simulator/tiling.py`` with the SRAM layouts,
+  ``simulator/spec.py`` with the mask spec), so a changed line, version or layout never loads
+  an old binary;
 - the factory and its arguments (tiling, head dim, causal, dtype, ...), the dispatcher's jit
   options (register cap; opt level and debug info, which numba also reads from the
   environment), the argument types of the signature (dtypes, ranks, layouts);
@@ -40,7 +41,8 @@ CACHE_ENV = "NUMBA_FLASH_CACHE_DIR"
 SUFFIX = ".nfk"
 _PACKAGE = Path(__file__).resolve().parent
 #: The files a kernel binary is built from (globs under the repository root).
-_SOURCES = ("numba_flash/kernels/*.py", "numba_flash/launch.py", "simulator/tiling.py")
+_SOURCES = ("numba_flash/kernels/*.py", "numba_flash/launch.py", "simulator/tiling.py",
+            "simulator/spec.py")
 #: Kernels this process "loaded" from the cache and "compiled" (and saved) since it started.
 STATS: Counter = Counter()
 

@@ -43,7 +43,9 @@ class KernelConfig:
     ``backward`` (a ``flash_attention_backward`` algorithm or "standard"; None: none) at head dim
     ``d`` for ``n_q`` queries and ``n_k`` keys (default n_q), on inputs of ``dtype`` ("float32",
     "float16" or "bfloat16"). ``deterministic``: the backward's deterministic kernels;
-    ``tiling``: as passed to the API (None: its default)."""
+    ``tiling``: as passed to the API (None: its default); ``window``: a sliding window as passed
+    to the API (its sides, not its size, decide the kernels); ``group``: query heads per K/V
+    head (GQA / MQA; 1: none)."""
 
     d: int
     n_q: int
@@ -54,8 +56,14 @@ class KernelConfig:
     deterministic: bool = False
     tiling: Tiling | None = None
     dtype: str = "float32"
+    window: tuple[int, int] | None = None
+    group: int = 1
 
     def __post_init__(self):
+        if self.window is not None:
+            object.__setattr__(self, "window", tuple(self.window))
+        if not isinstance(self.group, int) or isinstance(self.group, bool) or self.group < 1:
+            raise ValueError(f"KernelConfig.group must be a positive int, got {self.group!r}")
         if self.dtype not in FORMATS:
             raise ValueError(f"KernelConfig.dtype must be one of {FORMATS}, got {self.dtype!r}")
         if self.n_k is None:
@@ -102,8 +110,9 @@ def build(config: KernelConfig) -> dict:
 
     c = config
     n_q, n_k = min(c.n_q, WARMUP_N), min(c.n_k, WARMUP_N)
-    q = np.zeros((1, 1, n_q, c.d), host_type(c.dtype))
+    q = np.zeros((1, c.group, n_q, c.d), host_type(c.dtype))
     k = np.zeros((1, 1, n_k, c.d), host_type(c.dtype))
+    band = {} if c.window is None else {"window": c.window}
     before = dict(kernel_cache.STATS)
     report = {**asdict(c), "tiling": None if c.tiling is None else (c.tiling.Br, c.tiling.Bc),
               "forward_s": 0.0, "backward_s": 0.0, "error": ""}
@@ -113,7 +122,8 @@ def build(config: KernelConfig) -> dict:
         if c.forward == "standard":
             o, p = nf.standard_attention(q, k, k, causal=c.causal, return_probs=True, tiling=forward_tiling)
         elif c.forward:
-            nf.flash_attention(q, k, k, causal=c.causal, algorithm=c.forward, tiling=forward_tiling)
+            nf.flash_attention(q, k, k, causal=c.causal, algorithm=c.forward, tiling=forward_tiling,
+                               **band)
         report["forward_s"] = time.perf_counter() - start
         start = time.perf_counter()
         if c.backward == "standard":
@@ -121,7 +131,8 @@ def build(config: KernelConfig) -> dict:
         elif c.backward:
             o, lse = q.copy(), np.zeros(q.shape[:-1], np.float32)
             nf.flash_attention_backward(q, q, k, k, o, lse, causal=c.causal, algorithm=c.backward,
-                                        deterministic=c.deterministic, tiling=backward_tiling)
+                                        deterministic=c.deterministic, tiling=backward_tiling,
+                                        **band)
         report["backward_s"] = time.perf_counter() - start
     except Exception as exc:      # reported, not raised: the other configs still build
         report["error"] = f"{type(exc).__name__}: {exc}"[:300]

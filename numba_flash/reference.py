@@ -15,6 +15,11 @@ N_q = N_k = 4 the two agree (left); for N_q = 2, N_k = 4 they differ::
 
 Rows that see no key at all (causal, r + diagonal < 0: with N_q > N_k bottom-right, or a
 negative diagonal) give o = 0 and lse = -inf, as flash-attention does.
+
+``window=(left, right)`` (flash-attention's ``window_size``, -1: unbounded side) keeps keys
+r + diagonal - left <= c <= r + diagonal + right, with the same default diagonal; k and v may
+have fewer heads than q (GQA / MQA: query head h reads K/V head h // (H / H_kv)), and then dk,
+dv are the sums over each K/V head's query heads.
 """
 from __future__ import annotations
 
@@ -31,21 +36,67 @@ def causal_mask(n_q: int, n_k: int, diagonal: int | None = None) -> np.ndarray:
     return cols <= rows + (n_k - n_q if diagonal is None else diagonal)
 
 
+def visible(n_q: int, n_k: int, *, causal=False, window=None, diagonal=None,
+            block_mask=None, block_size=None) -> np.ndarray | None:
+    """Boolean (N_q, N_k): True where row r sees key c under ``causal``, ``window`` (see the
+    module docstring) and ``block_mask`` ((T_r, T_c) booleans for blocks of ``block_size`` =
+    (Br, Bc): score (r, c) is kept iff block (r // Br, c // Bc) is on, Algorithm 5's mask);
+    None where every row sees every key."""
+    left, right = (-1, -1) if window is None else window
+    if block_mask is not None:
+        br, bc = block_size
+        rows, cols = np.arange(n_q) // br, np.arange(n_k) // bc
+        on = np.asarray(block_mask, bool)[rows[:, None], cols[None, :]]
+        band = visible(n_q, n_k, causal=causal, window=window, diagonal=diagonal)
+        return on if band is None else on & band
+    if not causal and left < 0 and right < 0:
+        return None
+    off = n_k - n_q if diagonal is None else diagonal
+    rows = np.arange(n_q)[:, None]
+    cols = np.arange(n_k)[None, :]
+    ok = np.ones((n_q, n_k), bool)
+    if causal:
+        ok &= cols <= rows + off
+    if right >= 0:
+        ok &= cols <= rows + off + right
+    if left >= 0:
+        ok &= cols >= rows + off - left
+    return ok
+
+
+def _grouped(q, x):
+    """x (B, H_kv, N, d) repeated to q's H heads (GQA: query head h reads K/V head h // group)."""
+    group = q.shape[-3] // x.shape[-3]
+    return x if group == 1 else np.repeat(x, group, axis=-3)
+
+
+def _ungrouped(grad, h_kv: int):
+    """(B, H, N, d) gradients of the repeated K/V heads summed back to H_kv heads."""
+    B, H = grad.shape[:2]
+    return grad if H == h_kv else grad.reshape(B, h_kv, H // h_kv, *grad.shape[2:]).sum(axis=2)
+
+
+def _masked(s, n_q, n_k, causal, window, diagonal, block_mask=None, block_size=None):
+    ok = visible(n_q, n_k, causal=causal, window=window, diagonal=diagonal,
+                 block_mask=block_mask, block_size=block_size)
+    return s if ok is None else np.where(ok, s, -np.inf)
+
+
 def _scale(d: int, softmax_scale: float | None) -> float:
     return 1.0 / math.sqrt(d) if softmax_scale is None else float(softmax_scale)
 
 
 def attention_forward(q, k, v, *, causal=False, softmax_scale=None, dtype=np.float64,
-                      diagonal=None):
+                      diagonal=None, window=None, block_mask=None, block_size=None):
     """Return (o, lse). o: (B, H, N_q, d); lse: (B, H, N_q), natural log. ``diagonal``: of the
-    causal mask (``causal_mask``), read only with ``causal``.
+    causal mask (``causal_mask``) or the window (``visible``).
 
     ``dtype`` is the arithmetic precision: float64 is the reference; float32 gives the plain
     same-precision baseline whose error bounds ours (flash-attention's rule)."""
     q, k, v = (np.asarray(x, dtype=dtype) for x in (q, k, v))
+    k, v = _grouped(q, k), _grouped(q, v)
     s = dtype(_scale(q.shape[-1], softmax_scale)) * (q @ np.swapaxes(k, -1, -2))
-    if causal:
-        s = np.where(causal_mask(q.shape[-2], k.shape[-2], diagonal), s, -np.inf)
+    s = _masked(s, q.shape[-2], k.shape[-2], causal, window, diagonal, block_mask, block_size)
     m = s.max(axis=-1, keepdims=True)
     m_safe = np.where(np.isfinite(m), m, 0.0)  # rows with no visible key: m = -inf
     p = np.exp(s - m_safe)
@@ -56,12 +107,13 @@ def attention_forward(q, k, v, *, causal=False, softmax_scale=None, dtype=np.flo
     return p @ v, lse
 
 
-def attention_probs(q, k, *, causal=False, softmax_scale=None, dtype=np.float64, diagonal=None):
+def attention_probs(q, k, *, causal=False, softmax_scale=None, dtype=np.float64, diagonal=None,
+                    window=None, block_mask=None, block_size=None):
     """P = softmax(scale * Q K^T), (B, H, N_q, N_k); rows with no visible key are 0."""
     q, k = (np.asarray(x, dtype=dtype) for x in (q, k))
+    k = _grouped(q, k)
     s = dtype(_scale(q.shape[-1], softmax_scale)) * (q @ np.swapaxes(k, -1, -2))
-    if causal:
-        s = np.where(causal_mask(q.shape[-2], k.shape[-2], diagonal), s, -np.inf)
+    s = _masked(s, q.shape[-2], k.shape[-2], causal, window, diagonal, block_mask, block_size)
     m = s.max(axis=-1, keepdims=True)
     p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
     l = p.sum(axis=-1, keepdims=True)
@@ -69,20 +121,25 @@ def attention_probs(q, k, *, causal=False, softmax_scale=None, dtype=np.float64,
 
 
 def attention_backward(do, q, k, v, *, causal=False, softmax_scale=None, dtype=np.float64,
-                       diagonal=None):
+                       diagonal=None, window=None, block_mask=None, block_size=None):
     """Analytic gradients (dq, dk, dv) of o = softmax(scale QK^T) V against dO, in ``dtype``.
 
-    dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q.
+    dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q
+    (dk, dv of grouped K/V heads summed over their query heads).
     """
     do, q, k, v = (np.asarray(x, dtype=dtype) for x in (do, q, k, v))
+    h_kv = k.shape[-3]
+    k, v = _grouped(q, k), _grouped(q, v)
     scale = _scale(q.shape[-1], softmax_scale)
-    p = attention_probs(q, k, causal=causal, softmax_scale=scale, dtype=dtype, diagonal=diagonal)
+    p = attention_probs(q, k, causal=causal, softmax_scale=scale, dtype=dtype, diagonal=diagonal,
+                        window=window, block_mask=block_mask, block_size=block_size)
     o = p @ v
     dv = np.swapaxes(p, -1, -2) @ do
     dp = do @ np.swapaxes(v, -1, -2)
     ds = p * (dp - (do * o).sum(axis=-1, keepdims=True))
     scale = dtype(scale)
-    return scale * (ds @ k), scale * (np.swapaxes(ds, -1, -2) @ q), dv
+    return (scale * (ds @ k), _ungrouped(scale * (np.swapaxes(ds, -1, -2) @ q), h_kv),
+            _ungrouped(dv, h_kv))
 
 
 def online_softmax(scores, block_size):
@@ -141,7 +198,8 @@ def blockwise_attention_forward(q, k, v, *, br, bc, causal=False, softmax_scale=
     return o, lse
 
 
-def plain_attention_forward(q, k, v, fmt: str, *, causal=False, softmax_scale=None, diagonal=None):
+def plain_attention_forward(q, k, v, fmt: str, *, causal=False, softmax_scale=None, diagonal=None,
+                            window=None, block_mask=None, block_size=None):
     """The plain same-format implementation whose error bounds the half-precision kernels'
     (flash-attention's rule): what torch's math backend computes in ``fmt`` ("float16" or
     "bfloat16") -- S = scale q k^T, each product summed in fp32 and S rounded to the format;
@@ -150,10 +208,10 @@ def plain_attention_forward(q, k, v, fmt: str, *, causal=False, softmax_scale=No
     from .precision import round_to
 
     q, k, v = (np.asarray(x, dtype=np.float32) for x in (q, k, v))
+    k, v = _grouped(q, k), _grouped(q, v)
     scale = np.float32(_scale(q.shape[-1], softmax_scale))
     s = round_to((q @ np.swapaxes(k, -1, -2)) * scale, fmt)
-    if causal:
-        s = np.where(causal_mask(q.shape[-2], k.shape[-2], diagonal), s, -np.inf)
+    s = _masked(s, q.shape[-2], k.shape[-2], causal, window, diagonal, block_mask, block_size)
     m = s.max(axis=-1, keepdims=True)
     p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
     l = p.sum(axis=-1, keepdims=True)
@@ -161,7 +219,8 @@ def plain_attention_forward(q, k, v, fmt: str, *, causal=False, softmax_scale=No
     return round_to(p @ v, fmt).astype(np.float64)
 
 
-def plain_attention_backward(do, q, k, v, fmt: str, *, causal=False, softmax_scale=None, diagonal=None):
+def plain_attention_backward(do, q, k, v, fmt: str, *, causal=False, softmax_scale=None, diagonal=None,
+                             window=None, block_mask=None, block_size=None):
     """Gradients (dq, dk, dv) of attention in plain half-precision arithmetic: P = softmax of the
     fp32 scores rounded to ``fmt`` (the scores themselves not rounded, unlike
     ``plain_attention_forward``'s), then every matrix product summed in fp32 and rounded, o and
@@ -169,13 +228,16 @@ def plain_attention_backward(do, q, k, v, fmt: str, *, causal=False, softmax_sca
     from .precision import round_to
 
     do, q, k, v = (np.asarray(x, dtype=np.float32) for x in (do, q, k, v))
+    h_kv = k.shape[-3]
+    k, v = _grouped(q, k), _grouped(q, v)
     scale = np.float32(_scale(q.shape[-1], softmax_scale))
     p = round_to(attention_probs(q, k, causal=causal, softmax_scale=scale, dtype=np.float32,
-                                 diagonal=diagonal), fmt)
+                                 diagonal=diagonal, window=window, block_mask=block_mask,
+                                 block_size=block_size), fmt)
     o = round_to(p @ v, fmt)
-    dv = round_to(np.swapaxes(p, -1, -2) @ do, fmt)
+    dv = round_to(_ungrouped(np.swapaxes(p, -1, -2) @ do, h_kv), fmt)
     dp = round_to(do @ np.swapaxes(v, -1, -2), fmt)
     ds = round_to(p * (dp - round_to((do * o).sum(axis=-1, keepdims=True), fmt)), fmt)
     dq = round_to(scale * (ds @ k), fmt)
-    dk = round_to(scale * (np.swapaxes(ds, -1, -2) @ q), fmt)
+    dk = round_to(_ungrouped(scale * (np.swapaxes(ds, -1, -2) @ q), h_kv), fmt)
     return tuple(x.astype(np.float64) for x in (dq, dk, dv))

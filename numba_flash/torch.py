@@ -13,16 +13,17 @@ Semantics are torch's (``torch.nn.functional.scaled_dot_product_attention``):
   with ``diagonal=0``). Every row then sees key 0, so no row is ever fully masked: rows that
   see no key (which torch's math backend turns into NaN, and only an ``attn_mask`` can make)
   cannot occur;
-- ``scale`` defaults to 1/sqrt(d); ``enable_gqa`` repeats each key/value head over its group
-  of query heads (a copy: the kernels do not yet read a group's K/V once), as torch does;
+- ``scale`` defaults to 1/sqrt(d); with ``enable_gqa`` key and value may have fewer heads
+  (dim -3) than the query, as in torch: the kernels read each key/value head for its group of
+  query heads (no repeated copy), and the backward sums its gradients over the group (key and
+  value with different head counts, which torch also allows, are repeated to the query's);
 - what the kernels cannot do yet raises ``NotImplementedError``, never a silent fallback to
   torch: ``attn_mask``, ``dropout_p > 0``, a value head dim other than the query's, dtypes
   other than float32, float16 and bfloat16, leading dims that only broadcast, empty inputs, a
   scale that is not finite and positive, and a second derivative (the backward op has no
   autograd formula of its own);
-- float16 and bfloat16 run the forward on tensor cores in that format; the backward widens
-  them to float32 and runs the fp32 kernels (``api.flash_attention_backward``), gradients in
-  the inputs' dtype.
+- float16 and bfloat16 run forward and backward on tensor cores in that format
+  (``api.flash_attention_backward``), gradients in the inputs' dtype.
 
 Both passes are ``torch.library`` custom operators, ``numba_flash::attention_forward`` (o, lse)
 and ``numba_flash::attention_backward`` (dq, dk, dv), with fake (meta) implementations and an
@@ -163,8 +164,9 @@ def _unsupported(what: str) -> NotImplementedError:
 
 
 def _repeat_heads(name, x, heads):
-    """``x`` (..., H_kv, N, d) with each head repeated over its group of ``heads`` query heads."""
-    if x.shape[-3] == heads:
+    """``x`` (..., H_kv, N, d) with each head repeated over its group of ``heads`` query heads
+    (for key and value with different head counts, which torch allows)."""
+    if x.dim() < 3 or x.shape[-3] == heads:
         return x
     if heads % x.shape[-3]:
         raise ValueError(f"enable_gqa: query heads ({heads}) must be a multiple of {name} heads "
@@ -201,13 +203,21 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if value.shape[-1] != query.shape[-1] or key.shape[-1] != query.shape[-1]:
         raise _unsupported(f"head dims must be equal (query {query.shape[-1]}, key "
                            f"{key.shape[-1]}, value {value.shape[-1]})")
+    heads = kv_heads = 1       # query and key/value heads of one batch entry
     if enable_gqa:
         if query.dim() < 3:
             raise ValueError(f"enable_gqa: heads are dim -3, but query has shape {tuple(query.shape)}")
-        key, value = (_repeat_heads(name, x, query.shape[-3])
-                      for name, x in (("key", key), ("value", value)))
-    lead = query.shape[:-2]
-    if key.shape[:-2] != lead or value.shape[:-2] != lead:
+        if key.shape[-3:-2] != value.shape[-3:-2]:   # (torch groups each on its own: copies)
+            key, value = (_repeat_heads(name, x, query.shape[-3])
+                          for name, x in (("key", key), ("value", value)))
+        if key.shape[-3] != query.shape[-3]:
+            heads, kv_heads = query.shape[-3], key.shape[-3]
+            if heads % kv_heads:
+                raise ValueError(f"enable_gqa: query heads ({heads}) must be a multiple of key "
+                                 f"and value heads ({kv_heads})")
+    lead = query.shape[:-2] if heads == 1 else query.shape[:-3]
+    kv_lead = key.shape[:-2] if heads == 1 else key.shape[:-3]
+    if kv_lead != lead or value.shape[:len(kv_lead)] != kv_lead or value.dim() != key.dim():
         raise _unsupported(f"leading dims of key {tuple(key.shape)} and value {tuple(value.shape)} "
                            f"must equal the query's {tuple(query.shape)} (broadcasting is not "
                            "supported: expand them first; enable_gqa=True for fewer heads)")
@@ -218,6 +228,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise _unsupported(f"scale={scale}: the kernels take a finite, positive scale")
     d = query.shape[-1]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    q4, k4, v4 = (x.reshape(-1, 1, x.shape[-2], d).contiguous() for x in (query, key, value))
+    q4 = query.reshape(-1, heads, query.shape[-2], d).contiguous()
+    k4, v4 = (x.reshape(-1, kv_heads, x.shape[-2], d).contiguous() for x in (key, value))
     o, _ = attention_forward(q4, k4, v4, scale, bool(is_causal), 0)
     return o.reshape(query.shape)

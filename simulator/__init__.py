@@ -17,13 +17,13 @@ from .closed_forms import (
 )
 from .hardware import Hardware
 from .l2 import L2Phase, L2Traffic, concurrent_blocks, l2_traffic
-from .predict import ALGORITHMS, default_tiling, paper_tiling, predict, predict_dram
+from .predict import ALGORITHMS, BAND_ALGORITHMS, default_tiling, paper_tiling, predict, predict_dram
 from .report import TensorTraffic, TrafficReport
 from .tiling import ModelTiling, Tiling
 from .workload import Workload
 
 __all__ = [
-    "ALGORITHMS", "Hardware", "HbmAccesses", "L2Phase", "L2Traffic", "ModelTiling",
+    "ALGORITHMS", "BAND_ALGORITHMS", "Hardware", "HbmAccesses", "L2Phase", "L2Traffic", "ModelTiling",
     "TensorTraffic", "Tiling", "TrafficReport", "Workload", "concurrent_blocks",
     "default_tiling", "flash_backward_accesses", "flash_forward_v1_accesses",
     "flash_forward_v2_accesses", "hardware", "l2_traffic", "occupancy", "paper_tiling", "predict",

@@ -1,15 +1,22 @@
 """Block geometry of one (batch, head) pair, exactly as docs/traffic-contract.md defines it.
 
-Row blocks ``i < Tr`` hold ``rows_i`` queries, column blocks ``j < Tc`` hold ``cols_j`` keys;
-``nb(i)`` is the number of active column blocks of row block i (a prefix ``j < nb(i)``).  Sums
-over active block pairs are vectorised over i: only the last column block can be ragged, so a
-sum over ``j < nb(i)`` of any ``f(rows_i, cols_j)`` needs two evaluations of ``f`` per i.
+Row blocks ``i < Tr`` hold ``rows_i`` queries, column blocks ``j < Tc`` hold ``cols_j`` keys.
+The mask is a band (``simulator.spec``): query row r sees key c iff c <= r + hi (``upper``)
+and r + lo <= c (``lower``); causal is ``upper`` with hi = the diagonal. Row block i visits the
+contiguous column blocks ``first_i <= j < end_i`` (``key_block_ranges``, the kernels'
+``key_block_range``), column block j the row blocks ``row_first_j <= i < row_end_j``
+(``row_block_ranges``, ``row_block_range``); both give the same block pairs, the *active*
+ones. Both edges of either range are non-decreasing (the band's edges grow with the row).
+Sums over active block pairs are vectorised over i: only the last column block can be ragged,
+so a sum over a range of any ``f(rows_i, cols_j)`` needs two evaluations of ``f`` per i.
 """
 from __future__ import annotations
 
 from typing import Callable
 
 import numpy as np
+
+from .spec import band
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -26,40 +33,89 @@ def causal_diagonal(n_q: int, n_k: int, diagonal: int | None = None) -> int:
     return max(-n_q, min(n_k, diagonal))
 
 
-class BlockGrid:
-    """Blocks of an ``n_q x n_k`` score matrix cut into ``br x bc`` tiles; with ``causal``, the
-    mask of ``causal_diagonal(n_q, n_k, diagonal)``.
+def key_block_ranges(n_q: int, n_k: int, br: int, bc: int, upper: bool, lower: bool,
+                     hi: int, lo: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first, end), int64 arrays over the Tr row blocks: the K/V blocks j, first_i <= j < end_i,
+    row block i visits -- ``numba_flash.kernels.tiles.key_block_range`` line for line (an empty
+    range has first >= end)."""
+    tc = ceil_div(n_k, bc)
+    row0 = np.arange(ceil_div(n_q, br), dtype=np.int64) * br
+    last = np.minimum(row0 + br, n_q) - 1
+    end = np.full(row0.shape, tc, dtype=np.int64)
+    if upper:
+        reach = last + hi                     # a key c is seen by some row iff c <= reach
+        end = np.where(reach < 0, 0, np.minimum(tc, reach // bc + 1))
+    first = np.zeros(row0.shape, dtype=np.int64)
+    if lower:
+        start = row0 + lo                     # ... and c >= start
+        first = np.where(start > n_k - 1, tc, np.where(start <= 0, 0, start // bc))
+    return first, end
 
-    Attributes (numpy int64 arrays): ``rows`` (Tr,), ``cols`` (Tc,), ``nb`` (Tr,) active column
-    blocks per row block, ``na`` (Tc,) active row blocks per column block.
+
+def row_block_ranges(n_q: int, n_k: int, br: int, bc: int, upper: bool, lower: bool,
+                     hi: int, lo: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first, end), int64 arrays over the Tc column blocks: the row blocks i, first_j <= i <
+    end_j, that see a key of column block j -- ``numba_flash.kernels.tiles.row_block_range``
+    line for line."""
+    tr = ceil_div(n_q, br)
+    col0 = np.arange(ceil_div(n_k, bc), dtype=np.int64) * bc
+    col_last = np.minimum(col0 + bc, n_k) - 1
+    first = np.zeros(col0.shape, dtype=np.int64)
+    if upper:
+        x = col0 - hi                         # a row sees the block's first key iff r >= x
+        first = np.where(x > n_q - 1, tr, np.where(x <= 0, 0, x // br))
+    end = np.full(col0.shape, tr, dtype=np.int64)
+    if lower:
+        y = col_last - lo                     # a row sees the block's last key iff r <= y
+        end = np.where(y < 0, 0, np.minimum(tr, y // br + 1))
+    return first, end
+
+
+class BlockGrid:
+    """Blocks of an ``n_q x n_k`` score matrix cut into ``br x bc`` tiles under the band of
+    ``spec.band(n_q, n_k, causal, window, diagonal)`` (no mask: every pair active; ``causal``
+    alone: the mask of ``causal_diagonal(n_q, n_k, diagonal)``).
+
+    Attributes (numpy int64 arrays): ``rows`` (Tr,), ``cols`` (Tc,); ``first``, ``end`` (Tr,)
+    the column-block range of each row block, ``nb`` (Tr,) its length (active column blocks
+    per row block, 0 for an empty range); ``row_first``, ``row_end`` (Tc,) the row-block range
+    of each column block, ``na`` (Tc,) its length. Also ``upper``, ``lower``, ``hi``, ``lo``.
     """
 
-    def __init__(self, n_q: int, n_k: int, br: int, bc: int, causal: bool,
-                 diagonal: int | None = None):
+    def __init__(self, n_q: int, n_k: int, br: int, bc: int, causal: bool = False,
+                 diagonal: int | None = None, window: tuple[int, int] | None = None):
         self.n_q, self.n_k, self.br, self.bc = n_q, n_k, br, bc
         self.tr, self.tc = ceil_div(n_q, br), ceil_div(n_k, bc)
+        mask, self.hi, self.lo = band(n_q, n_k, causal, window, diagonal)
+        self.upper, self.lower = mask.upper, mask.lower
         starts_i = np.arange(self.tr, dtype=np.int64) * br
         self.rows = np.minimum(br, n_q - starts_i)
         self.cols = np.minimum(bc, n_k - np.arange(self.tc, dtype=np.int64) * bc)
-        if causal:
-            reach = starts_i + self.rows - 1 + causal_diagonal(n_q, n_k, diagonal)  # last_i + off
-            self.nb = np.clip(reach // bc + 1, 0, self.tc)       # numpy // floors, as Python's
-        else:
-            self.nb = np.full(self.tr, self.tc, dtype=np.int64)
-        # nb is non-decreasing in i, so the active i of column block j are those with nb > j
-        self.na = self.tr - np.searchsorted(self.nb, np.arange(self.tc), side="right")
+        edges = (n_q, n_k, br, bc, self.upper, self.lower, self.hi, self.lo)
+        self.first, self.end = key_block_ranges(*edges)
+        self.row_first, self.row_end = row_block_ranges(*edges)
+        self.nb = np.maximum(self.end - self.first, 0)
+        self.na = np.maximum(self.row_end - self.row_first, 0)
 
     @property
     def active_pairs(self) -> int:
         """Number of active block pairs (i, j)."""
         return int(self.nb.sum())
 
+    def _last_active(self) -> np.ndarray:
+        """Per row block: whether its range holds the last (maybe ragged) column block."""
+        return (self.end == self.tc) & (self.nb > 0)
+
     def pair_sum(self, f: Callable[[np.ndarray, int], np.ndarray]) -> int:
         """Sum over active pairs (i, j) of ``f(rows_i, cols_j)``; f is vectorised over rows."""
-        full = np.minimum(self.nb, self.tc - 1)       # active j that are not the last block
-        last = self.nb == self.tc                      # is the last (maybe ragged) block active
+        last = self._last_active()
+        full = self.nb - last                          # active j that are not the last block
         total = f(self.rows, self.bc) * full + f(self.rows, int(self.cols[-1])) * last
         return int(np.sum(total))
+
+    def key_rows(self) -> np.ndarray:
+        """Per row block: keys of its active column blocks (sum of cols_j over its range)."""
+        return np.where(self.nb > 0, np.minimum(self.end * self.bc, self.n_k) - self.first * self.bc, 0)
 
     def active_rows(self) -> int:
         """Sum of rows_i over active pairs: query rows visited, counted once per (i, j)."""
@@ -67,25 +123,53 @@ class BlockGrid:
 
     def active_cols(self) -> int:
         """Sum of cols_j over active pairs: key rows streamed in, counted once per (i, j)."""
-        return int(np.sum(np.minimum(self.nb * self.bc, self.n_k)))
+        return int(np.sum(self.key_rows()))
 
     def active_scores(self) -> int:
         """Valid score elements of active tiles: sum of rows_i * cols_j over active pairs."""
-        return int(np.sum(self.rows * np.minimum(self.nb * self.bc, self.n_k)))
+        return int(np.sum(self.rows * self.key_rows()))
+
+
+def _clamped_prefix(x: int, n_k: int) -> int:
+    """sum over 1 <= y <= x of clamp(y, 0, n_k) (0 for x <= 0): T(clamp(x, 0, n_k)) +
+    n_k max(0, x - n_k), T(n) = n(n+1)/2."""
+    below = max(0, min(x, n_k))
+    return below * (below + 1) // 2 + n_k * max(0, x - n_k)
+
+
+def band_scores(n_q: int, n_k: int, upper: bool, lower: bool, hi: int, lo: int) -> int:
+    """#{(r, c): r < n_q, c < n_k, (not upper or c <= r + hi), (not lower or r + lo <= c)}: the
+    scores of the band ``simulator.spec`` describes. Closed form: row r sees the keys of
+    [clamp(r + lo, 0, n_k), clamp(r + hi + 1, 0, n_k)) (0 and n_k for a side without its
+    edge), a difference of two sums of clamped consecutive integers, each
+    ``_clamped_prefix(a + n_q - 1) - _clamped_prefix(a - 1)`` for a run a, ..., a + n_q - 1.
+    Needs lo <= hi + 1 when both edges are there (so that no row's range is negative), as
+    every band of ``spec.band`` has (lo = diagonal - left <= diagonal <= hi)."""
+    if upper and lower and lo > hi + 1:
+        raise ValueError(f"band_scores needs lo <= hi + 1 with both edges, got hi={hi}, lo={lo}")
+
+    def run(a: int) -> int:          # sum over r < n_q of clamp(r + a, 0, n_k)
+        return _clamped_prefix(a + n_q - 1, n_k) - _clamped_prefix(a - 1, n_k)
+
+    ends = run(hi + 1) if upper else n_q * n_k
+    starts = run(lo) if lower else 0
+    return ends - starts
+
+
+def band_extent(n_q: int, n_k: int, upper: bool, lower: bool, hi: int, lo: int) -> tuple[int, int]:
+    """(queries that see some key, keys that some query sees) of the band: rows r with
+    -hi <= r (upper) and r <= n_k - 1 - lo (lower); keys c with lo <= c (lower) and
+    c <= n_q - 1 + hi (upper) -- for lo <= hi (``band_scores``)."""
+    rows = max(0, min(n_q, n_k - lo if lower else n_q) - max(0, -hi if upper else 0))
+    keys = max(0, min(n_k, n_q + hi if upper else n_k) - max(0, lo if lower else 0))
+    return rows, keys
 
 
 def unmasked_scores(n_q: int, n_k: int, causal: bool, diagonal: int | None = None) -> int:
-    """#{(r, c): not causal or c <= r + off}, off = ``causal_diagonal(n_q, n_k, diagonal)``.
-    Closed form: row r sees clamp(r + off + 1, 0, n_k) keys, the counts x = off + 1 ... off + n_q
-    clamped, so the total is G(off + n_q) - G(off) with G(x) = sum over 1 <= y <= x of
-    clamp(y, 0, n_k) = T(clamp(x, 0, n_k)) + n_k max(0, x - n_k), T(n) = n(n+1)/2.  Bottom-right
-    (off = n_k - n_q): T(n_k) - T(max(0, n_k - n_q))."""
+    """#{(r, c): not causal or c <= r + off}, off = ``causal_diagonal(n_q, n_k, diagonal)``:
+    ``band_scores`` of the causal band, G(off + n_q) - G(off) with G = ``_clamped_prefix``
+    (row r sees clamp(r + off + 1, 0, n_k) keys). Bottom-right (off = n_k - n_q):
+    T(n_k) - T(max(0, n_k - n_q))."""
     if not causal:
         return n_q * n_k
-    off = causal_diagonal(n_q, n_k, diagonal)
-
-    def prefix(x):
-        below = max(0, min(x, n_k))
-        return below * (below + 1) // 2 + n_k * max(0, x - n_k)
-
-    return prefix(off + n_q) - prefix(off)
+    return band_scores(n_q, n_k, True, False, causal_diagonal(n_q, n_k, diagonal), 0)

@@ -3,7 +3,8 @@
 All functions take a ``Workload`` (and an SRAM size ``M`` in elements, or a tiling) and return
 ``HbmAccesses(elements, bytes)`` summed over the B*H pairs.  Derived from
 docs/traffic-contract.md for ``causal=False``, where the ``*_accesses`` forms are exact (tests
-hold them equal to ``predict``); with causal masking (any diagonal) they are upper bounds.  The
+hold them equal to ``predict``); with causal masking (any diagonal), a window or grouped K/V
+heads (which only skip blocks, or load K, V once per K/V head) they are upper bounds.  The
 flash forms use the paper's block sizes for M (``Tiling.paper_default``): Bc = ceil(M/4d),
 Br = min(Bc, d), Tc = ceil(N_k/Bc), Tr = ceil(N_q/Br).  Per (batch, head) pair, N_q = Nq,
 N_k = Nk:
@@ -26,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .blocks import ceil_div, unmasked_scores
+from .blocks import band_extent, band_scores, ceil_div
 from .tiling import Tiling
 from .workload import Workload
 
@@ -142,13 +143,15 @@ def proposition3_lower_bound(w: Workload, M: int) -> HbmAccesses:
     Its proof only uses M = Theta(Nd), where N^2 d^2 / M = Theta(Nd) is the input size.  The bound
     returned here, valid for every M >= d, is max(compulsory, pebbling):
 
-    compulsory = B H d (2 Nk' + 2 Nq'): every key row some query sees is read from K and V
-      (Nk' = Nk, or when causal the keys c <= Nq - 1 + diagonal, the last query's: Nk for the
-      bottom-right diagonal Nk - Nq); every query that sees a key is read from Q and its output
-      written (Nq' = Nq, or when causal the rows r >= -diagonal: min(Nq, Nk) bottom-right).
-    pebbling = B H U d / (4M/d + 2 sqrt(3) sqrt(M)) - M, U = visible (query, key) pairs, for
-      algorithms that form every score q.k by multiply-adds (all of ours; Strassen-like ones
-      excluded).  Cut the run into segments of M transfers.  Within one, at most 2M elements
+    compulsory = B d (2 H_kv Nk' + 2 H Nq'): every key row some query sees is read from K and V
+      (Nk' = Nk, or with a mask the keys some row sees, ``blocks.band_extent``: when causal the
+      keys c <= Nq - 1 + diagonal, the last query's: Nk for the bottom-right diagonal Nk - Nq);
+      every query that sees a key is read from Q and its output written (Nq' = Nq, or the rows
+      that see a key: when causal the rows r >= -diagonal, min(Nq, Nk) bottom-right); K and V
+      once per K/V head (GQA: H_kv of them a batch).
+    pebbling = B H U d / (4M/d + 2 sqrt(3) sqrt(M)) - M, U = visible (query, key) pairs of a
+      query head (``blocks.band_scores``), for algorithms that form every score q.k by
+      multiply-adds (all of ours; Strassen-like ones excluded).  Cut the run into segments of M transfers.  Within one, at most 2M elements
       each of Q and K are available (resident or loaded), so at most (2M/d)^2 pairs get all d
       products there: <= 4M^2/d products.  The other products belong to pairs whose partial sum
       crosses a segment boundary; those partial sums are resident at the start or end or moved
@@ -161,13 +164,11 @@ def proposition3_lower_bound(w: Workload, M: int) -> HbmAccesses:
     if M < w.d:
         raise ValueError(f"M={M} elements is below d={w.d}: Proposition 3 is stated for M >= d")
     d = w.d
-    keys, queries = w.N_k, w.N_q
-    if w.causal:
-        diagonal = w.causal_diagonal
-        keys = max(0, min(w.N_k, w.N_q + diagonal))
-        queries = w.N_q - max(0, min(w.N_q, -diagonal))
-    compulsory = w.BH * d * (2 * keys + 2 * queries)
-    pairs = w.BH * unmasked_scores(w.N_q, w.N_k, w.causal, w.causal_diagonal)
+    mask, hi, lo = w.mask()
+    edges = (w.N_q, w.N_k, mask.upper, mask.lower, hi, lo)
+    queries, keys = band_extent(*edges)
+    compulsory = d * (2 * w.BH_kv * keys + 2 * w.BH * queries)
+    pairs = w.BH * band_scores(*edges)
     pebbling = pairs * d / (4 * M / d + 2 * math.sqrt(3) * math.sqrt(M)) - M
     elements = max(compulsory, pebbling)
     return HbmAccesses(elements, elements * w.dtype_bytes)

@@ -15,6 +15,15 @@ entries of the diagonal ones): matmul 2 per multiply-add; other, per score: forw
 max, subtract, exp, sum), backward 5 (scale, subtract L, exp, subtract D, multiply by P); per
 output element: see each function.  Row statistics (m, l, alpha) are not counted.  Counts are
 per (batch, head) pair.
+
+Band masks and GQA (``Workload.window``, ``kv_heads``; run by the tensor-core and half kernels
+only, ``predict`` refuses them elsewhere): ``BlockGrid`` gives each row block its range of K/V
+blocks (the kernels' ``key_block_range``), each K/V block its range of row blocks
+(``row_block_range``), so the sums over active pairs above stay as they are. Under GQA the
+forward is per query head as without (every query head reads its K/V blocks, from K/V head
+h // group); the backward's main kernel runs a block per (K/V head, block j), which loads
+K_j, V_j and stores dK_j, dV_j once (counts x B*H_kv) and loops over the group's query heads
+(the per-pair counts x B*H).
 """
 from __future__ import annotations
 
@@ -29,13 +38,26 @@ FORWARD_SCORE_FLOPS = 5
 BACKWARD_SCORE_FLOPS = 5
 
 
-def _per_head(w: Workload, counts: dict) -> dict:
-    """Counts of one (batch, head) pair over all B*H, zero entries dropped (as ``phase``)."""
-    return {name: n * w.BH for name, n in counts.items() if n}
+def _mixed(w: Workload, per_query_head: dict, per_kv_head: dict | None = None) -> dict:
+    """Counts over all heads: ``per_kv_head`` x B*H_kv plus ``per_query_head`` x B*H (in that
+    order of names: the L2 model sums them in float)."""
+    out = {name: n * w.BH_kv for name, n in (per_kv_head or {}).items()}
+    for name, n in per_query_head.items():
+        out[name] = out.get(name, 0) + n * w.BH
+    return {name: int(n) for name, n in out.items() if n}
 
 
 def _grid(w: Workload, t: Tiling) -> BlockGrid:
-    return BlockGrid(w.N_q, w.N_k, t.Br, t.Bc, w.causal, w.causal_diagonal)
+    return BlockGrid(w.N_q, w.N_k, t.Br, t.Bc, w.causal, w.diagonal, w.window)
+
+
+def _heaviest_first(w: Workload) -> bool:
+    """Whether the tensor-core kernels start their blocks tile by tile over all heads, in order
+    of work (``tile_major_block``): masks with an upper edge alone (causal, or a window's right
+    side), where a tile's work grows with its row (falls with its key) block; a window's blocks
+    have about the same work each and start head by head."""
+    mask, _, _ = w.mask()
+    return mask.upper and not mask.lower
 
 
 def _forward_tile_sram(g: BlockGrid, t: Tiling, d: int) -> tuple[dict, dict]:
@@ -65,7 +87,7 @@ def flash_forward_v2(w: Workload, t: Tiling) -> Plan:
                  matmul_flops=4 * d * scores,
                  other_flops=FORWARD_SCORE_FLOPS * scores + d * g.active_rows() + d * w.N_q,
                  blocks_per_unit=g.tr, unit_reread_elements=2 * w.N_k * d,
-                 block_trips=g.nb)
+                 block_trips=g.nb, unit_share=w.group)
     return Plan((main,), workspace={"L": w.tensor_elements("L")})
 
 
@@ -74,22 +96,23 @@ def _fa2_on_tensor_cores(w: Workload, t: Tiling, kernel: str, name: str, q_read:
     """``flash_forward_v2``'s plan for a tensor-core kernel: its SRAM per head -- Q written
     ``q_write`` elements per row block, read ``q_read`` per active pair; K and V stored
     ``kv_element`` elements per element of their zero-padded tiles per active pair and read as
-    much by each warp -- and its block order: causal launches start the row blocks heaviest
-    first over all heads, so the blocks in flight belong to as many heads as there are blocks
-    (L2 model)."""
+    much by each warp -- and its block order: causal launches (an upper edge alone:
+    ``_heaviest_first``) start the row blocks heaviest (last) first over all heads, so the
+    blocks in flight belong to as many heads as there are blocks (L2 model)."""
     g = _grid(w, t)
     warps, pairs = t.Br // t.rows_per_warp(kernel), g.active_pairs
     plan = flash_forward_v2(w, t)
+    heavy = _heaviest_first(w)
 
     main = dataclasses.replace(
         plan.phases[0], name=name, kernel=kernel, code=(kernel, ""),
-        block_trips=tuple(int(n) for n in g.nb[::-1]) if w.causal else plan.phases[0].block_trips,
-        tile_major=w.causal,
-        sram_reads=_per_head(w, {"Q": pairs * q_read, "K": pairs * warps * t.Bc * kv_element,
-                                 "V": pairs * warps * t.Bc * kv_element}),
-        sram_writes=_per_head(w, {"Q": g.tr * q_write, "K": pairs * t.Bc * kv_element,
-                                  "V": pairs * t.Bc * kv_element}),
-        blocks_per_unit=1 if w.causal else g.tr)
+        block_trips=tuple(int(n) for n in g.nb[::-1]) if heavy else plan.phases[0].block_trips,
+        tile_major=heavy,
+        sram_reads=_mixed(w, {"Q": pairs * q_read, "K": pairs * warps * t.Bc * kv_element,
+                              "V": pairs * warps * t.Bc * kv_element}),
+        sram_writes=_mixed(w, {"Q": g.tr * q_write, "K": pairs * t.Bc * kv_element,
+                               "V": pairs * t.Bc * kv_element}),
+        blocks_per_unit=1 if heavy else g.tr)
     return Plan((main,), workspace=plan.workspace)
 
 
@@ -158,10 +181,12 @@ def _preprocess(w: Workload, zero_dq: bool) -> Phase:
 
 
 def _backward_kv(w: Workload, t: Tiling, g: BlockGrid, atomic_dq: bool) -> Phase:
-    """Grid (Tc, BH): K_j, V_j stay on chip; for each active i recompute P, dS; accumulate
-    dK_j, dV_j in registers; with ``atomic_dq`` add dS K_j into dQ_i in HBM.
-    Other FLOPs: 5 per active score, Nk*d (scale dK), and with atomics 2*rows_i*d per active
-    pair (scale and add)."""
+    """Grid (Tc, B*H_kv): K_j, V_j stay on chip; for each query head of the K/V head's group
+    (one without GQA) and each active i recompute P, dS; accumulate dK_j, dV_j in registers;
+    with ``atomic_dq`` add dS K_j into dQ_i in HBM. K, V loads and dK, dV stores are per K/V
+    head, the rest per query head.
+    Other FLOPs: 5 per active score, Nk*d (scale dK) per K/V head, and with atomics
+    2*rows_i*d per active pair (scale and add)."""
     d = w.d
     pairs, q_rows, kv_rows = g.active_pairs, g.active_rows(), g.active_cols()
     scores = g.active_scores()
@@ -173,30 +198,34 @@ def _backward_kv(w: Workload, t: Tiling, g: BlockGrid, atomic_dq: bool) -> Phase
                   "V": rows_dot * t.cols_per_thread,
                   "P": q_rows * t.threads * kv_thread,
                   "dS": q_rows * t.threads * kv_thread}
-    sram_writes = {"K": g.tc * t.Bc * d, "V": g.tc * t.Bc * d,
-                   "Q": pairs * t.Br * d, "dO": pairs * t.Br * d,
+    sram_writes = {"Q": pairs * t.Br * d, "dO": pairs * t.Br * d,
                    "L": pairs * t.Br, "D": pairs * t.Br,
                    "P": pairs * t.Br * t.Bc, "dS": pairs * t.Br * t.Bc}
-    hbm_reads = {"K": w.N_k * d, "V": w.N_k * d, "Q": q_rows * d, "dO": q_rows * d,
-                 "L": q_rows, "D": q_rows}
-    hbm_writes = {"dK": w.N_k * d, "dV": w.N_k * d}
+    kv_sram_writes = {"K": g.tc * t.Bc * d, "V": g.tc * t.Bc * d}
+    hbm_reads = {"Q": q_rows * d, "dO": q_rows * d, "L": q_rows, "D": q_rows}
+    kv_hbm_reads = {"K": w.N_k * d, "V": w.N_k * d}
+    hbm_writes = {}
+    kv_hbm_writes = {"dK": w.N_k * d, "dV": w.N_k * d}
     matmul = 8 * d * scores                                  # S, dP, dV, dK
-    other = BACKWARD_SCORE_FLOPS * scores + w.N_k * d         # scores; scale dK
-    reread = 2 * w.N_q * d + 2 * w.N_q                        # Q, dO, L, D of a head
+    other = BACKWARD_SCORE_FLOPS * scores                    # scores
+    kv_other = w.N_k * d                                      # scale dK
+    reread = 2 * w.N_q * d + 2 * w.N_q                        # Q, dO, L, D of a query head
     if atomic_dq:
         hbm_reads["dQ"] = hbm_writes["dQ"] = q_rows * d
         sram_reads["dS"] += kv_rows * t.threads * t.rows_per_thread
         sram_reads["K"] += kv_rows * t.threads * head
         matmul += 2 * d * scores                              # dQ_i += dS K_j
         other += 2 * d * q_rows                               # scale and add, per atomic
-        reread += w.N_q * d                                   # dQ of a head
+        reread += w.N_q * d                                   # dQ of a query head
     return phase("main: dK, dV" + (", dQ atomics" if atomic_dq else ""), "flash_backward",
-                 bh=w.BH, hbm_reads=hbm_reads, hbm_writes=hbm_writes,
-                 sram_reads=sram_reads, sram_writes=sram_writes,
-                 matmul_flops=matmul, other_flops=other,
-                 blocks_per_unit=g.tc, unit_reread_elements=reread,
+                 bh=1, hbm_reads=_mixed(w, hbm_reads, kv_hbm_reads),
+                 hbm_writes=_mixed(w, hbm_writes, kv_hbm_writes),
+                 sram_reads=_mixed(w, sram_reads), sram_writes=_mixed(w, sram_writes, kv_sram_writes),
+                 matmul_flops=matmul * w.BH, other_flops=other * w.BH + kv_other * w.BH_kv,
+                 units_per_head=w.BH_kv, blocks_per_unit=g.tc,
+                 unit_reread_elements=w.group * reread,
                  code=("flash_backward", "" if atomic_dq else "no_atomic_dq"),
-                 block_trips=g.na)
+                 block_trips=g.na * w.group, heads=w.BH_kv)
 
 
 def flash_backward(w: Workload, t: Tiling) -> Plan:
@@ -218,8 +247,10 @@ def flash_backward_tc(w: Workload, t: Tiling) -> Plan:
     D8/8; a warp past the last recomputes it), each reading 8 columns of K over the Bc keys and
     16 rows of dS -- read once for all of a warp's products where D8/8 is a multiple of
     per_warp (its products then share their rows). P and dS reach dV and dK in registers; the
-    elementwise reads of L and D are not counted. Causal launches start the K/V blocks heaviest
-    first over all heads (L2 model: the blocks in flight belong to as many heads)."""
+    elementwise reads of L and D are not counted. Causal launches (an upper edge alone) start
+    the K/V blocks heaviest (first) first over all heads (L2 model: the blocks in flight belong
+    to as many heads). Under GQA a block (K/V head, j) stores K_j, V_j once and runs the steps
+    above for each query head of its group."""
     t.check_mma("flash_backward_tc")
     g, d8 = _grid(w, t), t.mma_depth(w.d)
     warps, pairs = t.Bc // 16, g.active_pairs
@@ -230,18 +261,19 @@ def flash_backward_tc(w: Workload, t: Tiling) -> Plan:
     pre, main = flash_backward(w, t).phases
     head_reads = pairs * 2 * warps * t.Br * d8 * 2          # Q (or dO): two products a warp
 
+    heavy = _heaviest_first(w)
     main = dataclasses.replace(
         main, name="main: dK, dV, dQ atomics (tensor cores)", kernel="flash_backward_tc",
-        code=("flash_backward_tc", ""), tile_major=w.causal,
-        sram_reads=_per_head(w, {"Q": head_reads, "dO": head_reads,
-                                 "K": pairs * (t.Bc * d8 * 2 + products * t.Bc * 8 * 2),
-                                 "V": pairs * t.Bc * d8 * 2,
-                                 "dS": pairs * ds_reads * 16 * t.Bc * 2}),
-        sram_writes=_per_head(w, {"K": g.tc * t.Bc * d8 * 2, "V": g.tc * t.Bc * d8 * 2,
-                                  "Q": pairs * t.Br * d8 * 4, "dO": pairs * t.Br * d8 * 4,
-                                  "L": pairs * t.Br, "D": pairs * t.Br,
-                                  "dS": pairs * t.Br * t.Bc * 2}),
-        blocks_per_unit=1 if w.causal else g.tc)
+        code=("flash_backward_tc", ""), tile_major=heavy,
+        sram_reads=_mixed(w, {"Q": head_reads, "dO": head_reads,
+                              "K": pairs * (t.Bc * d8 * 2 + products * t.Bc * 8 * 2),
+                              "V": pairs * t.Bc * d8 * 2,
+                              "dS": pairs * ds_reads * 16 * t.Bc * 2}),
+        sram_writes=_mixed(w, {"Q": pairs * t.Br * d8 * 4, "dO": pairs * t.Br * d8 * 4,
+                               "L": pairs * t.Br, "D": pairs * t.Br,
+                               "dS": pairs * t.Br * t.Bc * 2},
+                           {"K": g.tc * t.Bc * d8 * 2, "V": g.tc * t.Bc * d8 * 2}),
+        blocks_per_unit=1 if heavy else g.tc)
     return Plan((pre, main), workspace={"D": w.tensor_elements("D")})
 
 
@@ -263,8 +295,8 @@ def flash_backward_half(w: Workload, t: Tiling) -> Plan:
     (units = Br/16 x D16/16; a warp past the last recomputes it), each reading 16 columns of K
     over the Bc keys and 16 rows of dS^T -- once for all of a warp's products where D16/16 is a
     multiple of per_warp. P and dS reach dV and dK in registers; the elementwise reads of L and
-    D are not counted. Causal launches start the K/V blocks heaviest first over all heads.
-    Workspace: D and dQ_accum."""
+    D are not counted. Causal launches start the K/V blocks heaviest first over all heads;
+    GQA as ``flash_backward_tc``. Workspace: D and dQ_accum."""
     t.check_mma("flash_backward_half")
     g, d16, nq, d = _grid(w, t), t.half_depth(w.d), w.N_q, w.d
     warps, pairs = t.Bc // 16, g.active_pairs
@@ -276,20 +308,21 @@ def flash_backward_half(w: Workload, t: Tiling) -> Plan:
 
     pre = dataclasses.replace(pre, hbm_writes=_renamed(pre.hbm_writes, "dQ", "dQ_accum"),
                               code=("row_dot", "zero_dq"))
+    heavy = _heaviest_first(w)
     main = dataclasses.replace(
         main, name="main: dK, dV, dQ atomics (tensor cores, half)", kernel="flash_backward_half",
-        code=("flash_backward_half", ""), tile_major=w.causal,
+        code=("flash_backward_half", ""), tile_major=heavy,
         hbm_reads=_renamed(main.hbm_reads, "dQ", "dQ_accum"),
         hbm_writes=_renamed(main.hbm_writes, "dQ", "dQ_accum"),
-        sram_reads=_per_head(w, {"Q": head_reads, "dO": head_reads,
-                                 "K": pairs * (t.Bc * d16 + per_warp * warps * t.Bc * 16),
-                                 "V": pairs * t.Bc * d16,
-                                 "dS": pairs * ds_reads * 16 * t.Bc}),
-        sram_writes=_per_head(w, {"K": g.tc * t.Bc * d16, "V": g.tc * t.Bc * d16,
-                                  "Q": pairs * t.Br * d16, "dO": pairs * t.Br * d16,
-                                  "L": pairs * t.Br * 2, "D": pairs * t.Br * 2,
-                                  "dS": pairs * t.Br * t.Bc}),
-        blocks_per_unit=1 if w.causal else g.tc)
+        sram_reads=_mixed(w, {"Q": head_reads, "dO": head_reads,
+                              "K": pairs * (t.Bc * d16 + per_warp * warps * t.Bc * 16),
+                              "V": pairs * t.Bc * d16,
+                              "dS": pairs * ds_reads * 16 * t.Bc}),
+        sram_writes=_mixed(w, {"Q": pairs * t.Br * d16, "dO": pairs * t.Br * d16,
+                               "L": pairs * t.Br * 2, "D": pairs * t.Br * 2,
+                               "dS": pairs * t.Br * t.Bc},
+                           {"K": g.tc * t.Bc * d16, "V": g.tc * t.Bc * d16}),
+        blocks_per_unit=1 if heavy else g.tc)
     narrow = phase("dQ = dQ_accum rounded to the format", None, bh=w.BH,
                    hbm_reads={"dQ_accum": nq * d}, hbm_writes={"dQ": nq * d},
                    units_per_head=nq, code=("convert", "narrow"))

@@ -15,11 +15,16 @@ Assumptions (a model, not a cache simulation):
 3. Working set = units in flight x the elements each unit re-reads (K and V of a head for the FA2
    forward, Q, O, l, m for Algorithm 1, Q, dO, L, D (and dQ) for the backward, A and B of a
    matmul, a row of S for the softmax) x bytes per element.  Streamed, read-once data is not
-   counted: it passes through L2 without being reused.
+   counted: it passes through L2 without being reused.  GQA: the forward's query heads of one
+   K/V head re-read the same K and V (``Phase.unit_share``), so ceil(units / group) of them
+   count; the backward's units are K/V heads, each re-reading its group's Q, dO, L, D (dQ).
+   Windows: a unit still counts its head's whole K and V (forward) or Q, dO, ... (backward),
+   though its blocks read only their band's: an over-estimate, which lowers the hit fraction
+   only where the working set exceeds L2.
 4. Hit fraction of re-reads = 1 if the working set fits in L2, else l2_bytes / working set
    (a smooth stand-in for LRU thrashing, which real hashed, partitioned L2s show only gradually).
 5. Compulsory traffic per tensor and launch = min(count, tensor size): every distinct element
-   read once and written back once.  DRAM = compulsory + (count - compulsory) x (1 - hit), for
+   read once and written back once (K, V, dK, dV of B*H_kv heads under GQA).  DRAM = compulsory + (count - compulsory) x (1 - hit), for
    reads and writes alike (L2 is write-back, so re-written lines leave once when they stay).
 6. L2 is cold at every launch: data written by one kernel and read by the next is fetched again.
 """
@@ -95,7 +100,7 @@ def concurrent_blocks(kernel: str | None, tiling: Tiling, workload: Workload,
 def _phase_l2(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> tuple[L2Phase, list[int]]:
     blocks = concurrent_blocks(p.kernel, tiling, w, hw)
     units = min(p.units, -(-blocks // p.blocks_per_unit))
-    working_set = units * p.unit_reread_elements * w.dtype_bytes
+    working_set = -(-units // p.unit_share) * p.unit_reread_elements * w.dtype_bytes
     hit = 1.0 if working_set <= hw.l2_bytes else hw.l2_bytes / working_set
     totals = [0, 0, 0, 0]   # compulsory reads, compulsory writes, DRAM reads, DRAM writes
     for k, counts in enumerate((p.hbm_reads, p.hbm_writes)):

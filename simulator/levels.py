@@ -77,8 +77,11 @@ def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
     A kernel whose resources were never recorded (``simulator.occupancy.resources``: a tiling
     or head dim tools/kernel_resources.py did not compile) gets NaN for what needs them: its
     local bytes, SM<->L2 bytes (spill misses go there) and time; so does one that cannot launch
-    on ``hardware`` (``simulator.occupancy`` raises: too much shared memory). Without rates for
-    ``hardware`` (``simulator.runtime.rates_for``), time is NaN and no dirty residue is taken."""
+    on ``hardware`` (``simulator.occupancy`` raises: too much shared memory), and a band kernel
+    compiled for a window's left side or grouped K/V heads (``Workload.kernel_causal`` None:
+    the tables record causal and non-causal kernels only; its sectors, DRAM, L1 hit rate and
+    shared wavefronts are modelled). Without rates for ``hardware``
+    (``simulator.runtime.rates_for``), time is NaN and no dirty residue is taken."""
     from .local import dirty_residue, local_traffic
     from .runtime import launch_seconds, rates_for
     from .sectors import SECTOR_BYTES, sector_traffic
@@ -117,13 +120,13 @@ def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
 def _launches(p, workload, tiling, hardware) -> bool:
     """Whether launch ``p``'s kernel was compiled for this configuration
     (``simulator.occupancy.resources``) and can run on ``hardware`` (its occupancy)."""
-    from .local import compiled_tiling
+    from .local import compiled_tiling, recorded_causal
     from .occupancy import resources
 
     kernel, variant = p.code
     try:
-        resources(kernel, compiled_tiling(p, tiling), workload.d, workload.causal,
+        resources(kernel, compiled_tiling(p, tiling), workload.d, recorded_causal(p, workload),
                   variant).occupancy(hardware)
-    except (LookupError, ValueError):        # never compiled, or too big for this GPU
+    except (LookupError, ValueError):        # never compiled (or recorded), or too big for this GPU
         return False
     return True

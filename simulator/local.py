@@ -49,18 +49,33 @@ def compiled_tiling(p: Phase, tiling: Tiling) -> Tiling | None:
     return tiling if p.block_trips else None
 
 
+def recorded_causal(p: Phase, w: Workload) -> bool | None:
+    """The ``causal`` key launch ``p``'s compiled kernel has in the recorded tables: the row
+    kernels' code depends on no mask (their rows have none: the workload's is passed, and
+    ignored); a tiled kernel's is ``Workload.kernel_causal`` -- LookupError where that is None
+    (a band kernel compiled for a mask shape or K/V grouping never recorded)."""
+    if not p.block_trips:
+        return w.causal
+    if w.kernel_causal is None:
+        raise LookupError(f"{p.code[0]}: window={w.window}, group={w.group} compiles a kernel "
+                          "whose resources and SASS were never recorded")
+    return w.kernel_causal
+
+
 def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalTraffic:
     """The local traffic (module docstring) of launch ``p``."""
     kernel, variant = p.code
     t = compiled_tiling(p, tiling)
-    res = resources(kernel, t, w.d, w.causal, variant)
-    whole = sass(kernel, t, w.d, w.causal, variant, region="kernel")
+    causal = recorded_causal(p, w)
+    res = resources(kernel, t, w.d, causal, variant)
+    whole = sass(kernel, t, w.d, causal, variant, region="kernel")
     if not (whole.ldl_bytes or whole.stl_bytes):     # no spills, no local arrays
         return NONE
-    blocks = len(p.block_trips) * w.BH
-    trips = sum(p.block_trips) * w.BH
+    heads = p.grid_heads(w.BH)
+    blocks = len(p.block_trips) * heads
+    trips = sum(p.block_trips) * heads
     if p.block_trips:
-        loop = sass(kernel, t, w.d, w.causal, variant, region=MAIN_LOOP)
+        loop = sass(kernel, t, w.d, causal, variant, region=MAIN_LOOP)
         per_trip = [loop.ldl_bytes, loop.stl_bytes]
         for region, runs in nested_runs(p, kernel, t, w, variant):
             per_trip[0] += (runs - 1) * region.ldl_bytes   # the main loop's count holds it once
@@ -85,10 +100,11 @@ def nested_runs(p: Phase, kernel: str, t: Tiling, w: Workload, variant: str):
     from .sass import regions_of
     from .trips import inner_trips
 
-    rows = regions_of(kernel, t, w.d, w.causal, variant)
+    causal = recorded_causal(p, w)
+    rows = regions_of(kernel, t, w.d, causal, variant)
     main = next(r for r in rows if r.region == MAIN_LOOP)
     nested = sorted((r for r in rows if r.region.startswith("inner_loop_")), key=lambda r: r.start)
-    known = inner_trips(kernel, t, w.d, w.causal, variant)
+    known = inner_trips(kernel, t, w.d, causal, variant)
     if known is not None and len(known) == len(nested):
         return list(zip(nested, known))
     direct = [r for r in nested if r.depth == main.depth + 1]

@@ -26,6 +26,12 @@ class Phase:
     ``tile_major``: blocks start tile by tile over all heads (``tile_major_block``: the causal
     tensor-core kernels), else head by head. inner_trips: trips of the loop nested in the main
     loop, per block of one head (Algorithm 1's i loop), else empty. Used by the runtime model.
+    heads: the grid's heads, the blocks of ``block_trips`` repeated for each: B*H, or B*H_kv
+    for the band backwards' main kernel (a block per K/V head and block j; GQA); 0 (a Phase
+    not made by ``phase``): B*H.
+    unit_share: consecutive units that re-read the same data (the forward's query heads of one
+    K/V head under GQA: ``Workload.group``); the L2 model's working set counts
+    ceil(units in flight / unit_share) of them.
     """
 
     name: str
@@ -43,10 +49,16 @@ class Phase:
     block_trips: tuple[int, ...] = ()
     tile_major: bool = False
     inner_trips: tuple[int, ...] = ()
+    heads: int = 0
+    unit_share: int = 1
 
     @property
     def blocks_per_head(self) -> int:
         return len(self.block_trips)
+
+    def grid_heads(self, bh: int) -> int:
+        """``heads``, or ``bh`` (the workload's B*H) where it was not set."""
+        return self.heads or bh
 
 
 def phase(name: str, kernel: str | None, *, bh: int, hbm_reads: dict, hbm_writes: dict,
@@ -54,16 +66,16 @@ def phase(name: str, kernel: str | None, *, bh: int, hbm_reads: dict, hbm_writes
           matmul_flops: int = 0, other_flops: int = 0, units_per_head: int = 1,
           blocks_per_unit: int = 1, unit_reread_elements: int = 0,
           code: tuple[str, str] | None = None, block_trips=(), tile_major: bool = False,
-          inner_trips=()) -> Phase:
+          inner_trips=(), heads: int | None = None, unit_share: int = 1) -> Phase:
     """A Phase from counts of ONE (batch, head) pair, scaled by ``bh``; zero entries dropped.
-    ``code`` defaults to (kernel, "")."""
+    ``code`` defaults to (kernel, ""); ``heads`` (the grid's) to ``bh``."""
     def scaled(counts):
         return {t: int(n) * bh for t, n in (counts or {}).items() if n}
     return Phase(name, kernel, scaled(hbm_reads), scaled(hbm_writes), scaled(sram_reads),
                  scaled(sram_writes), int(matmul_flops) * bh, int(other_flops) * bh,
                  units_per_head * bh, blocks_per_unit, unit_reread_elements,
                  code or (kernel or "", ""), tuple(int(n) for n in block_trips), tile_major,
-                 tuple(int(n) for n in inner_trips))
+                 tuple(int(n) for n in inner_trips), bh if heads is None else heads, unit_share)
 
 
 @dataclass(frozen=True)

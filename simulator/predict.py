@@ -48,6 +48,12 @@ ALGORITHMS = {
 }
 
 
+#: The algorithms whose kernels take a band mask (a sliding window) and grouped K/V heads
+#: (``Workload.window``, ``Workload.kv_heads``); ``predict`` refuses such workloads elsewhere.
+BAND_ALGORITHMS = ("flash_forward_tc", "flash_forward_half", "flash_backward_tc",
+                   "flash_backward_half")
+
+
 def paper_tiling(sram_elements: int, d: int) -> Tiling:
     """The paper's block sizes for an SRAM of ``sram_elements``: Bc = ceil(M/4d), Br = min(Bc, d)
     (``Tiling.paper_default``), as a ``ModelTiling`` when the kernels could not launch it."""
@@ -77,12 +83,18 @@ def predict(algorithm: str, workload: Workload, tiling: Tiling | None = None,
     ``Tiling.paper_default(M, d)`` with M = hardware.smem_per_block / workload.dtype_bytes
     elements, for the standard ones the kernels' Tiling(64, 64).
     hardware: default H200; it affects only the default tiling, the roofline and the L2 model.
+    A workload with a window or grouped K/V heads (``Workload.band_or_gqa``) runs only on
+    ``BAND_ALGORITHMS``; ValueError for the others.
     Conventions: module docstring.
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}")
     if not isinstance(workload, Workload):
         raise ValueError(f"workload must be a Workload, got {type(workload).__name__}")
+    if workload.band_or_gqa and algorithm not in BAND_ALGORITHMS:
+        raise ValueError(f"{algorithm} has no sliding window nor grouped K/V heads (workload "
+                         f"window={workload.window}, kv_heads={workload.kv_heads}, H={workload.H}); "
+                         f"those run on {', '.join(BAND_ALGORITHMS)} only")
     hardware = hardware or H200
     tiling = tiling or default_tiling(algorithm, workload, hardware)
     plan = ALGORITHMS[algorithm](workload, tiling)

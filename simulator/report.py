@@ -206,6 +206,9 @@ class TrafficReport:
         row = {"algorithm": self.algorithm, "dtype_bytes": self.dtype_bytes}
         for key in ("B", "H", "N_q", "N_k", "d", "causal", "diagonal"):
             row[key] = None if w is None else getattr(w, key)
+        window = None if w is None else w.window
+        row["window_left"], row["window_right"] = window or (None, None)
+        row["kv_heads"] = None if w is None else w.H_kv
         row["Br"] = None if self.tiling is None else self.tiling.Br
         row["Bc"] = None if self.tiling is None else self.tiling.Bc
         row["hardware"] = None if self.hardware is None else self.hardware.name
@@ -266,7 +269,9 @@ class TrafficReport:
         if w is not None:
             title += (f"  B={w.B} H={w.H} N_q={w.N_q} N_k={w.N_k} d={w.d} {w.precision}"
                       + (" causal" if w.causal else "")
-                      + (f" diagonal={w.diagonal}" if w.diagonal is not None else ""))
+                      + (f" diagonal={w.diagonal}" if w.diagonal is not None else "")
+                      + (f" window=({w.window[0]}, {w.window[1]})" if w.window is not None else "")
+                      + (f" kv_heads={w.kv_heads}" if w.kv_heads is not None else ""))
         if self.tiling is not None:
             title += f"  Br={self.tiling.Br} Bc={self.tiling.Bc}"
         return title

@@ -51,7 +51,7 @@ from .phases import Phase
 from .rates import RATES_CSV, MachineRates, load_rates
 from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
-from .local import nested_runs
+from .local import nested_runs, recorded_causal
 from .trips import inner_trips
 from .workload import Workload
 
@@ -130,12 +130,13 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     if kernel in UNCALIBRATED_MMA:
         raise LookupError(f"{kernel}: its mma (m16n8k16, fp16 / bf16) has no measured rate "
                           "(the calibrate experiment times the TF32 m16n8k8)")
-    res = resources(kernel, tiling, w.d, w.causal, variant)
+    causal = recorded_causal(p, w)      # LookupError for a band kernel never recorded
+    res = resources(kernel, tiling, w.d, causal, variant)
     occ = res.occupancy(hw)
     warps_b = occ.warps_per_block
     warps_on_sm = occ.warps_per_sm
-    loop = sass(kernel, tiling, w.d, w.causal, variant, region=MAIN_LOOP)
-    whole = sass(kernel, tiling, w.d, w.causal, variant, region="kernel")
+    loop = sass(kernel, tiling, w.d, causal, variant, region=MAIN_LOOP)
+    whole = sass(kernel, tiling, w.d, causal, variant, region="kernel")
     overlap = r.mma_lds_overlap
     cost = lambda counts, wavefronts: _cost(counts, wavefronts, warps_on_sm, warps_b, r, overlap)  # noqa: E731
     t_out = cost(_counts(whole, [loop], warps_b), 0.0)
@@ -143,13 +144,14 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     for region, n in nested_runs(p, kernel, tiling, w, variant):
         # the main loop's count holds each nested loop once
         counts = {k: v + (n - 1) * getattr(region, k) * warps_b for k, v in counts.items()}
-    trips = sum(p.block_trips) * w.BH
+    heads = p.grid_heads(w.BH)
+    trips = sum(p.block_trips) * heads
     t_trip = cost(counts, _smem_wavefronts(p, w) / trips if trips else 0.0)
     share = occ.blocks_per_sm
     simulated = _simulated_trip(kernel, variant, tiling, w, occ, r)
     if simulated is not None:
         t_trip = simulated / share
-    durations = [share * (n * t_trip + t_out) for n in _launch_order(p, w.BH)]
+    durations = [share * (n * t_trip + t_out) for n in _launch_order(p, heads)]
     cycles = makespan(durations, occ.blocks_per_sm * hw.sm_count)
     clock = r.mma_clock_hz if loop.hmma else r.clock_hz
     return cycles / clock
@@ -157,17 +159,21 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
 
 def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: MachineRates):
     """Cycles of one main-loop trip of every resident block by the issue simulator, or None
-    where it cannot run (no recorded stream, nested loops of unknown trips)."""
+    where it cannot run (no recorded stream, nested loops of unknown trips, a band kernel
+    never recorded: ``Workload.kernel_causal`` None)."""
     from .issue import loop_cycles, loop_record, stream_for
 
-    trips = inner_trips(kernel, t, w.d, w.causal, variant)
+    causal = w.kernel_causal
+    if causal is None:
+        return None
+    trips = inner_trips(kernel, t, w.d, causal, variant)
     try:
-        record = loop_record(kernel, t, w.d, w.causal, variant)
+        record = loop_record(kernel, t, w.d, causal, variant)
     except LookupError:
         return None
     if trips is None or len(record["inner_loops"]) != len(trips):
         return None
-    stream = stream_for(kernel, t, w.d, w.causal, variant, trips or None)
+    stream = stream_for(kernel, t, w.d, causal, variant, trips or None)
     per_scheduler = max(1, round(occ.warps_per_sm / 4))
     if per_scheduler % occ.blocks_per_sm:
         return None          # the simulator splits a scheduler's warps evenly over the blocks

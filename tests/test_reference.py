@@ -11,26 +11,32 @@ from numba_flash import reference as ref
 from .helpers import causal_masks, qkv
 
 
-def brute_force(q, k, v, causal, scale, diagonal=None):
-    """Attention row by row with Python floats: the definition, nothing vectorised."""
+def brute_force(q, k, v, causal, scale, diagonal=None, window=None):
+    """Attention row by row with Python floats: the definition, nothing vectorised. ``window``:
+    (left, right), keys r + diagonal - left .. r + diagonal + right (-1: unbounded); k, v may
+    have fewer heads (query head h reads K/V head h // (H / H_kv))."""
     B, H, n_q, d = q.shape
-    n_k = k.shape[2]
+    n_k, group = k.shape[2], H // k.shape[1]
     diagonal = n_k - n_q if diagonal is None else diagonal
+    left, right = (-1, -1) if window is None else window
     o = np.zeros((B, H, n_q, d))
     lse = np.full((B, H, n_q), -np.inf)
     for b in range(B):
         for h in range(H):
+            kh = h // group
             for r in range(n_q):
-                cols = [c for c in range(n_k) if not causal or c <= r + diagonal]
+                cols = [c for c in range(n_k) if (not causal or c <= r + diagonal)
+                        and (right < 0 or c <= r + diagonal + right)
+                        and (left < 0 or c >= r + diagonal - left)]
                 if not cols:
                     continue
-                s = [scale * float(np.dot(q[b, h, r].astype(float), k[b, h, c].astype(float)))
+                s = [scale * float(np.dot(q[b, h, r].astype(float), k[b, kh, c].astype(float)))
                      for c in cols]
                 m = max(s)
                 w = [math.exp(x - m) for x in s]
                 total = sum(w)
                 lse[b, h, r] = m + math.log(total)
-                o[b, h, r] = sum(wi * v[b, h, c].astype(float) for wi, c in zip(w, cols)) / total
+                o[b, h, r] = sum(wi * v[b, kh, c].astype(float) for wi, c in zip(w, cols)) / total
     return o, lse
 
 
@@ -107,3 +113,39 @@ def test_blockwise_equals_one_shot(n_q, n_k, br, bc, mask):
     np.testing.assert_allclose(o, o_ref, rtol=1e-12, atol=1e-12)
     np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(lse_ref))
     np.testing.assert_allclose(lse[np.isfinite(lse)], lse_ref[np.isfinite(lse_ref)], rtol=1e-12)
+
+
+@pytest.mark.parametrize("n_q,n_k,causal,window,diagonal,heads", [
+    (6, 6, False, (1, 1), None, (1, 1)), (5, 8, False, (2, -1), None, (2, 2)),
+    (8, 5, True, (2, 0), None, (3, 1)), (6, 7, False, (-1, 0), -2, (4, 2)),
+    (7, 7, False, (0, 0), 3, (2, 1)), (4, 9, False, None, None, (6, 3)),
+])
+def test_window_and_grouped_heads_match_definition(rng, n_q, n_k, causal, window, diagonal, heads):
+    H, H_kv = heads
+    q = rng.standard_normal((2, H, n_q, 3))
+    k, v = rng.standard_normal((2, H_kv, n_k, 3)), rng.standard_normal((2, H_kv, n_k, 3))
+    mask = dict(causal=causal, window=window, diagonal=diagonal)
+    o, lse = ref.attention_forward(q, k, v, softmax_scale=0.7, **mask)
+    o_bf, lse_bf = brute_force(q, k, v, causal, 0.7, diagonal, window)
+    np.testing.assert_allclose(o, o_bf, rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(lse_bf))
+    np.testing.assert_allclose(lse[np.isfinite(lse)], lse_bf[np.isfinite(lse_bf)], rtol=1e-12)
+
+
+@pytest.mark.parametrize("window,heads", [((1, 2), (1, 1)), ((2, 0), (3, 1)), (None, (4, 2))])
+def test_window_and_grouped_backward_match_finite_differences(rng, window, heads):
+    H, H_kv = heads
+    q, do = rng.standard_normal((1, H, 5, 3)), rng.standard_normal((1, H, 5, 3))
+    k, v = rng.standard_normal((1, H_kv, 6, 3)), rng.standard_normal((1, H_kv, 6, 3))
+    dq, dk, dv = ref.attention_backward(do, q, k, v, window=window)
+    assert dk.shape == k.shape and dv.shape == v.shape
+    eps = 1e-6
+    for x, grad in ((q, dq), (k, dk), (v, dv)):
+        for idx in [(0, 0, 0, 0), (0, x.shape[1] - 1, 4, 2), (0, 0, 2, 1)]:
+            old = x[idx]
+            x[idx] = old + eps
+            up = (ref.attention_forward(q, k, v, window=window)[0] * do).sum()
+            x[idx] = old - eps
+            down = (ref.attention_forward(q, k, v, window=window)[0] * do).sum()
+            x[idx] = old
+            assert grad[idx] == pytest.approx((up - down) / (2 * eps), rel=1e-5, abs=1e-8)

@@ -64,7 +64,7 @@ def report(B, H, N, d):
     kernel = make_flash_forward_fa2_tc(tiling, d, False)
     flat = [cuda.as_cuda_array(x).reshape(x.numel()) for x in sets[0]]
     args = (*flat, cuda.device_array(B * H * N * d, np.float32), cuda.device_array(B * H * N, np.float32),
-            np.float32(0.1), N, N, 0)
+            np.float32(0.1), N, N, 0, 0)
     grid, threads, smem = (tiling.Tr(N), B * H), tiling.threads_for(KERNEL), tiling.smem_bytes(KERNEL, d)
     stages["launch.launch (kernel only)"] = lambda i: launch(kernel, grid, threads, smem, *args)
     for label, fn in stages.items():

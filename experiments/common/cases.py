@@ -4,6 +4,12 @@ the simulator -- the same description for all four, so they cannot drift apart.
 
 FLOPs (written beside every timing): ``4 B H N_q N_k d`` for the forward pass, 2.5x that for the
 backward pass, half of it when causal (the paper's and flash-attention's benchmark convention).
+A sliding window is not discounted there; ``Case.band_flops`` counts the work the band really
+holds: 4 d per unmasked score forward, 2.5x that backward (``visible_scores``).
+
+Sliding windows (``window=(left, right)``, flash-attention's ``window_size``: row r sees keys
+r - left <= c <= r + right, -1 = unbounded side, causal ends it at r) and grouped K/V heads
+(``kv_heads``: GQA / MQA, H a multiple of it) run on method "fa2" only.
 """
 from __future__ import annotations
 
@@ -40,10 +46,29 @@ def attention_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool) -
     return total * (0.5 if causal else 1.0)
 
 
+def visible_scores(N: int, causal: bool, window: tuple[int, int] | None = None) -> int:
+    """Unmasked scores of one (batch, head) pair, N_q = N_k = N (diagonal 0): row r sees keys
+    max(0, r - left) <= c <= min(N - 1, r + right), right = 0 when causal, -1 = no bound."""
+    left, right = (-1, -1) if window is None else window
+    right = 0 if causal else right
+    rows = np.arange(N, dtype=np.int64)
+    first = np.maximum(0, rows - left) if left >= 0 else np.zeros(N, np.int64)
+    last = np.minimum(N - 1, rows + right) if right >= 0 else np.full(N, N - 1, np.int64)
+    return int(np.maximum(0, last - first + 1).sum())
+
+
+def band_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool,
+               window: tuple[int, int] | None = None) -> float:
+    """FLOPs of the unmasked scores only: 4 d each forward, x (1 + 2.5) with the backward."""
+    forward = 4.0 * d * B * H * visible_scores(N, causal, window)
+    return forward * (1.0 + BACKWARD_FLOPS_FACTOR) if passes == "fwd_bwd" else forward
+
+
 @dataclass(frozen=True)
 class Case:
     """One measured call pattern.  ``tiling`` is (Br, Bc) or None for the kernels' default;
-    ``dtype``: the inputs' format (float16 / bfloat16: HALF_METHODS)."""
+    ``dtype``: the inputs' format (float16 / bfloat16: HALF_METHODS); ``window``: (left, right)
+    or None; ``kv_heads``: K/V heads (None: H); both method "fa2" only, not deterministic."""
 
     method: str
     passes: str
@@ -55,6 +80,8 @@ class Case:
     tiling: tuple[int, int] | None = None
     deterministic: bool = False
     dtype: str = "float32"
+    window: tuple[int, int] | None = None
+    kv_heads: int | None = None
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -69,6 +96,28 @@ class Case:
             raise ValueError(f"passes must be one of {PASSES}, got {self.passes!r}")
         if self.tiling is not None:
             object.__setattr__(self, "tiling", tuple(self.tiling))
+        self._check_band_and_heads()
+
+    def _check_band_and_heads(self):
+        """Normalise and check ``window`` and ``kv_heads`` ((-1, -1) and H are None: the same call)."""
+        window, kv_heads = self.window, self.kv_heads
+        if window is not None:
+            window = tuple(window)
+            if len(window) != 2 or not all(isinstance(w, int) and not isinstance(w, bool) and w >= -1
+                                           for w in window):
+                raise ValueError(f"window must be None or (left, right), ints >= -1, got {self.window!r}")
+            if self.causal and window[1] > 0:
+                raise ValueError(f"window={window} with causal: the right side must be 0 or -1")
+            window = None if window == (-1, -1) else window
+        if kv_heads is not None:
+            if not isinstance(kv_heads, int) or isinstance(kv_heads, bool) or kv_heads < 1 or self.H % kv_heads:
+                raise ValueError(f"kv_heads must divide H={self.H}, got {kv_heads!r}")
+            kv_heads = None if kv_heads == self.H else kv_heads
+        if (window is not None or kv_heads is not None) and (self.method != "fa2" or self.deterministic):
+            raise ValueError(f"window and kv_heads run on method 'fa2' (not deterministic), got "
+                             f"{self.method!r}{' deterministic' if self.deterministic else ''}")
+        object.__setattr__(self, "window", window)
+        object.__setattr__(self, "kv_heads", kv_heads)
 
     @property
     def label(self) -> str:
@@ -81,6 +130,10 @@ class Case:
             parts.append("deterministic")
         if self.dtype != "float32":
             parts.append(self.dtype)
+        if self.window is not None:
+            parts.append(f"window{self.window[0]}_{self.window[1]}")
+        if self.kv_heads is not None:
+            parts.append(f"kv{self.kv_heads}")
         return "/".join(parts)
 
     @classmethod
@@ -93,16 +146,36 @@ class Case:
         tiling = next((tuple(int(x) for x in re.fullmatch(r"Br(\d+)Bc(\d+)", f).groups())
                        for f in flags if f.startswith("Br")), None)
         dtype = next((f for f in flags if f in DTYPES), "float32")
+        window = next((tuple(int(x) for x in re.fullmatch(r"window(-?\d+)_(-?\d+)", f).groups())
+                       for f in flags if f.startswith("window")), None)
+        kv_heads = next((int(f[2:]) for f in flags if re.fullmatch(r"kv\d+", f)), None)
         return cls(method, passes, B, H, N, d, causal="causal" in flags, tiling=tiling,
-                   deterministic="deterministic" in flags, dtype=dtype)
+                   deterministic="deterministic" in flags, dtype=dtype, window=window, kv_heads=kv_heads)
 
     @property
     def flops(self) -> float:
+        """By the benchmark convention (a window not discounted; see ``band_flops``)."""
         return attention_flops(self.B, self.H, self.N, self.d, self.passes, self.causal)
 
     @property
+    def band_flops(self) -> float:
+        """FLOPs of the scores the mask leaves (causal and window counted exactly)."""
+        return band_flops(self.B, self.H, self.N, self.d, self.passes, self.causal, self.window)
+
+    @property
     def shape(self) -> tuple[int, int, int, int]:
+        """q's (and do's, o's) shape."""
         return (self.B, self.H, self.N, self.d)
+
+    @property
+    def kv_shape(self) -> tuple[int, int, int, int]:
+        """k's and v's shape: ``kv_heads`` heads (GQA / MQA), else H."""
+        return (self.B, self.kv_heads or self.H, self.N, self.d)
+
+    def mask_kwargs(self) -> dict:
+        """The API's mask arguments: causal, and window only when set (the methods without
+        windows take no ``window``)."""
+        return {"causal": self.causal, **({"window": self.window} if self.window is not None else {})}
 
     def simulator_algorithms(self) -> list[str]:
         """The ``simulator.predict`` algorithms whose traffic this case's calls add up to."""
@@ -133,12 +206,17 @@ class Case:
 
 
 # ---- inputs ---------------------------------------------------------------------------------
+def _input_shape(case: Case, name: str) -> tuple[int, int, int, int]:
+    return case.kv_shape if name in ("k", "v") else case.shape
+
+
 def host_inputs(case: Case, seed: int) -> dict[str, np.ndarray]:
-    """q, k, v, do as NumPy arrays of shape (B, H, N, d), standard normal, in the case's dtype."""
+    """q, do (B, H, N, d) and k, v (B, H_kv, N, d) as NumPy arrays, standard normal, in the
+    case's dtype."""
     from numba_flash.precision import host_type
 
     rng = np.random.default_rng(seed)
-    return {name: rng.standard_normal(case.shape, dtype=np.float32).astype(host_type(case.dtype))
+    return {name: rng.standard_normal(_input_shape(case, name), dtype=np.float32).astype(host_type(case.dtype))
             for name in ("q", "k", "v", "do")}
 
 
@@ -153,7 +231,8 @@ def device_inputs(case: Case, seed: int) -> dict:
         return {name: cuda.to_device(x) for name, x in host_inputs(case, seed).items()}
     generator = torch.Generator(device="cuda").manual_seed(seed)
     dtype = getattr(torch, case.dtype)
-    return {name: torch.randn(case.shape, device="cuda", dtype=torch.float32, generator=generator).to(dtype)
+    return {name: torch.randn(_input_shape(case, name), device="cuda", dtype=torch.float32,
+                              generator=generator).to(dtype)
             for name in ("q", "k", "v", "do")}
 
 
@@ -171,11 +250,12 @@ def run_case(case: Case, inputs: dict) -> dict:
         o, p = numba_flash.standard_attention(q, k, v, causal=case.causal, return_probs=True, tiling=tiling)
         dq, dk, dv = numba_flash.standard_attention_backward(do, q, k, v, o, p, causal=case.causal, tiling=tiling)
         return {"o": o, "dq": dq, "dk": dk, "dv": dv}
+    mask = case.mask_kwargs()
     if case.passes == "fwd":
-        return {"o": numba_flash.flash_attention(q, k, v, causal=case.causal, algorithm=case.method, tiling=tiling)}
-    o, lse = numba_flash.flash_attention(q, k, v, causal=case.causal, algorithm=case.method,
+        return {"o": numba_flash.flash_attention(q, k, v, **mask, algorithm=case.method, tiling=tiling)}
+    o, lse = numba_flash.flash_attention(q, k, v, **mask, algorithm=case.method,
                                          tiling=tiling, return_lse=True)
-    dq, dk, dv = numba_flash.flash_attention_backward(do, q, k, v, o, lse, causal=case.causal, tiling=tiling,
+    dq, dk, dv = numba_flash.flash_attention_backward(do, q, k, v, o, lse, **mask, tiling=tiling,
                                                       deterministic=case.deterministic,
                                                       algorithm=BACKWARD_ALGORITHM[case.method])
     return {"o": o, "dq": dq, "dk": dk, "dv": dv}

@@ -4,9 +4,11 @@ With torch (on the GPU) the reference is the attention math in float64 torch ops
 blocks of heads and query rows so that it fits in memory at any N: for each block,
 S = scale q k^T, P = softmax(S) (full rows: every key is there), o = P v; and for the backward
 pass dP = dO v^T, dS = P * (dP - rowsum(dO * o)), dq = scale dS k, with dk += scale dS^T q and
-dv += P^T dO summed over the row blocks.  Without torch: ``numba_flash.reference``.  The error
-of a tensor is ``max|out - ref| / max|ref|``; a case fails loudly (``MismatchError``) when any
-output's error exceeds the tolerance.
+dv += P^T dO summed over the row blocks.  A sliding window masks the scores outside the band
+as the causal mask does; grouped K/V heads (GQA / MQA) are repeated over their query heads for
+the reference, and dk, dv summed back over each group.  Without torch: ``numba_flash.reference``.
+The error of a tensor is ``max|out - ref| / max|ref|``; a case fails loudly (``MismatchError``)
+when any output's error exceeds the tolerance.
 
 float16 / bfloat16 cases follow flash-attention's rule: the error must be at most 2x (outputs)
 or 3x (gradients) that of a plain implementation in the same format, measured on the same
@@ -59,15 +61,35 @@ def _as_torch(t, dtype):
     return torch.as_tensor(t, device="cuda")
 
 
-def _block_attention(x, hs, rs, scale, causal, N, grads, dtype):
+def _visible(rs, N, causal, window):
+    """(rows, N) booleans: row r sees key c (causal: c <= r; window (left, right): r - left <= c
+    <= r + right, -1 unbounded); None when every row sees every key."""
+    import torch
+
+    left, right = (-1, -1) if window is None else window
+    if not causal and left < 0 and right < 0:
+        return None
+    rows = torch.arange(rs.start, rs.stop, device="cuda")[:, None]
+    cols = torch.arange(N, device="cuda")[None, :]
+    ok = torch.ones((rs.stop - rs.start, N), dtype=torch.bool, device="cuda")
+    if causal:
+        ok &= cols <= rows
+    if right >= 0:
+        ok &= cols <= rows + right
+    if left >= 0:
+        ok &= cols >= rows - left
+    return ok
+
+
+def _block_attention(x, hs, rs, scale, mask, N, grads, dtype):
     """The block's o (and ds, p, do) in ``dtype`` arithmetic, as described in the module
-    docstring (float64: the reference)."""
+    docstring (float64: the reference); ``mask``: (causal, window)."""
     import torch
 
     q, k, v = (x[n][hs, rs].to(dtype) if n == "q" else x[n][hs].to(dtype) for n in ("q", "k", "v"))
     s = (q @ k.transpose(-1, -2)) * scale
-    if causal:
-        visible = torch.arange(N, device="cuda")[None, :] <= torch.arange(rs.start, rs.stop, device="cuda")[:, None]
+    visible = _visible(rs, N, *mask)
+    if visible is not None:
         s = s.masked_fill(~visible, float("-inf"))
     p = torch.softmax(s.float() if dtype != torch.float64 else s, dim=-1).to(dtype)
     del s
@@ -92,11 +114,22 @@ def _torch_errors(case: Case, inputs: dict, outputs: dict) -> tuple[dict[str, fl
     import torch
 
     B, H, N, d = case.shape
+    h_kv = case.kv_shape[1]
+    group = H // h_kv
     scale = 1.0 / math.sqrt(d)
     fmt = getattr(torch, case.dtype)
     half = case.dtype != "float32"
-    x = {n: torch.as_tensor(t, device="cuda").reshape(B * H, N, d) for n, t in inputs.items()}
-    ours = {n: _as_torch(t, fmt).reshape(B * H, N, d) for n, t in outputs.items()}
+    mask = (case.causal, case.window)
+
+    def heads_of_q(name, t):   # K/V heads repeated over their query heads
+        t = torch.as_tensor(t, device="cuda")
+        if name in ("k", "v") and group > 1:
+            t = t.repeat_interleave(group, dim=1)
+        return t.reshape(B * H, N, d)
+
+    x = {n: heads_of_q(n, t) for n, t in inputs.items()}
+    ours = {n: _as_torch(t, fmt).reshape(B * (h_kv if n in ("dk", "dv") else H), N, d)
+            for n, t in outputs.items()}
     whos = ("ours", "plain") if half else ("ours",)
     grads = "dq" in ours
     diff = {who: dict.fromkeys(ours, 0.0) for who in whos}
@@ -108,11 +141,12 @@ def _torch_errors(case: Case, inputs: dict, outputs: dict) -> tuple[dict[str, fl
             ref_max[name] = max(ref_max[name], float(ref.abs().max()))
 
     acc = {}
+    grouped = {}   # GQA: (who, name) -> dk or dv summed over each group, (B H_kv, N, d)
     for hs, rs in _blocks(B * H, N):
-        o, back = _block_attention(x, hs, rs, scale, case.causal, N, grads, torch.float64)
-        mine = {"ours": {n: t[hs, rs] for n, t in ours.items()}}
+        o, back = _block_attention(x, hs, rs, scale, mask, N, grads, torch.float64)
+        mine = {"ours": {n: t[hs, rs] for n, t in ours.items() if n not in ("dk", "dv")}}
         if half:
-            po, pback = _block_attention(x, hs, rs, scale, case.causal, N, grads, fmt)
+            po, pback = _block_attention(x, hs, rs, scale, mask, N, grads, fmt)
             mine["plain"] = {"o": po}
             if grads:
                 mine["plain"].update((n, g.float()) for n, g in _gradients(pback, scale).items())
@@ -127,28 +161,38 @@ def _torch_errors(case: Case, inputs: dict, outputs: dict) -> tuple[dict[str, fl
         for who, blocks in sources.items():
             for n in ("dk", "dv"):   # summed over the row blocks of these heads
                 acc[who, n] = blocks[n] if rs.start == 0 else acc[who, n] + blocks[n]
-        if rs.stop == N:
+        if rs.stop == N and group > 1:
+            kv = torch.arange(hs.start, hs.stop, device="cuda") // group
+            for (who, n), block in acc.items():
+                if (who, n) not in grouped:
+                    grouped[who, n] = torch.zeros((B * h_kv, N, d), dtype=block.dtype, device="cuda")
+                grouped[who, n].index_add_(0, kv, block)
+        elif rs.stop == N:
             for n in ("dk", "dv"):
                 compare("ours", n, ours[n][hs], acc["ref", n])
                 if half:
                     compare("plain", n, acc["plain", n].to(fmt), acc["ref", n])
+    for n in ("dk", "dv") if grads and group > 1 else ():
+        compare("ours", n, ours[n], grouped["ref", n])
+        if half:
+            compare("plain", n, grouped["plain", n].to(fmt), grouped["ref", n])
     errors = {who: {n: diff[who][n] / max(ref_max[n], 1e-30) for n in ours} for who in whos}
     return errors["ours"], errors.get("plain", {})
 
 
-def _numpy_reference(chunk: dict, causal: bool, grads: bool) -> dict:
+def _numpy_reference(chunk: dict, mask: dict, grads: bool) -> dict:
     from numba_flash import reference
 
-    o, _ = reference.attention_forward(chunk["q"], chunk["k"], chunk["v"], causal=causal)
+    o, _ = reference.attention_forward(chunk["q"], chunk["k"], chunk["v"], **mask)
     if not grads:
         return {"o": o}
-    dq, dk, dv = reference.attention_backward(chunk["do"], chunk["q"], chunk["k"], chunk["v"], causal=causal)
+    dq, dk, dv = reference.attention_backward(chunk["do"], chunk["q"], chunk["k"], chunk["v"], **mask)
     return {"o": o, "dq": dq, "dk": dk, "dv": dv}
 
 
 def _numpy_errors(case: Case, inputs: dict, outputs: dict) -> dict[str, float]:
     x = {n: _to_numpy(t) for n, t in inputs.items()}
-    ref = _numpy_reference(x, case.causal, "dq" in outputs)
+    ref = _numpy_reference(x, case.mask_kwargs(), "dq" in outputs)
     return {name: float(np.abs(_to_numpy(out) - ref[name]).max() / max(np.abs(ref[name]).max(), 1e-30))
             for name, out in outputs.items()}
 

@@ -10,7 +10,8 @@ from .context import RunContext
 
 
 def kernel_config(case: Case):
-    """The ``numba_flash.KernelConfig`` of a case's calls."""
+    """The ``numba_flash.KernelConfig`` of a case's calls (its window's sides and its group of
+    query heads per K/V head decide kernels too)."""
     from numba_flash import KernelConfig
 
     backward = None
@@ -18,7 +19,8 @@ def kernel_config(case: Case):
         backward = "standard" if case.method == "standard" else BACKWARD_ALGORITHM[case.method]
     return KernelConfig(d=case.d, n_q=case.N, causal=case.causal, forward=case.method,
                         backward=backward, deterministic=case.deterministic,
-                        tiling=case.tiling_object(), dtype=case.dtype)
+                        tiling=case.tiling_object(), dtype=case.dtype, window=case.window,
+                        group=case.H // (case.kv_heads or case.H))
 
 
 def build_kernels(ctx: RunContext, name: str, cases: list[Case]) -> None:

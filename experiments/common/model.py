@@ -61,12 +61,15 @@ def hardware(name: str = MEASURED_GPU):
 
 
 def workload(case: Case, dtype_bytes: int | None = None):
-    """The case's Workload, of ``dtype_bytes`` elements (None: its dtype's)."""
+    """The case's Workload, of ``dtype_bytes`` elements (None: its dtype's); its ``window`` and
+    ``kv_heads`` are passed only when set."""
     from simulator import Workload
 
     dtype_bytes = dtype_bytes or DTYPE_BYTES[case.dtype]
+    band = {name: value for name, value in (("window", case.window), ("kv_heads", case.kv_heads))
+            if value is not None}
     return Workload(B=case.B, H=case.H, N_q=case.N, N_k=case.N, d=case.d, dtype_bytes=dtype_bytes,
-                    causal=case.causal)
+                    causal=case.causal, **band)
 
 
 def kernel_tiling(algorithm: str, d: int, n: int):

@@ -18,7 +18,8 @@ BY_SIMULATOR = "count_traffic (CUDA simulator)"
 @dataclass(frozen=True)
 class MeasuredTraffic:
     """Bytes between the SMs and global memory (``read_bytes``/``write_bytes``: what the
-    tiled algorithm's count predicts), plus DRAM bytes and kernel time where ncu gives them."""
+    tiled algorithm's count predicts), plus DRAM bytes and kernel time where ncu gives them, and
+    the reads of K and V where count_traffic gives them."""
 
     read_bytes: float
     write_bytes: float
@@ -26,6 +27,7 @@ class MeasuredTraffic:
     dram_bytes: float | None = None
     gpu_time_ms: float | None = None
     kernels: int | None = None
+    kv_read_bytes: float | None = None
 
     @property
     def total_bytes(self) -> float:
@@ -52,5 +54,6 @@ def measure_traffic(ctx: RunContext, name: str, cases: list[Case]) -> dict[Case,
         except Exception as exc:  # recorded in the CSV's note; the other points still run
             measured[case] = failure_note(exc)
             continue
-        measured[case] = MeasuredTraffic(counted.read_bytes, counted.write_bytes, BY_SIMULATOR)
+        measured[case] = MeasuredTraffic(counted.read_bytes, counted.write_bytes, BY_SIMULATOR,
+                                         kv_read_bytes=counted.kv_read_bytes)
     return measured

@@ -40,7 +40,7 @@ from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
 from .storage import storage_ops
-from .tiles import LN2, ONE, POS_INF, ZERO, active_blocks, lse_base2, masked, tile_ops
+from .tiles import LN2, ONE, POS_INF, ZERO, key_block_range, lse_base2, masked, tile_ops
 
 VERSION = 3
 
@@ -93,7 +93,7 @@ def _make_recompute(t, d, causal):
             r = min(ty + TY * a, BR - 1)
             for b in range(CB):
                 c = tx + TX * b
-                if masked(r, c, row0, col0, cols, off, causal):
+                if masked(r, c, row0, col0, cols, off, 0, causal, False):
                     p[a, b] = 0.0
                 else:
                     p[a, b] = math.exp2(p[a, b] - Lrow[r])
@@ -179,7 +179,7 @@ def make_flash_backward_kv(tiling: Tiling, d: int, causal: bool, atomic_dq: bool
         for i in range(tr):
             row0 = i * BR
             rows = min(BR, n_q - row0)
-            if j >= active_blocks(row0 + rows - 1, diagonal, BC, tc, causal):
+            if j >= key_block_range(row0, row0 + rows - 1, diagonal, 0, BC, n_k, causal, False)[1]:
                 continue
             # barrier: Kj, Vj loaded; the previous step is done with Qi, dOi, P, dS, L, D
             cuda.syncthreads()
@@ -273,7 +273,7 @@ def make_flash_backward_dq(tiling: Tiling, d: int, causal: bool):
             for b in range(OB):
                 dq_acc[a, b] = 0.0
 
-        for j in range(active_blocks(row0 + rows - 1, diagonal, BC, tc, causal)):
+        for j in range(key_block_range(row0, row0 + rows - 1, diagonal, 0, BC, n_k, causal, False)[1]):
             col0 = j * BC
             cols = min(BC, n_k - col0)
             # barrier: the previous step is done with Kj, Vj, dS (and Qi, dOi, L, D are loaded)

@@ -1,15 +1,18 @@
 """FlashAttention backward on tensor cores in fp16 or bf16 (one body; the format is a
 compile-time parameter): mma.sync m16n8k16 with fp32 accumulators, KV-outer as FA2.
 
-Algorithm (per batch-head, K/V block j; grid Tc x B*H, Bc/16 warps a block, warp w owning
-keys 16w .. 16w + 15 of the block)::
+Algorithm (per K/V head and K/V block j; grid Tc x B*H_kv, Bc/16 warps a block, warp w
+owning keys 16w .. 16w + 15 of the block)::
 
     D = rowsum(dO * O), dQacc = 0 (fp32)  (flash_backward.make_row_dot, before this kernel)
-    Kj, Vj, and Qi, dOi, L_i, D_i of the first row block that sees Kj: HBM -> SRAM by cp.async
+    Kj, Vj (once), and Qi, dOi, L_i, D_i of the first step: HBM -> SRAM by cp.async
     dKj = dVj = 0                         (registers: C fragments of the warp's 16 keys)
-    for each active row block i:          (causal: from the first row block that sees a key)
+    for each query head of the K/V head's group (GQA / MQA: GROUP of them; 1 without):
+      for each row block i that sees Kj:  (row_block_range: rows outside the band neither
+                                           loaded nor computed; the same range each head)
         wait for Qi, dOi, L_i, D_i; barrier
-        Qi+1, dOi+1, L_i+1, D_i+1: HBM -> the other SRAM stage by cp.async (in flight)
+        the next step's Qi, dOi, L_i, D_i (the next row block of the head, else the first of
+        the next head): HBM -> the other SRAM stage by cp.async (in flight)
         S^T = Kj Qi^T                     (registers: fp32 C fragments, rows keys, cols queries)
         P^T = exp2(scale S^T - L_i log2 e), masked   (in place, fp32)
         dP^T = Vj dOi^T;  dS^T = P^T * (dP^T - D_i)  (fp32)
@@ -17,18 +20,25 @@ keys 16w .. 16w + 15 of the block)::
         dVj += P^T dOi;  dKj += dS^T Qi   (dOi, Qi fragments by ldmatrix.trans)
         dS^T -> SRAM (format); barrier
         dQacc_i += softmax_scale dS Kj    (warps split Br x d; fp32 atomics into HBM)
-    dKj times softmax_scale, both rounded to the format -> HBM;  dQ = dQacc rounded (api)
+    dKj times softmax_scale, both rounded to the format -> HBM, once (GQA: sums over the
+    group's query heads);  dQ = dQacc rounded (api)
+
+The mask is a band (simulator.spec.Mask: causal, a sliding window, or both sides), fixed at
+compile time as ``upper`` / ``lower``, its offsets ``hi``, ``lo`` at run time; tiles inside
+the band (``needs_mask`` false) skip the per-element comparisons.
 
 Precision as FlashAttention-2: products of format values with fp32 sums; P and dS rounded to
 the format once for their products; statistics, dP, D and all accumulators in fp32. dKj, dVj
-accumulate on the tensor cores across row blocks (the fp32 kernel sums each row block from zero
-because TF32 mma's truncating adds cost it accuracy at fp32 level; here they are ~2^-23 against
-the format's 2^-9..2^-12 roundings of P and dS, so no extra adds or registers are spent).
+accumulate on the tensor cores across row blocks and heads (the fp32 kernel sums each row
+block from zero because TF32 mma's truncating adds cost it accuracy at fp32 level; here they
+are ~2^-23 against the format's 2^-9..2^-12 roundings of P and dS, so no extra adds or
+registers are spent).
 
 SRAM (uint16 elements, row stride LD = half_stride(d) = D16 + 8, D16 = d rounded up to the mma's
 k = 16; an odd number of 16-byte chunks, so ldmatrix's 8 row addresses meet no bank conflict):
     Kj, Vj     Bc x LD, row-major as in HBM, the whole kernel
-    Qi, dOi    two stages of Br x LD each (stage (i - i0) % 2)
+    Qi, dOi    two stages of Br x LD each (stage = the step's parity, steps counted over heads
+               and row blocks)
     dS^T       Bc x LS (LS = Br + 8, keys x queries): one i step
     L, D       two stages of Br fp32 each (read through an fp32 view of the same memory): L_i
                as saved, taken to base 2 when read (+inf where a row saw no key: P = 0); rows
@@ -59,12 +69,18 @@ results/h200/tuning/tune_half_bwd_v1_d*.csv; bench: results/h200/bench/bench_hal
         77 at 64 x 64. Bench, forward v3 + this: forward + backward 0.60-0.66x SDPA
         FLASH_ATTENTION on the four shapes, fp16 and bf16 (171 / 180 / 188 / 159 TFLOP/s fp16 at
         (4,16,4096,64), (4,16,4096,128), (1,16,16384,64), causal (2,32,4096,128)).
+    v2  band mask (sliding window, combinable with causal) and GQA / MQA: grid over K/V heads,
+        the group's query heads looped in the block (Kj, Vj loaded once, dKj, dVj summed over
+        them; the cp.async prefetch runs on across heads), row blocks from row_block_range;
+        heaviest-first order kept for upper-only masks. Checked against float64 under the CUDA
+        simulator only; no speed change intended, not measured on the GPU yet.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import cuda, float32, uint16, uint32, uint64
 
+from simulator.spec import Mask
 from simulator.tiling import Tiling
 
 from ..kernel_cache import kernel_factory
@@ -72,23 +88,29 @@ from ..launch import jit_options, smem_alignment
 from .half import half_ops
 from .half_tiles import make_tile_copy
 from .mma import warp_ops
-from .tiles import (ZERO, first_active_row_block, lse_base2, make_key_rows_store, masked,
+from .tiles import (ZERO, lse_base2, make_key_rows_store, masked, needs_mask, row_block_range,
                     tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 1
+VERSION = 2
 
 
 @kernel_factory
-def make_flash_backward_half(tiling: Tiling, d: int, causal: bool, dtype: str, vector: bool):
-    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, diagonal)`` on flat
-    (1-D) views: q, do: (B*H, N_q, d) and k, v, dk, dv: (B*H, N_k, d) uint16 patterns of
-    ``dtype`` ("float16" or "bfloat16"); lse, dvec (D): (B*H, N_q) float32; dq: (B*H, N_q, d)
-    float32, zeros (the kernel adds scale dS K into it). ``scale`` the softmax scale and
-    ``qscale`` = scale * log2(e), float32; ``diagonal`` (read only when ``causal``): row r sees
-    key c iff c <= r + diagonal. ``vector``: d % 8 == 0 and q, k, v, do 16-byte aligned (tiles
-    copied by cp.async). Launch with grid (Tc, B*H), ``tiling.threads_for("flash_backward_half")``
-    threads and ``tiling.smem_bytes("flash_backward_half", d)`` bytes of dynamic shared memory."""
+def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: str,
+                             vector: bool):
+    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo)`` on flat
+    (1-D) views: q, do: (B*H, N_q, d) and k, v, dk, dv: (B*H_kv, N_k, d) uint16 patterns of
+    ``dtype`` ("float16" or "bfloat16"), H_kv = H / mask.group (query head bh reads K/V head
+    bh // group); lse, dvec (D): (B*H, N_q) float32; dq: (B*H, N_q, d) float32, zeros (the
+    kernel adds scale dS K into it). ``mask``: a ``simulator.spec.Mask``, or a bool (causal or
+    not); ``hi``, ``lo`` (int64, read only with ``mask.upper`` / ``mask.lower``, else pass 0):
+    row r sees key c iff c <= r + hi and r + lo <= c. ``scale`` the softmax scale and
+    ``qscale`` = scale * log2(e), float32. ``vector``: d % 8 == 0 and q, k, v, do 16-byte
+    aligned (tiles copied by cp.async). Launch with grid (Tc, B*H_kv),
+    ``tiling.threads_for("flash_backward_half")`` threads and
+    ``tiling.smem_bytes("flash_backward_half", d)`` bytes of dynamic shared memory."""
+    mask = Mask.of(mask)
+    UPPER, LOWER, GROUP = mask.upper, mask.lower, mask.group
     BR, BC = tiling.Br, tiling.Bc
     T = tiling.threads_for("flash_backward_half")
     WARPS = T // 32
@@ -167,17 +189,18 @@ def make_flash_backward_half(tiling: Tiling, d: int, causal: bool, dtype: str, v
         cuda.jit(device=True)(unrolled(f)) for f in (rows_times_tile_t, add_scores_times_tile,
                                                     pack_fragments))
 
-    def flash_backward_half(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, diagonal):
+    def flash_backward_half(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo):
         # one block of dynamic shared memory, three views: 16-bit tiles, fp32 L and D, and
         # 4-byte words for the stores of dS^T
         smem = cuda.shared.array(0, uint16, alignment=ALIGN)
         stats = cuda.shared.array(0, float32, alignment=ALIGN)
         words = cuda.shared.array(0, uint32, alignment=ALIGN)
-        j, bh = cuda.blockIdx.x, cuda.blockIdx.y
-        if causal:
+        j, kvh = cuda.blockIdx.x, cuda.blockIdx.y     # K/V block, K/V head
+        if UPPER and not LOWER:
             # low j see the most row blocks: start them first over all heads, so that the final
-            # wave holds the lightest blocks
-            j, bh = tile_major_block()
+            # wave holds the lightest blocks (a window's blocks see about as many each: plain
+            # order)
+            j, kvh = tile_major_block()
         col0 = j * BC
         cols = min(BC, n_k - col0)
         tid = cuda.threadIdx.x
@@ -187,14 +210,15 @@ def make_flash_backward_half(tiling: Tiling, d: int, causal: bool, dtype: str, v
         t = lane % 4                  # thread in group: its queries are 2t, 2t + 1 of each 8
         mi, ml = lane // 8, lane % 8  # the ldmatrix matrix and row this lane addresses
         wkey = warp * 16              # this warp's first key of the Bc tile
-        tr = (n_q + BR - 1) // BR
-        i0 = first_active_row_block(col0, diagonal, BR, n_q, causal)
+        # the row blocks that see Kj, the same for each query head (the band does not depend
+        # on the head)
+        first, end = row_block_range(col0, col0 + cols - 1, hi, lo, BR, n_q, UPPER, LOWER)
 
-        copy_kv(smem, KO, k, bh * n_k + col0, cols, tid)
-        copy_kv(smem, VO, v, bh * n_k + col0, cols, tid)
-        if i0 < tr:
-            load_row_block(smem, stats, uint64(0), q, do, lse, dvec, bh * n_q + i0 * BR,
-                           min(BR, n_q - i0 * BR), tid)
+        copy_kv(smem, KO, k, kvh * n_k + col0, cols, tid)
+        copy_kv(smem, VO, v, kvh * n_k + col0, cols, tid)
+        if first < end:
+            load_row_block(smem, stats, uint64(0), q, do, lse, dvec,
+                           kvh * GROUP * n_q + first * BR, min(BR, n_q - first * BR), tid)
         commit()
 
         s = cuda.local.array((NT, 4), float32)    # registers: S^T, then P^T (C fragments)
@@ -224,17 +248,27 @@ def make_flash_backward_half(tiling: Tiling, d: int, causal: bool, dtype: str, v
             qa[f] = sa + uint64(16 * (ua // CP))
             qb[f] = kb + uint64(16 * (u - u // CP * CP))
 
-        for i in range(i0, tr):
+        # steps: the row blocks first <= i < end of each query head of the group in turn (one
+        # loop, not a loop over heads around one over row blocks: at GROUP = 1 the nested form
+        # cost ptxas 32 B of spills at 64 x 128, d = 64)
+        nb = max(0, end - first)      # row blocks a head
+        for step in range(GROUP * nb):
+            qh = step // nb if GROUP > 1 else 0
+            i = first + step - qh * nb
+            bh = kvh * GROUP + qh     # query head (GQA: the group's heads in turn)
             row0 = i * BR
             rows = min(BR, n_q - row0)
-            stage = uint64((i - i0) % 2)
+            stage = uint64(step % 2)
             wait_all()
             # barrier: this step's Qi, dOi, L_i, D_i (first step: and Kj, Vj) complete in SRAM;
             # every warp done with the previous step (its stage and dS are free)
             cuda.syncthreads()
-            if i + 1 < tr:
+            if step + 1 < GROUP * nb:
+                nbh, nrow0 = bh, row0 + BR            # the head's next row block,
+                if GROUP > 1 and i + 1 == end:
+                    nbh, nrow0 = bh + 1, first * BR   # else the next head's first
                 load_row_block(smem, stats, uint64(1) - stage, q, do, lse, dvec,
-                               bh * n_q + row0 + BR, min(BR, n_q - row0 - BR), tid)
+                               nbh * n_q + nrow0, min(BR, n_q - nrow0), tid)
                 commit()
             qs = QO + stage * QSTAGE
             os = OO + stage * QSTAGE
@@ -252,14 +286,15 @@ def make_flash_backward_half(tiling: Tiling, d: int, causal: bool, dtype: str, v
                         x = exp2(s[n, 2 * hk + e] * qscale - l2)
                         s[n, 2 * hk + e] = x
                         ds[n, 2 * hk + e] = x * (ds[n, 2 * hk + e] - dr)
-            # interior tiles (full, and left of the causal diagonal) need no mask; rows past
-            # N_q have dO = 0 and D = 0, so dS = 0 and P^T dO = 0 there
-            if cols < BC or (causal and col0 + BC - 1 > row0 + diagonal):
+            # interior tiles (full, and inside the band) need no mask; rows past N_q have
+            # dO = 0 and D = 0, so dS = 0 and P^T dO = 0 there
+            if needs_mask(row0, BR, col0, cols, BC, hi, lo, UPPER, LOWER):
                 for hk in static_range(2):
                     key = wkey + g + 8 * hk
                     for n in static_range(NT):
                         for e in static_range(2):
-                            if masked(8 * n + 2 * t + e, key, row0, col0, cols, diagonal, causal):
+                            if masked(8 * n + 2 * t + e, key, row0, col0, cols, hi, lo, UPPER,
+                                      LOWER):
                                 s[n, 2 * hk + e] = ZERO
                                 ds[n, 2 * hk + e] = ZERO
             pack_fragments(p16, s)
@@ -309,6 +344,6 @@ def make_flash_backward_half(tiling: Tiling, d: int, causal: bool, dtype: str, v
                                         cuda.atomic.add(dq, at + uint64(c), scale * cq[f, h2, 2 * hr + e])
         wait_all()   # (no active row block: the copies of Kj, Vj may still be in flight)
 
-        store_key_rows(dk, dv, dk_acc, dv_acc, scale, bh * n_k + col0, wkey + g, cols, t)
+        store_key_rows(dk, dv, dk_acc, dv_acc, scale, kvh * n_k + col0, wkey + g, cols, t)
 
     return cuda.jit(**jit_options("flash_backward_half", tiling, d))(unrolled(flash_backward_half))

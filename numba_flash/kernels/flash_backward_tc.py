@@ -1,11 +1,13 @@
 """FlashAttention backward on tensor cores: TF32 mma.sync with the 3xTF32 split, KV-outer.
 
-Algorithm (per batch-head, K/V block j; grid Tc x B*H, Bc/16 warps a block)::
+Algorithm (per K/V head and K/V block j; grid Tc x B*H_kv, Bc/16 warps a block)::
 
     D = rowsum(dO * O), dQ = 0           (flash_backward.make_row_dot, before this kernel)
-    load Kj, Vj (Bc x d) HBM -> SRAM as TF32 hi + lo parts; dKj = dVj = 0
+    load Kj, Vj (Bc x d) HBM -> SRAM as TF32 hi + lo parts, once; dKj = dVj = 0
                                          (registers: warp w owns keys 16w..16w+15 of dK, dV)
-    for each active row block i:         (causal: row blocks that see no key of Kj skipped)
+    for each query head of the K/V head's group (GQA / MQA: GROUP of them; 1 without):
+      for each row block i that sees Kj: (row_block_range: rows outside the band are neither
+                                          loaded nor computed; the range is the same each head)
         load Qi (times scale*log2(e)), dOi -> SRAM as hi + lo, each twice (row-major and
                                          transposed); L_i (base 2), D_i -> SRAM
         S^T = Kj Qi^T                    (registers: mma C fragments, rows = keys, cols = queries)
@@ -14,11 +16,18 @@ Algorithm (per batch-head, K/V block j; grid Tc x B*H, Bc/16 warps a block)::
         dP^T = Vj dOi^T;  dS^T = P^T * (dP^T - D_i)
         dKj += dS^T Qi;  dS -> SRAM as hi + lo
         dQ_i += scale dS Kj              (warps split the Br x d product; fp32 atomics, HBM)
-    dKj times ln 2 (scale dS^T Q, as Qi holds scale*log2(e) q), dVj -> HBM
+    dKj times ln 2 (scale dS^T Q, as Qi holds scale*log2(e) q), dVj -> HBM, once: with GQA
+    they are sums over the group's query heads
+
+The mask is a band (simulator.spec.Mask: causal, a sliding window, or both sides), fixed at
+compile time as ``upper`` / ``lower``, its offsets ``hi``, ``lo`` at run time; tiles inside
+the band (``needs_mask`` false) skip the per-element comparisons.
 
 The HBM traffic is the FFMA backward's (flash_backward.py, v3) element for element: the same
 tile loads, one atomic add per dQ element per active block pair, dK and dV written once;
-simulator.predict("flash_backward_tc") counts it (tests/test_traffic_exact.py).
+simulator.predict("flash_backward_tc") counts it (tests/test_traffic_exact.py; causal or no
+mask, GROUP = 1). With GQA, Kj, Vj are read and dKj, dVj written once per K/V head, not per
+query head.
 
 Tensor cores: m16n8k8 TF32 products, each operand split into hi + lo and multiplied as
 a_hi b_hi + a_hi b_lo + a_lo b_hi (warp_ops().mma_3xtf32), so results are at fp32 level. dKj,
@@ -108,6 +117,11 @@ same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py --back
         read before the dS barrier; compute-sanitizer racecheck without it on the H200 (tools/
         sanitize_kernels.py --only bwd_fa2: d = 20, 24, 40, 64, 80, causal, ragged): 0 hazards.
         Not timed.
+    v8  band mask (sliding window, combinable with causal) and GQA / MQA: grid over K/V heads,
+        the group's query heads looped in the block (Kj, Vj loaded once, dKj, dVj summed over
+        them), row blocks from row_block_range (no skipped-block trips); heaviest-first order
+        kept for upper-only masks. Checked against float64 under the CUDA simulator only; no
+        speed change intended, not measured on the GPU yet.
 """
 from __future__ import annotations
 
@@ -115,26 +129,31 @@ from __future__ import annotations
 import numpy as np
 from numba import cuda, float32, uint64
 
+from simulator.spec import Mask
 from simulator.tiling import Tiling
 
 from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
-from .tiles import (LN2, ONE, POS_INF, ZERO, active_blocks, identity, lse_base2,
-                    make_key_rows_store, masked, scaled_element, tile_major_block)
+from .tiles import (LN2, ONE, POS_INF, ZERO, identity, lse_base2, make_key_rows_store, masked,
+                    needs_mask, row_block_range, scaled_element, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 7
+VERSION = 8
 
 
 @kernel_factory
-def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
-    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, diagonal)`` on flat
-    (1-D) views of q, do, dq: (B*H, N_q, d); k, v, dk, dv: (B*H, N_k, d); lse, dvec: (B*H, N_q);
-    ``qscale`` = scale * log2(e), float32; ``diagonal`` (int, read only when ``causal``): row r
-    sees key c iff c <= r + diagonal. dq must hold zeros (the kernel adds into it). Launch
-    with grid (Tc, B*H), ``tiling.threads_for("flash_backward_tc")`` threads and
-    ``tiling.smem_bytes("flash_backward_tc", d)`` bytes of dynamic shared memory."""
+def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
+    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo)`` on flat
+    (1-D) views of q, do, dq: (B*H, N_q, d); lse, dvec: (B*H, N_q); k, v, dk, dv: (B*H_kv, N_k,
+    d), H_kv = H / mask.group (query head bh reads K/V head bh // group). ``mask``: a
+    ``simulator.spec.Mask``, or a bool (causal or not); ``hi``, ``lo`` (int64, read only with
+    ``mask.upper`` / ``mask.lower``, else pass 0): row r sees key c iff c <= r + hi and
+    r + lo <= c. ``qscale`` = scale * log2(e), float32. dq must hold zeros (the kernel adds
+    into it). Launch with grid (Tc, B*H_kv), ``tiling.threads_for("flash_backward_tc")``
+    threads and ``tiling.smem_bytes("flash_backward_tc", d)`` bytes of dynamic shared memory."""
+    mask = Mask.of(mask)
+    UPPER, LOWER, GROUP = mask.upper, mask.lower, mask.group
     BR, BC = tiling.Br, tiling.Bc
     T = tiling.threads_for("flash_backward_tc")
     WARPS = T // 32
@@ -259,15 +278,16 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
     rows_times_tile_t, add_scores_times_tile = (
         cuda.jit(device=True)(unrolled(f)) for f in (rows_times_tile_t, add_scores_times_tile))
 
-    def flash_backward_tc(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, diagonal):
+    def flash_backward_tc(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
         # SRAM tiles: Kj at KO and Vj at VO for the whole kernel; Qi at QO and QTO, dOi at OO
         # and OTO, dS at SO, L at LO, D at DO for one i step
-        j, bh = cuda.blockIdx.x, cuda.blockIdx.y
-        if causal:
+        j, kvh = cuda.blockIdx.x, cuda.blockIdx.y     # K/V block, K/V head
+        if UPPER and not LOWER:
             # low j see the most row blocks: start them first over all heads, so that the final
-            # wave holds the lightest blocks and the multiprocessors finish together
-            j, bh = tile_major_block()
+            # wave holds the lightest blocks and the multiprocessors finish together (a window's
+            # blocks see about as many each: plain order)
+            j, kvh = tile_major_block()
         tid = cuda.threadIdx.x
         lane = tid % 32
         warp = tid // 32
@@ -276,14 +296,13 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
         wkey = warp * 16        # this warp's first key of the Bc tile
         col0 = j * BC
         cols = min(BC, n_k - col0)
-        tr = (n_q + BR - 1) // BR
-        tc = (n_k + BC - 1) // BC
+        first, end = row_block_range(col0, col0 + cols - 1, hi, lo, BR, n_q, UPPER, LOWER)
 
-        load_pair_tile(smem, KO, k, bh * n_k + col0, cols, tid)
-        load_pair_tile(smem, VO, v, bh * n_k + col0, cols, tid)
+        load_pair_tile(smem, KO, k, kvh * n_k + col0, cols, tid)
+        load_pair_tile(smem, VO, v, kvh * n_k + col0, cols, tid)
         s = cuda.local.array((NT, 4), float32)    # registers: S^T, then P^T (its hi part, then P^T)
         ds = cuda.local.array((NT, 4), float32)   # registers: dP^T, then dS^T (then its hi part)
-        lo = cuda.local.array((NT, 4), float32)   # registers: lo parts of P^T, then of dS^T
+        lo_part = cuda.local.array((NT, 4), float32)   # registers: lo parts of P^T, then of dS^T
         dk_acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of dKj
         dv_acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of dVj
         cq = cuda.local.array((PER_WARP, 4), float32)  # registers: this warp's tiles of dQ_i
@@ -321,11 +340,16 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
         ss_hi1 = SO + uint64((2 * t + 1) * LS + 4 * (wkey + ((2 * g) ^ (2 * t + 1))))
         ss_lo1 = SO + uint64((2 * t + 1) * LS + 4 * (wkey + ((2 * g + 1) ^ (2 * t + 1))))
 
-        for i in range(tr):
+        # steps: the row blocks first <= i < end of each query head of the group in turn (one
+        # loop, as flash_backward_half: a loop over heads around one over row blocks cost ptxas
+        # registers there at GROUP = 1)
+        nb = max(0, end - first)      # row blocks a head (the same for every head)
+        for step in range(GROUP * nb):
+            qh = step // nb if GROUP > 1 else 0
+            i = first + step - qh * nb
+            bh = kvh * GROUP + qh     # query head (GQA: the group's heads in turn)
             row0 = i * BR
             rows = min(BR, n_q - row0)
-            if j >= active_blocks(row0 + rows - 1, diagonal, BC, tc, causal):
-                continue
             # no barrier: every warp last read Qi, dOi, L, D before the previous dS barrier
             load_twice(smem, QO, QTO, q, bh * n_q + row0, rows, tid, qscale)
             load_twice(smem, OO, OTO, do, bh * n_q + row0, rows, tid, ONE)
@@ -335,25 +359,26 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
             cuda.syncthreads()
 
             rows_times_tile_t(s, smem, ka_hi, ka_lo, QC + row_even, QC + row_odd)   # S^T, base 2
-            # interior tiles (full, and left of the causal diagonal) need no mask; rows past
-            # N_q have L = +inf
-            edge = cols < BC or (causal and col0 + BC - 1 > row0 + diagonal)
+            # interior tiles (full, and inside the band) need no mask; rows past N_q have
+            # L = +inf
+            edge = needs_mask(row0, BR, col0, cols, BC, hi, lo, UPPER, LOWER)
             for h in static_range(2):             # slots 2h, 2h + 1 hold key wkey + g + 8h
                 key = wkey + g + 8 * h
                 for n in static_range(NT):
                     for e in static_range(2):
                         r = 8 * n + 2 * t + e
-                        if edge and masked(r, key, row0, col0, cols, diagonal, causal):
+                        if edge and masked(r, key, row0, col0, cols, hi, lo, UPPER, LOWER):
                             s[n, 2 * h + e] = ZERO
                         else:
                             s[n, 2 * h + e] = exp2(s[n, 2 * h + e] - smem[LO + uint64(r)])
             for n in static_range(NT):
                 for e in static_range(4):
-                    s[n, e], lo[n, e] = split_finite(s[n, e])
-            add_scores_times_tile(dv_acc, s, lo, smem, OTC + col_even, OTC + col_odd)   # dVj += P^T dOi
+                    s[n, e], lo_part[n, e] = split_finite(s[n, e])
+            # dVj += P^T dOi
+            add_scores_times_tile(dv_acc, s, lo_part, smem, OTC + col_even, OTC + col_odd)
             for n in static_range(NT):
                 for e in static_range(4):
-                    s[n, e] += lo[n, e]               # P^T again, within 2^-21 (exact sum)
+                    s[n, e] += lo_part[n, e]          # P^T again, within 2^-21 (exact sum)
 
             rows_times_tile_t(ds, smem, va_hi, va_lo, OC + row_even, OC + row_odd)   # dP^T
             for h in static_range(2):
@@ -364,8 +389,9 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
             # dS^T split once for both products
             for n in static_range(NT):
                 for e in static_range(4):
-                    ds[n, e], lo[n, e] = split(ds[n, e])
-            add_scores_times_tile(dk_acc, ds, lo, smem, QTC + col_even, QTC + col_odd)   # dKj += dS^T Qi
+                    ds[n, e], lo_part[n, e] = split(ds[n, e])
+            # dKj += dS^T Qi
+            add_scores_times_tile(dk_acc, ds, lo_part, smem, QTC + col_even, QTC + col_odd)
             # dS -> SRAM (for dQ): a lane's slots e, 2 + e of query tiles 2m, 2m + 1 are one
             # chunk (queries 16m + 2t + e, + 8; keys wkey + g, + 8)
             for m in static_range(NT // 2):
@@ -375,7 +401,8 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
                         ds[2 * m, e], ds[2 * m + 1, e], ds[2 * m, 2 + e], ds[2 * m + 1, 2 + e])
                     at = (ss_lo1 if e else ss_lo0) + uint64(8 * m * LS)
                     smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = (
-                        lo[2 * m, e], lo[2 * m + 1, e], lo[2 * m, 2 + e], lo[2 * m + 1, 2 + e])
+                        lo_part[2 * m, e], lo_part[2 * m + 1, e], lo_part[2 * m, 2 + e],
+                        lo_part[2 * m + 1, 2 + e])
             # barrier: dS complete before the dQ product reads other warps' keys
             cuda.syncthreads()
 
@@ -419,6 +446,6 @@ def make_flash_backward_tc(tiling: Tiling, d: int, causal: bool):
                                                     scale * cq[f, 2 * h + e])
 
         # dKj times ln 2 (scale dS^T Q, as Qi holds scale*log2(e) q)
-        store_key_rows(dk, dv, dk_acc, dv_acc, LN2_F, bh * n_k + col0, wkey + g, cols, t)
+        store_key_rows(dk, dv, dk_acc, dv_acc, LN2_F, kvh * n_k + col0, wkey + g, cols, t)
 
     return cuda.jit(**jit_options("flash_backward_tc", tiling, d))(unrolled(flash_backward_tc))

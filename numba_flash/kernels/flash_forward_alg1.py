@@ -43,7 +43,7 @@ from simulator.tiling import Tiling
 from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .storage import storage_ops
-from .tiles import NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max, tile_ops
+from .tiles import NEG_INF, ONE, ZERO, key_block_range, masked, sticky_max, tile_ops
 
 VERSION = 2
 
@@ -97,7 +97,7 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool, dtype: str):
             for i in range(tr):
                 row0 = i * BR
                 rows = min(BR, n_q - row0)
-                nb = active_blocks(row0 + rows - 1, diagonal, BC, tc, causal)
+                nb = key_block_range(row0, row0 + rows - 1, diagonal, 0, BC, n_k, causal, False)[1]
                 if j >= nb:
                     continue
                 # barrier: Kj, Vj loaded; the previous inner step is done with Qi, P, keep, inv_l
@@ -111,7 +111,7 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool, dtype: str):
                     for b in range(CB):
                         c = tx + TX * b
                         if r < BR and c < BC:
-                            if masked(r, c, row0, col0, cols, diagonal, causal):
+                            if masked(r, c, row0, col0, cols, diagonal, 0, causal, False):
                                 S[r * LS + c] = NEG_INF
                             else:
                                 S[r * LS + c] = scale * s[a, b]
@@ -172,7 +172,7 @@ def make_flash_forward_alg1(tiling: Tiling, d: int, causal: bool, dtype: str):
         for i in range(tr):
             row0 = i * BR
             rows = min(BR, n_q - row0)
-            if active_blocks(row0 + rows - 1, diagonal, BC, tc, causal) == 0:
+            if key_block_range(row0, row0 + rows - 1, diagonal, 0, BC, n_k, causal, False)[1] == 0:
                 for idx in range(tid, rows * d, T):
                     r = idx // d
                     o[bh, row0 + r, idx - r * d] = store(ZERO)

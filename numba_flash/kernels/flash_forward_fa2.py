@@ -42,7 +42,7 @@ from simulator.tiling import Tiling
 
 from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
-from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, sticky_max, tile_ops
+from .tiles import LN2, NEG_INF, ONE, ZERO, key_block_range, masked, sticky_max, tile_ops
 
 VERSION = 4
 
@@ -96,7 +96,7 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
             for b in range(OB):
                 acc[a, b] = ZERO
 
-        for j in range(active_blocks(row0 + rows - 1, diagonal, BC, tc, causal)):
+        for j in range(key_block_range(row0, row0 + rows - 1, diagonal, 0, BC, n_k, causal, False)[1]):
             col0 = j * BC
             cols = min(BC, n_k - col0)
             # barrier: every thread is done with the previous Kj, Vj, P, part (and Qi is loaded)
@@ -111,7 +111,7 @@ def make_flash_forward_fa2(tiling: Tiling, d: int, causal: bool):
                 mx = NEG_INF
                 for b in range(CB):
                     c = tx + TX * b
-                    if masked(r, c, row0, col0, cols, diagonal, causal):
+                    if masked(r, c, row0, col0, cols, diagonal, 0, causal, False):
                         s[a, b] = NEG_INF
                     mx = sticky_max(mx, s[a, b])
                 if ty + TY * a < BR:

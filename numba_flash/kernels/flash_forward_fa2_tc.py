@@ -1,13 +1,15 @@
 """FlashAttention forward in the FA2 loop order on tensor cores: TF32 mma.sync, 3xTF32 split.
 
-Algorithm (per batch-head, row block i; Tr x B*H blocks, Br/16 warps each)::
+Algorithm (per query head h, row block i; Tr x B*H blocks, Br/16 warps each; K/V head
+h // group under GQA / MQA)::
 
     load Qi (Br x d) HBM -> SRAM, times scale*log2(e), split into TF32 hi + lo parts
                                      (d > 64: kept in fp32, split at each fragment load)
     m = -inf, l = 0, O_acc = 0       (registers: warp w owns rows 16w..16w+15 of S, P and O)
-    for j < nb(i):                   (causal: fully masked blocks skipped)
+    for first(i) <= j < end(i):      (tiles.key_block_range: blocks outside the band skipped)
         Kj (fetched into registers during the last P V) -> SRAM as hi + lo; fetch Vj
-        S = Qi Kj^T, masked          (registers: mma C fragments, 3 TF32 products per tile)
+        S = Qi Kj^T, masked          (registers: mma C fragments, 3 TF32 products per tile;
+                                      the mask only on edge tiles: tiles.needs_mask)
         m_new = max(m, rowmax S)     (within the 4 lanes that share a row: two shuffles)
         P = exp2(S - m_new)          (in place; the C fragments of S are the A fragments of P)
         alpha = exp2(m - m_new); l = alpha l + rowsum P; m = m_new
@@ -89,6 +91,11 @@ TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward
         the run preceded the version bump.) v8 with the host fix, (4,16,4096): 46.3 TFLOP/s at
         d = 128 timed call by call, 49.7 as the mean of 20 back-to-back calls, whose host work
         overlaps the kernels; d = 64: 45.2 and 51.7 (results/h200/tuning/host_overhead.log).
+    v10 band mask (simulator.spec.Mask: causal, sliding window, or a window's left side alone)
+        and GQA / MQA (query head h reads K/V head h // group): the K/V loop runs over the
+        band's blocks only, edge tiles masked by both sides; heaviest-first block order kept
+        for upper-only masks. No speed change intended; checked under the simulator and by
+        ptxas only, not measured on the GPU yet.
 """
 from __future__ import annotations
 
@@ -97,26 +104,35 @@ import math
 import numpy as np
 from numba import cuda, float32, uint64
 
+from simulator.spec import Mask
 from simulator.tiling import Tiling
 
 from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
-from .tiles import (LN2, NEG_INF, ONE, ZERO, active_blocks, masked, scaled_element, sticky_max,
-                    tile_major_block)
+from .tiles import (LN2, NEG_INF, ONE, ZERO, key_block_range, masked, needs_mask, scaled_element,
+                    sticky_max, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 9
+VERSION = 10
 
 
 @kernel_factory
-def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
-    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k, diagonal)`` on flat (1-D) views of q, o:
-    (B*H, N_q, d); k, v: (B*H, N_k, d); lse: (B*H, N_q) -- flat, so that element offsets are
-    affine in the compile-time d and the loads take immediate offsets; ``qscale`` = softmax
-    scale * log2(e), float32; ``diagonal`` (int, read only when ``causal``): row r sees key c
-    iff c <= r + diagonal. Launch with grid (Tr, B*H), ``tiling.threads_for("flash_forward_tc")`` threads and
+def make_flash_forward_fa2_tc(tiling: Tiling, d: int, mask: Mask | bool):
+    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k, hi, lo)`` on flat (1-D) views of q, o:
+    (B*H, N_q, d); k, v: (B*H_kv, N_k, d), H_kv = H / mask.group; lse: (B*H, N_q) -- flat, so
+    that element offsets are affine in the compile-time d and the loads take immediate offsets;
+    query head bh reads K/V head bh // mask.group. ``qscale`` = softmax scale * log2(e),
+    float32; ``hi``, ``lo`` (int64, read only with ``mask.upper`` / ``mask.lower``, else 0): row
+    r sees key c iff c <= r + hi and r + lo <= c (``simulator.spec``). ``mask``: a ``Mask``, or
+    a bool (causal: ``Mask(upper=mask)``). Launch with grid (Tr, B*H),
+    ``tiling.threads_for("flash_forward_tc")`` threads and
     ``tiling.smem_bytes("flash_forward_tc", d)`` bytes of dynamic shared memory."""
+    mask = Mask.of(mask)
+    UPPER, LOWER, GROUP = mask.upper, mask.lower, mask.group
+    # upper only (causal): later row blocks visit more K/V blocks, so launch them first; a
+    # window's work is about the same for every row block (plain order)
+    HEAVY_LAST = UPPER and not LOWER
     BR, BC = tiling.Br, tiling.Bc
     T = tiling.threads_for("flash_forward_tc")
     D8 = tiling.mma_depth(d)           # d rounded up to the mma's k = 8 (zero columns)
@@ -226,11 +242,11 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
     fetch_k, fetch_v = make_fetch(k_pair, 0, 1), make_fetch(v_pair, 1, 0)
     store_k, store_vt = make_store(k_pair, kj_at), make_store(v_pair, vj_at)
 
-    def flash_forward_fa2_tc(q, k, v, o, lse, qscale, n_q, n_k, diagonal):
+    def flash_forward_fa2_tc(q, k, v, o, lse, qscale, n_q, n_k, hi, lo):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
         # SRAM tiles: Qi at QO for the whole kernel; Kj at KO and Vj^T at VO for one j step
         i, bh = cuda.blockIdx.x, cuda.blockIdx.y
-        if causal:
+        if HEAVY_LAST:
             # the last row blocks have the most K/V blocks to visit: start them first over all
             # heads, so that the final wave holds the lightest blocks and the multiprocessors
             # finish together
@@ -243,7 +259,8 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
         wrow = (tid // 32) * 16       # this warp's first row of the Br tile
         row0 = i * BR
         rows = min(BR, n_q - row0)
-        nb = active_blocks(row0 + rows - 1, diagonal, BC, (n_k + BC - 1) // BC, causal)
+        first, end = key_block_range(row0, row0 + rows - 1, hi, lo, BC, n_k, UPPER, LOWER)
+        kv0 = (bh // GROUP) * n_k     # first row of this query head's K/V head
 
         load_q_tile(smem, q, bh * n_q + row0, rows, tid, qscale)
         buf = cuda.local.array(BUF, float32)  # registers: the next Kj or Vj, in flight
@@ -267,17 +284,17 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
         sw = swizzle(g)
         vb_even = VO + uint64(g * LV + 4 * (t ^ (sw % 4)) + 16 * (sw // 4))
         vb_odd = VO + uint64(g * LV + 4 * (t ^ (sw % 4)) + 16 * (1 - sw // 4))
-        if nb > 0:
-            fetch_k(buf, k, bh * n_k, min(BC, n_k), tid)
+        if first < end:               # (no K/V at all: O = 0, L = -inf below)
+            fetch_k(buf, k, kv0 + first * BC, min(BC, n_k - first * BC), tid)
 
-        for j in range(nb):
+        for j in range(first, end):
             col0 = j * BC
             cols = min(BC, n_k - col0)
             # every warp finished reading the previous Kj before the last barrier (it came
             # after S), so Kj's SRAM is free: write the fetched Kj, start fetching Vj
             store_k(buf, smem, tid)
-            fetch_v(buf, v, bh * n_k + col0, cols, tid)
-            # barrier: Kj (and, at j = 0, Qi) complete before any warp reads fragments of it
+            fetch_v(buf, v, kv0 + col0, cols, tid)
+            # barrier: Kj (and, at j = first, Qi) complete before any warp reads fragments of it
             cuda.syncthreads()
             for n in static_range(NT):
                 for e in static_range(4):
@@ -299,14 +316,15 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
                         ah0, ah1, ah2, ah3, al0, al1, al2, al3,
                         smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
                         s[n, 0], s[n, 1], s[n, 2], s[n, 3])
-            # interior tiles (full, and left of the causal diagonal) need no mask
-            edge = cols < BC or (causal and col0 + BC - 1 > row0 + diagonal)
+            # interior tiles (full, and inside the band for every row) need no mask
+            edge = needs_mask(row0, BR, col0, cols, BC, hi, lo, UPPER, LOWER)
             for h in static_range(2):        # fragment slots 2h, 2h + 1 hold row wrow + g + 8h
                 r = wrow + g + 8 * h
                 mx = NEG_INF
                 for n in static_range(NT):
                     for e in static_range(2):
-                        if edge and masked(r, 8 * n + 2 * t + e, row0, col0, cols, diagonal, causal):
+                        c = 8 * n + 2 * t + e
+                        if edge and masked(r, c, row0, col0, cols, hi, lo, UPPER, LOWER):
                             s[n, 2 * h + e] = NEG_INF
                         mx = sticky_max(mx, s[n, 2 * h + e])
                 m_new = sticky_max(m[h], quad_max(mx))
@@ -328,8 +346,8 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, causal: bool):
                 rescale[h] = alpha
             # the barrier above came after every warp's previous P V: Vj's SRAM is free
             store_vt(buf, smem, tid)
-            if j + 1 < nb:
-                fetch_k(buf, k, bh * n_k + col0 + BC, min(BC, n_k - col0 - BC), tid)
+            if j + 1 < end:
+                fetch_k(buf, k, kv0 + col0 + BC, min(BC, n_k - col0 - BC), tid)
             # barrier: Vj complete before any warp reads fragments of it
             cuda.syncthreads()
             # P as A fragments, split once: slots (0, 1, 2, 3) = C slots (0, 2, 1, 3) of S, the

@@ -1,15 +1,16 @@
 """FlashAttention forward in the FA2 loop order on tensor cores, in fp16 or bf16 (one body; the
 format is a compile-time parameter): mma.sync m16n8k16 with fp32 accumulators.
 
-Algorithm (per batch-head, row block i; Tr x B*H blocks, Br/32 warps each, Br/16 where Br is
-not a multiple of 32: Tiling.rows_per_warp)::
+Algorithm (per query head h, row block i; Tr x B*H blocks, Br/32 warps each, Br/16 where Br
+is not a multiple of 32: Tiling.rows_per_warp; K/V head h // group under GQA / MQA)::
 
-    Qi, K0, V0: HBM -> SRAM by cp.async (one group), wait, barrier
+    Qi, Kfirst, Vfirst: HBM -> SRAM by cp.async (one group), wait, barrier
     m = -inf, l = 0, O_acc = 0        (registers: each warp owns its rows of S, P and O)
-    for j < nb(i):                    (causal: fully masked blocks skipped)
-        (j > 0) wait for Kj, Vj; barrier
+    for first(i) <= j < end(i):       (tiles.key_block_range: blocks outside the band skipped)
+        (j > first) wait for Kj, Vj; barrier
         Kj+1, Vj+1: HBM -> the other SRAM stage by cp.async (in flight during this step)
-        S = Qi Kj^T, masked           (fp32 C fragments; Qi and Kj fragments by ldmatrix)
+        S = Qi Kj^T, masked           (fp32 C fragments; Qi and Kj fragments by ldmatrix; the
+                                       mask only on edge tiles: tiles.needs_mask)
         m_new = max(m, scale rowmax S)    (base-2 units, scale = softmax scale * log2 e)
         P = exp2(scale S - m_new); alpha = exp2(m - m_new); l = alpha l + rowsum P (fp32)
         P rounded to the half format, in registers: the C fragments of S are the A fragments
@@ -18,10 +19,11 @@ not a multiple of 32: Tiling.rows_per_warp)::
                                            is the mma's fp32 accumulator)
     O = diag(1/l) O_acc rounded to the half format; L = (m + log2 l) ln 2 (fp32) -> HBM
 
-One barrier a step: K and V have two SRAM stages; the copies into stage (j + 1) % 2 start after
-the barrier of step j, which every warp reaches only once it is done reading that stage in step
-j - 1. Products are in the input's format with fp32 sums, as FlashAttention-2: S exact up to the
-fp32 sum, P rounded to the format once for P V, O once at the end; softmax statistics in fp32.
+One barrier a step: K and V have two SRAM stages; block j lives in stage j % 2 (the first block
+too: stage first % 2); the copies into stage (j + 1) % 2 start after the barrier of step j,
+which every warp reaches only once it is done reading that stage in step j - 1. Products are in
+the input's format with fp32 sums, as FlashAttention-2: S exact up to the fp32 sum, P rounded to
+the format once for P V, O once at the end; softmax statistics in fp32.
 
 SRAM (uint16 elements): Qi (Br x LD), then for each of two stages Kj and Vj (Bc x LD each;
 Tiling.smem_terms' "Kj" and "Vj" count both stages),
@@ -66,6 +68,11 @@ tools/tune_half.py; results/h200/tuning/tune_half_v*.csv):
         (1,16,16384,64) 263 -> 270 (0.89x), d = 128 at 128 x 32 242 -> 284 (0.85x; spills 72 ->
         16 B), causal (2,32,4096,128) 228 -> 261 (0.87x); 239 registers at d = 64. Through the
         API (bench) not measured yet.
+    v5  band mask (simulator.spec.Mask: causal, sliding window, or a window's left side alone)
+        and GQA / MQA (query head h reads K/V head h // group): the K/V loop runs over the
+        band's blocks only (the first one prefetched into stage first % 2), edge tiles masked
+        by both sides; heaviest-first block order kept for upper-only masks. No speed change
+        intended; checked under the simulator and by ptxas only, not measured on the GPU yet.
 """
 from __future__ import annotations
 
@@ -74,6 +81,7 @@ import math
 import numpy as np
 from numba import cuda, float32, uint16, uint32, uint64
 
+from simulator.spec import Mask
 from simulator.tiling import Tiling
 
 from ..kernel_cache import kernel_factory
@@ -81,21 +89,28 @@ from ..launch import jit_options, smem_alignment
 from .half import half_ops
 from .half_tiles import make_tile_copy
 from .mma import warp_ops
-from .tiles import LN2, NEG_INF, ONE, ZERO, active_blocks, masked, tile_major_block
+from .tiles import LN2, NEG_INF, ONE, ZERO, key_block_range, masked, needs_mask, tile_major_block
 from .unroll import static_range, unrolled
 
-VERSION = 4
+VERSION = 5
 
 
 @kernel_factory
-def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, vector: bool):
-    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k, diagonal)`` on flat (1-D) uint16 views of
-    q, o: (B*H, N_q, d) and k, v: (B*H, N_k, d), holding ``dtype`` ("float16" or "bfloat16")
-    values; lse: (B*H, N_q) float32; ``qscale`` = softmax scale * log2(e), float32; ``diagonal``
-    (read only when ``causal``): row r sees key c iff c <= r + diagonal. ``vector``: d % 8 == 0
-    and q, k, v 16-byte aligned (tiles copied by cp.async). Launch with grid (Tr, B*H),
-    ``tiling.threads_for("flash_forward_half")`` threads and
-    ``tiling.smem_bytes("flash_forward_half", d, 2)`` bytes of dynamic shared memory."""
+def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: str, vector: bool):
+    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k, hi, lo)`` on flat (1-D) uint16 views of
+    q, o: (B*H, N_q, d) and k, v: (B*H_kv, N_k, d), H_kv = H / mask.group, holding ``dtype``
+    ("float16" or "bfloat16") values; query head bh reads K/V head bh // mask.group; lse:
+    (B*H, N_q) float32; ``qscale`` = softmax scale * log2(e), float32; ``hi``, ``lo`` (int64,
+    read only with ``mask.upper`` / ``mask.lower``, else 0): row r sees key c iff c <= r + hi
+    and r + lo <= c (``simulator.spec``). ``mask``: a ``Mask``, or a bool (causal:
+    ``Mask(upper=mask)``). ``vector``: d % 8 == 0 and q, k, v 16-byte aligned (tiles copied by
+    cp.async). Launch with grid (Tr, B*H), ``tiling.threads_for("flash_forward_half")`` threads
+    and ``tiling.smem_bytes("flash_forward_half", d, 2)`` bytes of dynamic shared memory."""
+    mask = Mask.of(mask)
+    UPPER, LOWER, GROUP = mask.upper, mask.lower, mask.group
+    # upper only (causal): later row blocks visit more K/V blocks, so launch them first; a
+    # window's work is about the same for every row block (plain order)
+    HEAVY_LAST = UPPER and not LOWER
     BR, BC = tiling.Br, tiling.Bc
     T = tiling.threads_for("flash_forward_half")
     RW = tiling.rows_per_warp("flash_forward_half")
@@ -122,10 +137,10 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
 
     copy_q, copy_kv = (make_tile_copy(rows, T, d, D16, LD, vector, dtype) for rows in (BR, BC))
 
-    def flash_forward_half(q, k, v, o, lse, qscale, n_q, n_k, diagonal):
+    def flash_forward_half(q, k, v, o, lse, qscale, n_q, n_k, hi, lo):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN)
         i, bh = cuda.blockIdx.x, cuda.blockIdx.y
-        if causal:
+        if HEAVY_LAST:
             # the last row blocks visit the most K/V blocks: start them first over all heads,
             # so that the final wave holds the lightest blocks
             i, bh = tile_major_block()
@@ -138,12 +153,14 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
         wrow = (tid // 32) * RW       # this warp's first row of the Br tile (MT tiles of 16)
         row0 = i * BR
         rows = min(BR, n_q - row0)
-        nb = active_blocks(row0 + rows - 1, diagonal, BC, (n_k + BC - 1) // BC, causal)
+        first, end = key_block_range(row0, row0 + rows - 1, hi, lo, BC, n_k, UPPER, LOWER)
+        kv0 = (bh // GROUP) * n_k     # first row of this query head's K/V head
 
         copy_q(smem, QO, q, bh * n_q + row0, rows, tid)
-        if nb > 0:
-            copy_kv(smem, KO, k, bh * n_k, min(BC, n_k), tid)
-            copy_kv(smem, VO, v, bh * n_k, min(BC, n_k), tid)
+        if first < end:               # block j in stage j % 2, the first one too
+            st0, key0 = uint64(first % 2) * STAGE, first * BC
+            copy_kv(smem, KO + st0, k, kv0 + key0, min(BC, n_k - key0), tid)
+            copy_kv(smem, VO + st0, v, kv0 + key0, min(BC, n_k - key0), tid)
         commit()
 
         # registers (tile mt of this warp's MT row tiles): C fragments of S_ij, then P_ij; A
@@ -168,18 +185,18 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
         kb = KO + uint64((8 * (mi // 2) + ml) * LD + 8 * (mi % 2))
         vb = VO + uint64((8 * (mi % 2) + ml) * LD + 8 * (mi // 2))
 
-        for j in range(nb):
+        for j in range(first, end):
             col0 = j * BC
             cols = min(BC, n_k - col0)
             stage = uint64(j % 2) * STAGE
             wait_all()
-            # barrier: Kj, Vj (j = 0: and Qi) complete in SRAM; every warp done with step j - 1,
-            # so the other stage is free
+            # barrier: Kj, Vj (j = first: and Qi) complete in SRAM; every warp done with step
+            # j - 1, so the other stage is free
             cuda.syncthreads()
-            if j + 1 < nb:
+            if j + 1 < end:
                 nxt = STAGE - stage
-                copy_kv(smem, KO + nxt, k, bh * n_k + col0 + BC, min(BC, n_k - col0 - BC), tid)
-                copy_kv(smem, VO + nxt, v, bh * n_k + col0 + BC, min(BC, n_k - col0 - BC), tid)
+                copy_kv(smem, KO + nxt, k, kv0 + col0 + BC, min(BC, n_k - col0 - BC), tid)
+                copy_kv(smem, VO + nxt, v, kv0 + col0 + BC, min(BC, n_k - col0 - BC), tid)
                 commit()
             for mt in static_range(MT):
                 for n in static_range(NT):
@@ -198,15 +215,16 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
                         s[mt, n1, 0], s[mt, n1, 1], s[mt, n1, 2], s[mt, n1, 3] = mma(
                             a[mt, 0], a[mt, 1], a[mt, 2], a[mt, 3], b2, b3,
                             s[mt, n1, 0], s[mt, n1, 1], s[mt, n1, 2], s[mt, n1, 3])
-            # interior tiles (full, and left of the causal diagonal) need no mask
-            edge = cols < BC or (causal and col0 + BC - 1 > row0 + diagonal)
+            # interior tiles (full, and inside the band for every row) need no mask
+            edge = needs_mask(row0, BR, col0, cols, BC, hi, lo, UPPER, LOWER)
             for mt in static_range(MT):
                 for hr in static_range(2):   # fragment slots 2hr, 2hr + 1: row wrow + 16mt + g + 8hr
                     r = wrow + 16 * mt + g + 8 * hr
                     if edge:                 # (a branch: interior tiles skip the mask)
                         for n in static_range(NT):
                             for e in static_range(2):
-                                if masked(r, 8 * n + 2 * t + e, row0, col0, cols, diagonal, causal):
+                                c = 8 * n + 2 * t + e
+                                if masked(r, c, row0, col0, cols, hi, lo, UPPER, LOWER):
                                     s[mt, n, 2 * hr + e] = NEG_INF
                     mx = NEG_INF
                     for n in static_range(NT):
@@ -248,7 +266,7 @@ def make_flash_forward_half(tiling: Tiling, d: int, causal: bool, dtype: str, ve
                         acc[mt, n1, 0], acc[mt, n1, 1], acc[mt, n1, 2], acc[mt, n1, 3] = mma(
                             p[mt, kk, 0], p[mt, kk, 1], p[mt, kk, 2], p[mt, kk, 3], b2, b3,
                             acc[mt, n1, 0], acc[mt, n1, 1], acc[mt, n1, 2], acc[mt, n1, 3])
-        wait_all()   # (nb = 0: the copy of Qi may still be in flight)
+        wait_all()   # (first >= end: the copy of Qi may still be in flight)
 
         for mt in static_range(MT):
             for hr in static_range(2):

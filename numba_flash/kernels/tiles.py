@@ -45,29 +45,48 @@ def scaled_element(src, row0, r, c, nrows, d, factor):
 
 
 @cuda.jit(device=True)
-def active_blocks(last_row, off, bc, tc, causal):
-    """Number of K/V blocks row block i must visit: all Tc, or (causal) those with a key
-    ``c <= last_row + off`` -- the prefix j < floor((last_row + off)/Bc) + 1, clamped to [0, Tc]."""
-    if not causal:
-        return tc
-    reach = last_row + off
-    if reach < 0:
-        return 0
-    return min(tc, reach // bc + 1)
+def key_block_range(row0, last_row, hi, lo, bc, n_k, upper, lower):
+    """(first, end): the K/V blocks j, first <= j < end, that rows row0..last_row must visit --
+    all Tc = ceil(n_k / bc), or those holding a key of the band (``simulator.spec``): c <=
+    last_row + hi (``upper``) and c >= row0 + lo (``lower``); first >= end when no row sees a
+    key."""
+    tc = (n_k + bc - 1) // bc
+    end = tc
+    if upper:
+        reach = last_row + hi        # a key c is seen by some row iff c <= reach
+        end = 0 if reach < 0 else min(tc, reach // bc + 1)
+    first = 0
+    if lower:
+        start = row0 + lo            # ... and c >= start
+        first = tc if start > n_k - 1 else (0 if start <= 0 else start // bc)
+    return first, end
 
 
 @cuda.jit(device=True)
-def first_active_row_block(col0, off, br, n_q, causal):
-    """The first row block that sees a key of the K/V block starting at key ``col0``: 0, or
-    (causal) the first whose last row r has r + off >= col0; the blocks after it see the block
-    too (``active_blocks`` grows with the row), so a KV-outer loop can run from it to Tr.
-    Tr (= ceil(n_q / br)) where no row does."""
-    if not causal:
-        return 0
-    x = col0 - off                   # a row sees the block's first key iff r >= x
-    if x > n_q - 1:
-        return (n_q + br - 1) // br
-    return max(0, x // br)
+def row_block_range(col0, col_last, hi, lo, br, n_q, upper, lower):
+    """(first, end): the row blocks i, first <= i < end, whose rows see a key of the K/V block
+    of keys col0..col_last: all Tr = ceil(n_q / br), or those with a row r where r + hi >= col0
+    (``upper``) and r + lo <= col_last (``lower``); the row blocks between see it too (the band's
+    edges grow with the row), so a KV-outer loop runs from first to end."""
+    tr = (n_q + br - 1) // br
+    first = 0
+    if upper:
+        x = col0 - hi                # a row sees the block's first key iff r >= x
+        first = tr if x > n_q - 1 else (0 if x <= 0 else x // br)
+    end = tr
+    if lower:
+        y = col_last - lo            # a row sees the block's last key iff r <= y
+        end = 0 if y < 0 else min(tr, y // br + 1)
+    return first, end
+
+
+@cuda.jit(device=True)
+def needs_mask(row0, max_rows, col0, cols, bc, hi, lo, upper, lower):
+    """Whether a tile of rows row0..row0 + max_rows - 1 and keys col0..col0 + cols - 1 (cols <=
+    bc) holds a score to mask: a ragged key block, or a corner of the band's edges inside it;
+    interior tiles skip the comparisons."""
+    return (cols < bc or (upper and col0 + bc - 1 > row0 + hi)
+            or (lower and col0 < row0 + max_rows - 1 + lo))
 
 
 @cuda.jit(device=True)
@@ -107,11 +126,12 @@ def make_key_rows_store(d: int, tiles: int, store):
 
 
 @cuda.jit(device=True)
-def masked(r, c, row0, col0, cols, off, causal):
+def masked(r, c, row0, col0, cols, hi, lo, upper, lower):
     """True where score (r, c) of tile (row0, col0) is not a key: past the ragged edge (c >= cols)
-    or, causal, a key past the diagonal: col0 + c > row0 + r + off (``off`` the diagonal: row r
-    sees key c iff c <= r + off)."""
-    return c >= cols or (causal and col0 + c > row0 + r + off)
+    or outside the band (``simulator.spec``): a key past row0 + r + hi (``upper``: causal, or a
+    window's right side) or before row0 + r + lo (``lower``: a window's left side)."""
+    return (c >= cols or (upper and col0 + c > row0 + r + hi)
+            or (lower and col0 + c < row0 + r + lo))
 
 
 @cuda.jit(device=True)

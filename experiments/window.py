@@ -1,0 +1,262 @@
+"""Sliding-window attention: traffic and time against the window size, measured vs predicted.
+
+Causal sliding window, flash-attention's ``window_size = (w, 0)``: row r sees keys r - w <= c <= r,
+for w over a range and the dense causal case (w = N - 1 is the same mask); forward, and forward +
+backward; fp16 and fp32, method "fa2" (the only one with windows: its K/V loops skip the blocks
+outside the band).  Beside it, a GQA / MQA pair at dense causal: the same 16 query heads over 4
+and 1 K/V heads.  The forward reads K/V once per query head either way (a block per Q tile of a
+query head); the backward runs a block per K/V tile of a K/V head, so it reads K and V, and
+writes dK and dV, once per K/V head.
+
+Per row: SM<->L2 bytes measured (GPU: ncu, as the other experiments; CPU: count_traffic under
+the CUDA simulator) beside ``simulator.predict`` on the Workload with ``window`` / ``kv_heads``
+(``*_kv_read``: the reads of K and V alone, counted on the CPU, the model's tiled count;
+``predicted_bytes_by`` / ``predicted_time_by``: the level model's, or where it has no number
+the tiled count and the roofline); on the GPU the time (CUDA events, each case checked
+against float64 first) and
+
+* ``band_fraction`` = unmasked scores / the dense causal case's (``cases.visible_scores``),
+* ``forward_tile_fraction``: the same for the score tiles the forward visits (whole tiles on
+  the band's edges: what the loop skipping can reach at this tiling),
+* ``time_vs_band`` = time / (band_fraction x dense causal time).  The issue's target:
+  time <= band fraction x dense + 10 %, i.e. ``time_vs_band <= 1.1`` (``meets_target``).
+
+FLOPs: ``flops`` by the benchmark convention (causal: half of 4 B H N^2 d, a window not
+discounted), ``band_flops`` the band's own (4 d per unmasked score, x3.5 with the backward);
+``band_tflops`` = band_flops / time.
+
+GPU: B = 1, H = 16, N = 4096, d = 64, w = 128 ... 2048 (quick: 128, 512, 2048), H_kv = 4 / 1,
+the kernels' default tilings.  CPU: B = 1, H = 4, N = 64, d = 8, 16 x 8 tiles, w = 4 ... 32,
+H_kv = 2 / 1 (quick: H = 2, w = 4, 16, H_kv = 1, fp32 only); no time.
+"""
+from __future__ import annotations
+
+import math
+
+from experiments.common import model, plotting
+from experiments.common.cases import Case, visible_scores
+from experiments.common.context import NO_GPU, RunContext
+from experiments.common.measure import failure_note, timing_or_note
+from experiments.common.timing import tflops
+from experiments.common.traffic import MeasuredTraffic, measure_traffic
+
+NAME = "window"
+METHOD = "fa2"
+PASSES = ("fwd", "fwd_bwd")
+#: The issue's target: a windowed call takes at most its band fraction of the dense causal
+#: call's time, plus 10 %.
+TARGET = 1.10
+
+#: Per mode, (full, quick) of each setting. CPU: 16 x 8 tiles, the smallest the tensor-core
+#: kernels take, so that w = 4 ... 32 touch different numbers of K/V blocks.
+GPU = dict(shape=(dict(B=1, H=16, N=4096, d=64),) * 2, tiling=None,
+           windows=((128, 256, 512, 1024, 2048), (128, 512, 2048)), kv_heads=((4, 1),) * 2,
+           dtypes=(("float16", "float32"),) * 2)
+CPU = dict(shape=(dict(B=1, H=4, N=64, d=8), dict(B=1, H=2, N=64, d=8)), tiling=(16, 16),
+           windows=((4, 8, 16, 32), (4, 32)), kv_heads=((2, 1), (1,)),
+           dtypes=(("float16", "float32"), ("float32",)))
+
+
+def plan(ctx: RunContext) -> list[tuple[str, Case]]:
+    """(sweep, case) pairs: sweep "window" (the dense causal case included, window None) and
+    "gqa" (dense causal, fewer K/V heads)."""
+    mode = {key: value if key == "tiling" else value[ctx.quick]
+            for key, value in (GPU if ctx.gpu else CPU).items()}
+
+    def case(passes, dtype, window=None, kv_heads=None):
+        return Case(METHOD, passes, causal=True, tiling=mode["tiling"], dtype=dtype,
+                    window=window, kv_heads=kv_heads, **mode["shape"])
+
+    pairs = []
+    for dtype in mode["dtypes"]:
+        for passes in PASSES:
+            pairs += [("window", case(passes, dtype, (w, 0))) for w in mode["windows"]]
+            pairs.append(("window", case(passes, dtype)))
+            pairs += [("gqa", case(passes, dtype, kv_heads=h)) for h in mode["kv_heads"]]
+    return pairs
+
+
+def dense_of(case: Case) -> Case:
+    """The dense causal case a windowed or grouped case is held against."""
+    return Case(case.method, case.passes, case.B, case.H, case.N, case.d, causal=True,
+                tiling=case.tiling, dtype=case.dtype)
+
+
+def tile_scores(N: int, br: int, bc: int, window: tuple[int, int] | None) -> int:
+    """Score elements of the tiles a causal forward visits (one (batch, head) pair): per row
+    block, its rows x the keys of the K/V blocks its band touches (first <= j < end, as the
+    kernels' ``tiles.key_block_range``)."""
+    left = -1 if window is None else window[0]
+    tc = -(-N // bc)
+    total = 0
+    for r0 in range(0, N, br):
+        r1 = min(N, r0 + br) - 1
+        first = 0 if left < 0 else max(0, r0 - left) // bc
+        end = min(tc, r1 // bc + 1)
+        total += (r1 - r0 + 1) * max(0, min(N, end * bc) - first * bc)
+    return total
+
+
+def _prediction(case: Case):
+    """(Prediction, predicted K+V read bytes, what the bytes and the time are) or the note
+    saying why the model has none.  ``model.predict_case`` takes the level model's SM<->L2
+    bytes and time where they are finite, else the tiled count and the roofline: say which."""
+    try:
+        prediction = model.predict_case(case)
+        reports = model.reports(case)
+    except Exception as exc:   # e.g. a simulator without windows / kv_heads yet
+        return f"not predicted: {failure_note(exc).removeprefix('failed: ')}"
+    kv = sum(r.hbm[n].reads * r.element_bytes(n) for r in reports for n in ("K", "V") if n in r.hbm)
+
+    def finite(value):
+        return value is not None and math.isfinite(value)
+
+    basis = {"predicted_bytes_by": "levels (SM<->L2 sectors)" if all(
+                 finite(r.sm_l2_read_bytes) and finite(r.sm_l2_write_bytes) for r in reports)
+             else "tiled count (levels NaN)",
+             "predicted_time_by": "runtime model" if all(finite(r.time_s) for r in reports)
+             else "roofline (runtime model NaN)"}
+    return prediction, float(kv), basis
+
+
+def _row(sweep: str, case: Case, got, predicted) -> dict:
+    tiling = model.effective_tiling(case)
+    dense_scores = visible_scores(case.N, True)
+    ok = isinstance(got, MeasuredTraffic)
+    row = {
+        "sweep": sweep, "method": case.method, "passes": case.passes, "dtype": case.dtype,
+        "B": case.B, "H": case.H, "kv_heads": case.kv_heads or case.H, "N": case.N, "d": case.d,
+        "causal": case.causal,
+        "window_left": case.window[0] if case.window else -1, "window_right": case.window[1] if case.window else 0,
+        "w": case.window[0] if case.window else case.N, "Br": tiling.Br, "Bc": tiling.Bc,
+        "band_scores": visible_scores(case.N, True, case.window),
+        "band_fraction": visible_scores(case.N, True, case.window) / dense_scores,
+        "forward_tile_fraction": (tile_scores(case.N, tiling.Br, tiling.Bc, case.window)
+                                  / tile_scores(case.N, tiling.Br, tiling.Bc, None)),
+        "flops": case.flops, "band_flops": case.band_flops,
+        "quantity": "HBM read+write (SM<->L2)", "unit": "bytes",
+        "measured": got.total_bytes if ok else None, "measured_by": got.measured_by if ok else None,
+        "measured_read": got.read_bytes if ok else None, "measured_write": got.write_bytes if ok else None,
+        "measured_kv_read": got.kv_read_bytes if ok else None,
+        "dram_measured": got.dram_bytes if ok else None,
+        "label": case.label,
+    }
+    notes = [] if ok else [got]
+    if isinstance(predicted, str):
+        notes.append(predicted)
+    else:
+        p, kv, basis = predicted
+        row.update(predicted=p.total_bytes, predicted_read=p.read_bytes, predicted_write=p.write_bytes,
+                   predicted_kv_read=kv, dram_predicted=p.dram_bytes, predicted_time_ms=p.time_s * 1e3,
+                   **basis)
+    row["note"] = "; ".join(n for n in notes if n)
+    return row
+
+
+def _add_times(ctx: RunContext, rows: list[dict], cases: list[Case]) -> None:
+    """Time every case on the GPU (checked first; measure_traffic built the kernels), then
+    each row against its dense case."""
+    times = {}
+    for case, row in ctx.progress(list(zip(cases, rows)), f"{NAME}: timing"):
+        result = timing_or_note(case, ctx)
+        if isinstance(result, str):
+            row["note"] = "; ".join(n for n in (row["note"], f"time: {result}") if n)
+            continue
+        timing, error = result
+        times[case] = timing.median_ms
+        row.update(time_ms=timing.median_ms, time_by=f"CUDA events, median of {timing.runs}",
+                   max_rel_error=error, band_tflops=tflops(case.band_flops, timing.median_ms))
+    for case, row in zip(cases, rows):
+        dense = times.get(dense_of(case))
+        if case in times and dense:
+            row["dense_time_ms"] = dense
+            row["time_vs_band"] = times[case] / (row["band_fraction"] * dense)
+            row["meets_target"] = row["time_vs_band"] <= TARGET
+
+
+def run(ctx: RunContext) -> list[dict]:
+    pairs = plan(ctx)
+    cases = [case for _, case in pairs]
+    measured = measure_traffic(ctx, NAME, cases)
+    rows = [_row(sweep, case, measured[case], _prediction(case)) for sweep, case in pairs]
+    if ctx.gpu:
+        _add_times(ctx, rows, cases)
+    else:
+        note = ctx.skip(f"{NAME}: time and time_vs_band ({NO_GPU}); bytes counted at a tiny size")
+        for row in rows:
+            row["note"] = "; ".join(n for n in (row["note"], note) if n)
+    return rows
+
+
+def plot(rows: list[dict], path) -> None:
+    fig, axes = plotting.figure(3, 2)
+    shape = next((f"B={r['B']}, H={r['H']}, N={r['N']}, d={r['d']}" for r in rows), "")
+    fig.suptitle(f"Causal sliding window (w, 0), fa2: bytes and time vs w ({shape}); "
+                 "GQA / MQA at dense causal", fontsize=11)
+    timed = any(r.get("time_ms") is not None for r in rows)
+    dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
+    windows = [r for r in rows if r["sweep"] == "window"]
+    for col, passes in enumerate(PASSES):
+        bytes_ax, time_ax = axes[col], axes[3 + col]
+        for i, dtype in enumerate(dtypes):
+            pts = sorted((r for r in windows if r["passes"] == passes and r["dtype"] == dtype), key=lambda r: r["w"])
+            if not pts:
+                continue
+            x = [r["w"] for r in pts]
+            name = dtype.replace("float", "fp")
+            _curves(bytes_ax, x, pts, "predicted", "measured", f"C{i}", name)
+            if timed:
+                _curves(time_ax, x, pts, "predicted_time_ms", "time_ms", f"C{i}", name)
+            target = [(xi, TARGET * r["band_fraction"] * r["dense_time_ms"]) for xi, r in zip(x, pts)
+                      if r.get("dense_time_ms")]
+            if target:
+                time_ax.plot(*zip(*target), alpha=0.6, label=f"{name} target: 1.1 x band x dense",
+                             **(plotting.BOUND | {"color": f"C{i}"}))
+        title = "forward" if passes == "fwd" else "forward + backward"
+        ticks = {r["w"]: "dense" if r["window_left"] == -1 else str(r["w"]) for r in windows}
+        for ax, ylabel in ((bytes_ax, "SM<->L2 read + write (bytes)"), (time_ax, "time (ms)")):
+            _finish(ax, "window w (keys left of the diagonal)", ylabel, title, ticks)
+        if not timed:
+            plotting.annotate_empty(time_ax, "time: GPU only (see the CSV's note)")
+    _plot_gqa(axes[2], axes[5], rows, dtypes, timed)
+    plotting.save(fig, path, footnote="measured: markers (GPU: ncu / CUDA events; CPU: count_traffic); "
+                  "predicted: lines (simulator.predict with window / kv_heads); "
+                  "band = unmasked scores / dense causal's")
+
+
+def _finish(ax, xlabel, ylabel, title, ticks: dict) -> None:
+    """Log-log axes with a labelled tick at each point of the sweep."""
+    from matplotlib.ticker import NullLocator
+
+    plotting.finish(ax, xlabel, ylabel, loglog=True, title=title)
+    if ticks:
+        ax.set_xticks(sorted(ticks), [ticks[x] for x in sorted(ticks)])
+        ax.xaxis.set_minor_locator(NullLocator())
+
+
+def _curves(ax, x, pts, predicted_key, measured_key, color, name) -> None:
+    pred = [(xi, r[predicted_key]) for xi, r in zip(x, pts) if r.get(predicted_key) is not None]
+    if pred:
+        ax.plot(*zip(*pred), color=color, label=f"{name} predicted", **plotting.PREDICTED)
+    meas = [(xi, r[measured_key]) for xi, r in zip(x, pts) if r.get(measured_key) is not None]
+    if meas:
+        ax.plot(*zip(*meas), color=color, label=f"{name} measured", **plotting.MEASURED)
+
+
+def _plot_gqa(bytes_ax, time_ax, rows, dtypes, timed) -> None:
+    """Dense causal against K/V heads (the H_kv = H point is the window sweep's dense case)."""
+    dense = [r for r in rows if r["sweep"] == "gqa" or (r["sweep"] == "window" and r["window_left"] == -1)]
+    for i, (dtype, passes) in enumerate((t, p) for t in dtypes for p in PASSES):
+        pts = sorted((r for r in dense if r["dtype"] == dtype and r["passes"] == passes), key=lambda r: r["kv_heads"])
+        if not pts:
+            continue
+        x = [r["kv_heads"] for r in pts]
+        name = f"{dtype.replace('float', 'fp')} {passes}"
+        _curves(bytes_ax, x, pts, "predicted", "measured", f"C{i}", name)
+        if timed:
+            _curves(time_ax, x, pts, "predicted_time_ms", "time_ms", f"C{i}", name)
+    ticks = {r["kv_heads"]: str(r["kv_heads"]) for r in dense}
+    for ax, ylabel in ((bytes_ax, "SM<->L2 read + write (bytes)"), (time_ax, "time (ms)")):
+        _finish(ax, "K/V heads H_kv (H query heads)", ylabel, "GQA / MQA, dense causal", ticks)
+    if not timed:
+        plotting.annotate_empty(time_ax, "time: GPU only (see the CSV's note)")
