@@ -37,8 +37,8 @@ run 60 run l2_effect
 run 60 run fig2_middle
 run 75 run runtime
 run 50 run memory
-# sliding window and GQA against dense causal, 24 cases (quick); not yet run on a GPU: the
-# windowed / grouped kernels build first in 6 processes (KernelConfig cannot name them yet)
+# sliding window and GQA against dense causal, 24 cases (quick); not yet run on a GPU (the
+# time limit is a guess): its windowed / grouped kernels build first, in parallel (warmup)
 run 300 run window
 [ -n "${SKIP_TRAIN:-}" ] || run 200 run train_gpt
 run 20 run validation

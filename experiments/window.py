@@ -26,8 +26,8 @@ discounted), ``band_flops`` the band's own (4 d per unmasked score, x3.5 with th
 ``band_tflops`` = band_flops / time.
 
 GPU: B = 1, H = 16, N = 4096, d = 64, w = 128 ... 2048 (quick: 128, 512, 2048), H_kv = 4 / 1,
-the kernels' default tilings.  CPU: B = 1, H = 4, N = 64, d = 8, 16 x 8 tiles, w = 4 ... 32,
-H_kv = 2 / 1 (quick: H = 2, w = 4, 16, H_kv = 1, fp32 only); no time.
+the kernels' default tilings.  CPU: B = 1, H = 4, N = 64, d = 8, 16 x 16 tiles, w = 4 ... 32,
+H_kv = 2 / 1 (quick: H = 2, w = 4, 32, H_kv = 1, fp32 only); no time.
 """
 from __future__ import annotations
 
@@ -47,8 +47,8 @@ PASSES = ("fwd", "fwd_bwd")
 #: call's time, plus 10 %.
 TARGET = 1.10
 
-#: Per mode, (full, quick) of each setting. CPU: 16 x 8 tiles, the smallest the tensor-core
-#: kernels take, so that w = 4 ... 32 touch different numbers of K/V blocks.
+#: Per mode, (full, quick) of each setting. CPU: 16 x 16 tiles, the smallest both tensor-core
+#: passes take, so that w = 4 ... 32 touch different numbers of K/V blocks.
 GPU = dict(shape=(dict(B=1, H=16, N=4096, d=64),) * 2, tiling=None,
            windows=((128, 256, 512, 1024, 2048), (128, 512, 2048)), kv_heads=((4, 1),) * 2,
            dtypes=(("float16", "float32"),) * 2)

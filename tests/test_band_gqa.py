@@ -10,66 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import numba_flash as nf
-from numba_flash import reference
 from numba_flash.instrument import count_traffic
 
-from .helpers import FLOOR, FORMATS, rel
-
-ALL_FORMATS = ["float32", *sorted(FORMATS)]
-TYPES = {"float32": np.float32, **FORMATS}
-
-
-def inputs(rng, fmt, B, H, H_kv, n_q, n_k, d, logit_scale=1.0):
-    """q (B, H, n_q, d), k, v (B, H_kv, n_k, d), do in ``fmt``, standard normal."""
-    t = TYPES[fmt]
-    q = (logit_scale * rng.standard_normal((B, H, n_q, d))).astype(np.float32).astype(t)
-    k, v = (rng.standard_normal((B, H_kv, n_k, d)).astype(np.float32).astype(t) for _ in range(2))
-    do = rng.standard_normal((B, H, n_q, d)).astype(np.float32).astype(t)
-    return q, k, v, do
-
-
-def plain_forward(q, k, v, fmt, mask):
-    if fmt == "float32":
-        return reference.attention_forward(q, k, v, dtype=np.float32, **mask)[0]
-    return reference.plain_attention_forward(q, k, v, fmt, **mask)
-
-
-def plain_backward(do, q, k, v, fmt, mask):
-    if fmt == "float32":
-        return reference.attention_backward(do, q, k, v, dtype=np.float32, **mask)
-    return reference.plain_attention_backward(do, q, k, v, fmt, **mask)
-
-
-def check(fmt, B, H, H_kv, n_q, n_k, d, causal=False, window=None, diagonal=None, tiling=None,
-          bwd_tiling=None, logit_scale=1.0, seed=0, backward=True):
-    """Forward (o, lse) and backward (dq, dk, dv) of poisoned launches within the rule; rows
-    that see no key give o = 0 and lse = -inf."""
-    rng = np.random.default_rng(seed)
-    q, k, v, do = inputs(rng, fmt, B, H, H_kv, n_q, n_k, d, logit_scale)
-    mask = dict(causal=causal, window=window, diagonal=diagonal)
-    with nf.poison_outputs():
-        o, lse = nf.flash_attention(q, k, v, **mask, tiling=tiling, return_lse=True)
-    assert o.dtype == TYPES[fmt] and o.shape == q.shape and lse.dtype == np.float32
-    f64 = [x.astype(np.float64) for x in (do, q, k, v)]
-    ref, ref_lse = reference.attention_forward(*f64[1:], **mask)
-    plain = plain_forward(q, k, v, fmt, mask)
-    assert rel(o, ref) <= 2 * rel(plain, ref) + FLOOR, ("o", rel(o, ref), rel(plain, ref))
-    seen = np.isfinite(ref_lse)
-    np.testing.assert_allclose(lse[seen], ref_lse[seen], rtol=1e-5, atol=1e-5)
-    assert np.all(lse[~seen] == -np.inf) and np.all(o.astype(np.float32)[~seen] == 0)
-    if not backward:
-        return
-    with nf.poison_outputs():
-        grads = nf.flash_attention_backward(do, q, k, v, o, lse, **mask, tiling=bwd_tiling)
-    refs = reference.attention_backward(*f64, **mask)
-    plains = plain_backward(do, q, k, v, fmt, mask)
-    for name, g, r, p in zip(("dq", "dk", "dv"), grads, refs, plains):
-        assert g.dtype == TYPES[fmt] and g.shape == r.shape, (name, g.shape, r.shape)
-        if not np.abs(r).any():   # nothing reaches it in exact arithmetic: judged on dv's scale
-            assert np.abs(g.astype(np.float64)).max() <= FLOOR * np.abs(refs[2]).max(), name
-            continue
-        assert rel(g, r) <= 3 * rel(p, r) + FLOOR, (name, rel(g, r), rel(p, r))
-
+from .helpers import ALL_FORMATS, band_inputs as inputs, check_band as check
 
 @pytest.mark.parametrize("fmt", ALL_FORMATS)
 @pytest.mark.parametrize("n_q,n_k,d,causal,window,diagonal", [
