@@ -4,6 +4,7 @@
     nf.warmup([nf.KernelConfig(d=64, n_q=4096, causal=True), nf.KernelConfig(d=128, n_q=1024)])
 
     python -m numba_flash.precompile --d 64 128 --n 4096 --causal both   # the same from a shell
+    python -m numba_flash.precompile --d 128 --causal yes --window 1024 0 --group 4   # windowed GQA
     python -m numba_flash.precompile --info | --prune | --clear          # list; drop stale; empty
 
 A ``KernelConfig`` names the calls whose kernels to build: a forward algorithm and a backward
@@ -161,6 +162,10 @@ def _parse(argv):
     parser.add_argument("--forward", default="fa2", choices=FORWARDS)
     parser.add_argument("--backward", default="fa2", choices=BACKWARDS + ("none",))
     parser.add_argument("--dtype", nargs="+", default=["float32"], choices=FORMATS)
+    parser.add_argument("--window", type=int, nargs=2, default=None, metavar=("LEFT", "RIGHT"),
+                        help="a sliding window (flash-attention's window_size; -1: unbounded side)")
+    parser.add_argument("--group", type=int, default=1,
+                        help="query heads per K/V head (GQA / MQA)")
     parser.add_argument("--processes", type=int, default=None)
     parser.add_argument("--info", action="store_true", help="list the cache and exit")
     parser.add_argument("--clear", action="store_true", help="empty the cache and exit")
@@ -186,7 +191,8 @@ def main(argv=None) -> int:
         return 0
     causal = {"yes": (True,), "no": (False,), "both": (False, True)}[args.causal]
     backward = None if args.backward == "none" else args.backward
-    configs = [KernelConfig(d=d, n_q=n, causal=c, forward=args.forward, backward=backward, dtype=t)
+    configs = [KernelConfig(d=d, n_q=n, causal=c, forward=args.forward, backward=backward, dtype=t,
+                            window=args.window, group=args.group)
                for d in args.d for n in args.n for c in causal for t in args.dtype]
     start = time.perf_counter()
     for row in warmup(configs, args.processes):

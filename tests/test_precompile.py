@@ -55,3 +55,20 @@ def test_experiment_cases_map_to_configs():
     assert kernel_config(case) == nf.KernelConfig(d=64, n_q=4096, causal=True, forward="fa2",
                                                   backward="fa2", deterministic=True)
     assert kernel_config(Case("standard", "fwd", 1, 1, 512, 64)).backward is None
+
+
+def test_build_runs_windowed_grouped_calls():
+    """A window and a group of query heads per K/V head build their own kernels (the warm-up's
+    calls take them); a window on an algorithm without one is reported, not raised."""
+    report = precompile.build(nf.KernelConfig(d=8, n_q=20, causal=True, window=(5, 0), group=3))
+    assert report["error"] == "" and report["window"] == (5, 0) and report["group"] == 3
+    report = precompile.build(nf.KernelConfig(d=8, n_q=20, forward="fa2_fma", backward=None,
+                                              window=(5, 0)))
+    assert "algorithm='fa2'" in report["error"]
+    with pytest.raises(ValueError, match="KernelConfig.group"):
+        nf.KernelConfig(d=8, n_q=20, group=0)
+
+
+def test_command_line_names_windows_and_groups():
+    args = precompile._parse(["--d", "128", "--window", "1024", "0", "--group", "4"])
+    assert args.window == [1024, 0] and args.group == 4
