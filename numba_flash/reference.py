@@ -16,6 +16,10 @@ N_q = N_k = 4 the two agree (left); for N_q = 2, N_k = 4 they differ::
 Rows that see no key at all (causal, r + diagonal < 0: with N_q > N_k bottom-right, or a
 negative diagonal) give o = 0 and lse = -inf, as flash-attention does.
 
+Dropout's mask (``dropout_keep``) is drawn by Philox4x32-10 (``philox4x32_10``, counter-based as
+cuRAND's and flash-attention's) from (seed, batch-head, row, column), for the kernels to
+regenerate in the backward instead of storing it.
+
 ``window=(left, right)`` (flash-attention's ``window_size``, -1: unbounded side) keeps keys
 r + diagonal - left <= c <= r + diagonal + right, with the same default diagonal; k and v may
 have fewer heads than q (GQA / MQA: query head h reads K/V head h // (H / H_kv)), and then dk,
@@ -241,3 +245,51 @@ def plain_attention_backward(do, q, k, v, fmt: str, *, causal=False, softmax_sca
     dq = round_to(scale * (ds @ k), fmt)
     dk = round_to(_ungrouped(scale * (np.swapaxes(ds, -1, -2) @ q), h_kv), fmt)
     return tuple(x.astype(np.float64) for x in (dq, dk, dv))
+
+
+#: Philox4x32-10 (Salmon et al., SC'11, as cuRAND and flash-attention use it): the round
+#: multipliers and the Weyl increments of the key.
+PHILOX_M = (0xD2511F53, 0xCD9E8D57)
+PHILOX_W = (0x9E3779B9, 0xBB67AE85)
+
+
+def philox4x32_10(counter, key) -> np.ndarray:
+    """Philox4x32-10 of ``counter`` (..., 4) and ``key`` (..., 2), unsigned 32-bit words
+    (broadcast against each other): ten rounds of two 32 x 32 -> 64-bit products, their high
+    halves xored with the other words and the round key, the key bumped by the Weyl constants
+    between rounds. Returns (..., 4) uint32."""
+    c = np.asarray(counter, dtype=np.uint64) & 0xFFFFFFFF
+    k = np.asarray(key, dtype=np.uint64) & 0xFFFFFFFF
+    lead = np.broadcast_shapes(c.shape[:-1], k.shape[:-1])
+    c, k = np.broadcast_to(c, lead + (4,)), np.broadcast_to(k, lead + (2,))
+    x0, x1, x2, x3 = (c[..., i] for i in range(4))
+    k0, k1 = k[..., 0], k[..., 1]
+    mask = np.uint64(0xFFFFFFFF)
+    for _ in range(10):
+        p0 = np.uint64(PHILOX_M[0]) * x0
+        p1 = np.uint64(PHILOX_M[1]) * x2
+        x0, x1, x2, x3 = ((p1 >> np.uint64(32)) ^ x1 ^ k0, p1 & mask,
+                          (p0 >> np.uint64(32)) ^ x3 ^ k1, p0 & mask)
+        k0 = (k0 + np.uint64(PHILOX_W[0])) & mask
+        k1 = (k1 + np.uint64(PHILOX_W[1])) & mask
+    return np.stack([x0, x1, x2, x3], axis=-1).astype(np.uint32)
+
+
+def dropout_keep(seed: int, bh: int, n_q: int, n_k: int, p: float) -> np.ndarray:
+    """Boolean (N_q, N_k) of the scores dropout keeps in batch-head ``bh`` (b H + h): score (r, c)
+    takes word c % 4 of Philox4x32-10 at counter (c // 4, r, bh, 0) under key (the low and high
+    32 bits of ``seed``) and is kept iff that word is at least p * 2^32 (probability 1 - p up to
+    2^-32), so the forward and the backward regenerate the same mask from (seed, bh, r, c)
+    without storing it."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be in [0, 1], got {p}")
+    rows, groups = np.arange(n_q), np.arange(-(-n_k // 4))
+    counter = np.zeros((n_q, groups.size, 4), np.uint64)
+    counter[..., 0] = groups[None, :]
+    counter[..., 1] = rows[:, None]
+    counter[..., 2] = bh
+    words = philox4x32_10(counter, (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF))
+    words = words.reshape(n_q, -1)[:, :n_k].astype(np.uint64)
+    if p >= 1.0:
+        return np.zeros((n_q, n_k), bool)
+    return words >= np.uint64(int(p * 2**32))

@@ -149,3 +149,31 @@ def test_window_and_grouped_backward_match_finite_differences(rng, window, heads
             down = (ref.attention_forward(q, k, v, window=window)[0] * do).sum()
             x[idx] = old
             assert grad[idx] == pytest.approx((up - down) / (2 * eps), rel=1e-5, abs=1e-8)
+
+
+@pytest.mark.parametrize("counter,key,expected", [   # Random123's known-answer vectors
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+])
+def test_philox_known_answers(counter, key, expected):
+    assert tuple(int(x) for x in ref.philox4x32_10(counter, key)) == expected
+    batch = ref.philox4x32_10(np.array([counter, (0, 0, 0, 0)]), key)   # vectorised over counters
+    assert tuple(int(x) for x in batch[0]) == expected
+
+
+def test_dropout_mask_is_a_function_of_seed_head_row_and_column():
+    keep = ref.dropout_keep(1234, 3, 200, 301, 0.1)
+    assert keep.shape == (200, 301)
+    n = keep.size            # kept fraction 1 - p within 5 binomial standard deviations
+    assert abs(keep.mean() - 0.9) <= 5 * math.sqrt(0.1 * 0.9 / n)
+    np.testing.assert_array_equal(keep, ref.dropout_keep(1234, 3, 200, 301, 0.1))   # regenerated
+    for other in (ref.dropout_keep(1235, 3, 200, 301, 0.1), ref.dropout_keep(1234, 4, 200, 301, 0.1),
+                  ref.dropout_keep(1234 + 2**32, 3, 200, 301, 0.1)):        # seed's high word too
+        assert (other != keep).mean() > 0.1
+    np.testing.assert_array_equal(ref.dropout_keep(1234, 3, 50, 30, 0.1),
+                                  keep[:50, :30])                           # position-keyed
+    assert ref.dropout_keep(7, 0, 5, 9, 0.0).all() and not ref.dropout_keep(7, 0, 5, 9, 1.0).any()
+    with pytest.raises(ValueError, match="p must be in"):
+        ref.dropout_keep(7, 0, 5, 9, 1.5)
