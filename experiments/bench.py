@@ -1,7 +1,8 @@
 """Benchmark: our kernels (each version) against PyTorch SDPA's backends, fp32 and fp16 / bf16, validated first.
 
 Shapes (B, H, N, d): (4, 16, 4096, 64), (1, 16, 16384, 64), the same with d = 128, and causal
-with d = 64; forward, and forward + backward.  Ours: standard attention, fa1 (the paper's loop
+with d = 64; and the fp32 issue's other rows: (16, 16, 1024, 64), causal (2, 32, 4096, 128),
+(8, 32, 2048, 128), (32, 12, 512, 64); forward, and forward + backward.  Ours: standard attention, fa1 (the paper's loop
 order, one block per head: small shapes only), fa2 (tensor cores, 3xTF32), fa2_fma (the same
 loop order on FFMA), and the fa2 backward: on tensor cores with atomics, and the deterministic
 one (FFMA kernels).  In float16 and bfloat16 (HALF_SHAPES, the half-precision issue's shapes):
@@ -25,10 +26,12 @@ from experiments.common.timing import tflops
 from experiments.common.torch_sdpa import BACKENDS, time_sdpa, torch_available, unsupported_reason
 
 NAME = "bench"
-SHAPES = [  # (B, H, N, d, causal)
+SHAPES = [  # (B, H, N, d, causal); from (16, 16, 1024, 64) on: the fp32 issue's rows
     (4, 16, 4096, 64, False), (1, 16, 16384, 64, False),
     (4, 16, 4096, 128, False), (1, 16, 16384, 128, False),
     (4, 16, 4096, 64, True), (1, 16, 16384, 64, True),
+    (16, 16, 1024, 64, False), (2, 32, 4096, 128, True),
+    (8, 32, 2048, 128, False), (32, 12, 512, 64, False),
 ]
 #: --quick: every shape issue 5 sets a target for (the causal one at N = 4096 only)
 QUICK_SHAPES = [(4, 16, 4096, 64, False), (1, 16, 16384, 64, False), (4, 16, 4096, 64, True),
