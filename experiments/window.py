@@ -39,6 +39,7 @@ from experiments.common.context import NO_GPU, RunContext
 from experiments.common.measure import failure_note, timing_or_note
 from experiments.common.timing import tflops
 from experiments.common.traffic import MeasuredTraffic, measure_traffic
+from simulator.blocks import BlockGrid
 
 NAME = "window"
 METHOD = "fa2"
@@ -84,17 +85,9 @@ def dense_of(case: Case) -> Case:
 
 def tile_scores(N: int, br: int, bc: int, window: tuple[int, int] | None) -> int:
     """Score elements of the tiles a causal forward visits (one (batch, head) pair): per row
-    block, its rows x the keys of the K/V blocks its band touches (first <= j < end, as the
-    kernels' ``tiles.key_block_range``)."""
-    left = -1 if window is None else window[0]
-    tc = -(-N // bc)
-    total = 0
-    for r0 in range(0, N, br):
-        r1 = min(N, r0 + br) - 1
-        first = 0 if left < 0 else max(0, r0 - left) // bc
-        end = min(tc, r1 // bc + 1)
-        total += (r1 - r0 + 1) * max(0, min(N, end * bc) - first * bc)
-    return total
+    block, its rows x the keys of the K/V blocks its band touches (the model's ``BlockGrid``,
+    whose ranges are the kernels' ``tiles.key_block_range``)."""
+    return BlockGrid(N, N, br, bc, causal=True, window=window).active_scores()
 
 
 def _prediction(case: Case):

@@ -32,6 +32,7 @@ import sys
 import numpy as np
 
 from simulator.spec import Mask
+from simulator.workload import needs_band_kernels
 from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_KERNELS,
                               HALF_FORWARD_KERNELS)
 
@@ -141,7 +142,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     causal = checks.flag("causal", causal)
     band, hi, lo = checks.band(causal, window, diagonal, shp.N_q, shp.N_k)
     mask = Mask(band.upper, band.lower, shp.group)
-    if algorithm != "fa2" and (band.lower or mask.upper != causal or mask.group > 1):
+    if algorithm != "fa2" and needs_band_kernels(mask, causal):
         raise ValueError(f"algorithm={algorithm!r} has no sliding window nor grouped K/V heads: "
                          "pass algorithm='fa2' (or window=None and k, v with q's heads)")
     diagonal = hi
@@ -279,8 +280,8 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     deterministic = checks.flag("deterministic", deterministic)
     scale = checks.softmax_scale(softmax_scale, shp.d)
     kernels = backward_kernels(algorithm, deterministic, shp.precision)
-    if kernels not in (("flash_backward_tc",), ("flash_backward_half",)) and (
-            band.lower or mask.upper != causal or mask.group > 1):
+    if kernels not in (("flash_backward_tc",), ("flash_backward_half",)) and needs_band_kernels(
+            mask, causal):
         raise ValueError(f"algorithm={algorithm!r}, deterministic={deterministic} has no sliding "
                          "window nor grouped K/V heads: pass algorithm='fa2', deterministic=False "
                          "(or window=None and k, v with q's heads)")

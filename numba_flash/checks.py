@@ -229,7 +229,7 @@ def diagonal(value, causal: bool, n_q: int, n_k: int) -> int:
     N_k - N_q (bottom-right) when None, else ``value``, an int given with ``causal=True``;
     clamped to [-N_q, N_k], the same mask (``simulator.blocks.causal_diagonal``)."""
     if value is not None:
-        _diagonal_int(value)
+        _int("diagonal", value, "an int or None")
         if not causal:
             raise ValueError(f"diagonal={value} is the causal mask's diagonal: pass causal=True "
                              "with it (or leave diagonal=None)")
@@ -237,15 +237,10 @@ def diagonal(value, causal: bool, n_q: int, n_k: int) -> int:
     return causal_diagonal(n_q, n_k, value)
 
 
-def _int(name, value) -> int:
+def _int(name, value, expected="an int") -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {value!r}")
+        raise TypeError(f"{name} must be {expected}, got {value!r}")
     return int(value)
-
-
-def _diagonal_int(value) -> None:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"diagonal must be an int or None, got {value!r}")
 
 
 def band(causal: bool, window, diagonal_value, n_q: int, n_k: int) -> tuple[Mask, int, int]:
@@ -265,7 +260,7 @@ def band(causal: bool, window, diagonal_value, n_q: int, n_k: int) -> tuple[Mask
         if window == (-1, -1):
             window = None
     if diagonal_value is not None:
-        _diagonal_int(diagonal_value)
+        _int("diagonal", diagonal_value, "an int or None")
         if not causal and window is None:
             raise ValueError(f"diagonal={diagonal_value} places the causal mask or the window: "
                              "pass causal=True or a window with it (or leave diagonal=None)")

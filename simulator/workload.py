@@ -21,6 +21,13 @@ _TENSOR_SHAPE = {
 }
 
 
+def needs_band_kernels(mask: Mask, causal: bool) -> bool:
+    """Whether ``mask`` (with its group) is more than ``causal`` alone or none: a lower edge, an
+    upper edge that is not causal's (a window's right side), or grouped K/V heads -- what only
+    the "fa2" kernels (``simulator.predict.BAND_ALGORITHMS``) run."""
+    return mask.lower or mask.upper != causal or mask.group > 1
+
+
 @dataclass(frozen=True)
 class Workload:
     """Attention over ``B`` batches x ``H`` heads, ``N_q`` queries, ``N_k`` keys, head dim ``d``.
@@ -115,8 +122,7 @@ class Workload:
         """Whether this workload needs the band kernels: a window's lower edge, an upper edge
         that is not causal's (a window's right side alone), or grouped K/V heads. (A causal
         window (-1, 0) is plain causal.)"""
-        mask, _, _ = self.mask()
-        return mask.lower or mask.upper != self.causal or mask.group > 1
+        return needs_band_kernels(self.mask()[0], self.causal)
 
     @property
     def causal_diagonal(self) -> int:

@@ -17,6 +17,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from simulator.blocks import band_scores
+from simulator.spec import band
 from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_KERNELS,
                               HALF_FORWARD_KERNELS)
 
@@ -49,12 +51,8 @@ def attention_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool) -
 def visible_scores(N: int, causal: bool, window: tuple[int, int] | None = None) -> int:
     """Unmasked scores of one (batch, head) pair, N_q = N_k = N (diagonal 0): row r sees keys
     max(0, r - left) <= c <= min(N - 1, r + right), right = 0 when causal, -1 = no bound."""
-    left, right = (-1, -1) if window is None else window
-    right = 0 if causal else right
-    rows = np.arange(N, dtype=np.int64)
-    first = np.maximum(0, rows - left) if left >= 0 else np.zeros(N, np.int64)
-    last = np.minimum(N - 1, rows + right) if right >= 0 else np.full(N, N - 1, np.int64)
-    return int(np.maximum(0, last - first + 1).sum())
+    mask, hi, lo = band(N, N, causal, window, None)
+    return band_scores(N, N, mask.upper, mask.lower, hi, lo)
 
 
 def band_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool,
