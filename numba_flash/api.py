@@ -26,8 +26,10 @@ product and 0 * NaN = NaN (flash-attention behaves the same way). A -inf score i
 """
 from __future__ import annotations
 
+import functools
 import math
 import sys
+from collections import OrderedDict
 
 import numpy as np
 
@@ -52,6 +54,54 @@ from .launch import launch, launch_tensors
 #: algorithm -> kernel (a Tiling kernel name), forward and backward: simulator.tiling's maps.
 ALGORITHMS, BACKWARD_ALGORITHMS = FORWARD_KERNELS, BACKWARD_KERNELS
 F32 = np.float32
+#: Launch plans of torch calls that passed the checks: (entry point, what the checks read) ->
+#: the call's launches with everything derived from its arguments bound (``_plan_key``).
+_PLANS: OrderedDict = OrderedDict()
+#: Plans kept (least recently used dropped): one per distinct shape and option set.
+PLANS_KEPT = 256
+
+
+def _plan_key(entry: str, tensors, options):
+    """What ``entry``'s checks and launch read of a call on torch tensors, or None where the
+    call cannot take a plan: every tensor a contiguous torch CUDA tensor that needs no grad, on
+    torch's legacy default stream, with the plain, unpoisoned ``Memory`` active (the fast
+    path's conditions, ``memory.torch_fast_path``), and hashable options. The checks' verdict
+    depends on nothing else (shapes, dtypes, devices, the options' values), so a key seen once
+    has passed them; data pointers (alignment) are read by each launch."""
+    torch = sys.modules.get("torch")
+    mem = memory.active()
+    if torch is None or type(mem) is not memory.Memory or mem.poison:
+        return None
+    for x in tensors:
+        if type(x) is not torch.Tensor or not x.is_cuda or x.requires_grad or not x.is_contiguous():
+            return None
+    first = tensors[0]
+    if torch.cuda.current_stream(first.device).cuda_stream != 0:
+        return None
+    # (each option with its type: causal=1 must meet the checks, not causal=True's plan)
+    key = (entry, tuple((type(x), x) for x in options),
+           *((x.shape, x.dtype, x.device) for x in tensors))
+    try:
+        hash(key)
+    except TypeError:         # e.g. a window given as a list: the checked path
+        return None
+    return key
+
+
+def _remember(key, plan):
+    """Keep ``plan`` for ``key`` (None: nothing kept), dropping the least recently used."""
+    if key is not None:
+        _PLANS[key] = plan
+        if len(_PLANS) > PLANS_KEPT:
+            _PLANS.popitem(last=False)
+    return plan
+
+
+def _planned(key):
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None:
+        _PLANS.move_to_end(key)
+    return plan
 
 
 def _row_threads() -> int:
@@ -136,6 +186,11 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     Grouped-query attention (GQA / MQA): k and v may have H_kv heads, H a multiple of H_kv;
     query head h reads K/V head h // (H / H_kv). Windows and grouped heads run on "fa2".
     """
+    key = _plan_key("forward", (q, k, v), (causal, softmax_scale, return_lse, algorithm, tiling,
+                                            diagonal, window))
+    plan = _planned(key)
+    if plan is not None:
+        return plan(q, k, v)
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
     shp = checks.attention_shapes(q, k, v, grouped=True)
@@ -157,8 +212,10 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     smem = tiling.smem_bytes(kernel_name, d)
     grid, threads = (tiling.Tr(n_q), bh), tiling.threads_for(kernel_name)
     if algorithm == "fa2" and memory.torch_fast_path(mem, q, k, v):
-        return _forward_on_tensors(q, k, v, shp, tiling, mask, hi, lo, scale, return_lse, grid,
-                                   threads, smem)
+        plan = functools.partial(_forward_on_tensors, shp=shp, tiling=tiling, mask=mask, hi=hi,
+                                 lo=lo, scale=scale, return_lse=return_lse, grid=grid,
+                                 threads=threads, smem=smem)
+        return _remember(key, plan)(q, k, v)
     Q, K, V = _inputs(mem, shp, Q=q, K=k, V=v)
     O = mem.output((B, H, n_q, d), np.uint16 if shp.half else F32, "O", like=q)
     L = mem.output((B, H, n_q), F32, "L", like=q)
@@ -270,6 +327,11 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     16, Bc up to 512); default the fastest measured on the H200 for the inputs' format, smaller
     where the head dim needs more shared memory.
     """
+    key = _plan_key("backward", (do, q, k, v, o, lse), (causal, softmax_scale, tiling,
+                                                         deterministic, algorithm, diagonal, window))
+    plan = _planned(key)
+    if plan is not None:
+        return plan(do, q, k, v, o, lse)
     if not isinstance(algorithm, str) or algorithm not in BACKWARD_ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(BACKWARD_ALGORITHMS)}, got {algorithm!r}")
     shp = checks.backward_shapes(do, q, k, v, o, "lse", lse, lambda s: (s.B, s.H, s.N_q),
@@ -291,7 +353,9 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     mem = memory.active()
     if kernels == ("flash_backward_half",):
         if memory.torch_fast_path(mem, do, q, k, v, o, lse):
-            return _backward_half_on_tensors(do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale)
+            plan = functools.partial(_backward_half_on_tensors, shp=shp, tiling=tiling, mask=mask,
+                                     hi=hi, lo=lo, scale=scale)
+            return _remember(key, plan)(do, q, k, v, o, lse)
         return _backward_half(mem, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale)
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh, h_kv = B * H, H // mask.group
