@@ -26,10 +26,8 @@ product and 0 * NaN = NaN (flash-attention behaves the same way). A -inf score i
 """
 from __future__ import annotations
 
-import functools
 import math
 import sys
-from collections import OrderedDict
 
 import numpy as np
 
@@ -38,7 +36,7 @@ from simulator.workload import needs_band_kernels
 from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_KERNELS,
                               HALF_FORWARD_KERNELS)
 
-from . import checks, memory, precision
+from . import checks, memory, plans, precision
 from .kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
 from .kernels.flash_backward_half import make_flash_backward_half
 from .kernels.flash_backward_tc import make_flash_backward_tc
@@ -49,61 +47,11 @@ from .kernels.convert import make_convert
 from .kernels.flash_forward_half import make_flash_forward_half
 from .kernels.standard import make_ds, make_matmul, make_softmax
 from .kernels.tiles import LOG2E
-from .launch import launch, launch_tensors
+from .launch import launch
 
 #: algorithm -> kernel (a Tiling kernel name), forward and backward: simulator.tiling's maps.
 ALGORITHMS, BACKWARD_ALGORITHMS = FORWARD_KERNELS, BACKWARD_KERNELS
 F32 = np.float32
-#: Launch plans of torch calls that passed the checks: (entry point, what the checks read) ->
-#: the call's launches with everything derived from its arguments bound (``_plan_key``).
-_PLANS: OrderedDict = OrderedDict()
-#: Plans kept (least recently used dropped): one per distinct shape and option set.
-PLANS_KEPT = 256
-
-
-def _plan_key(entry: str, tensors, options):
-    """What ``entry``'s checks and launch read of a call on torch tensors, or None where the
-    call cannot take a plan: every tensor a contiguous torch CUDA tensor that needs no grad, on
-    torch's legacy default stream, with the plain, unpoisoned ``Memory`` active (the fast
-    path's conditions, ``memory.torch_fast_path``), and hashable options. The checks' verdict
-    depends on nothing else (shapes, dtypes, devices, the options' values), so a key seen once
-    has passed them; data pointers (alignment) are read by each launch."""
-    torch = sys.modules.get("torch")
-    mem = memory.active()
-    if torch is None or type(mem) is not memory.Memory or mem.poison:
-        return None
-    for x in tensors:
-        if type(x) is not torch.Tensor or not x.is_cuda or x.requires_grad or not x.is_contiguous():
-            return None
-    first = tensors[0]
-    if torch.cuda.current_stream(first.device).cuda_stream != 0:
-        return None
-    # (each option with its type: causal=1 must meet the checks, not causal=True's plan)
-    key = (entry, tuple((type(x), x) for x in options),
-           *((x.shape, x.dtype, x.device) for x in tensors))
-    try:
-        hash(key)
-    except TypeError:         # e.g. a window given as a list: the checked path
-        return None
-    return key
-
-
-def _remember(key, plan):
-    """Keep ``plan`` for ``key`` (None: nothing kept), dropping the least recently used."""
-    if key is not None:
-        _PLANS[key] = plan
-        if len(_PLANS) > PLANS_KEPT:
-            _PLANS.popitem(last=False)
-    return plan
-
-
-def _planned(key):
-    plan = _PLANS.get(key) if key is not None else None
-    if plan is not None:
-        _PLANS.move_to_end(key)
-    return plan
-
-
 def _row_threads() -> int:
     """Threads per block of the row-wise kernels (softmax, dS, D); fewer under the simulator,
     where each thread is a Python thread. Their traffic does not depend on it."""
@@ -186,9 +134,9 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     Grouped-query attention (GQA / MQA): k and v may have H_kv heads, H a multiple of H_kv;
     query head h reads K/V head h // (H / H_kv). Windows and grouped heads run on "fa2".
     """
-    key = _plan_key("forward", (q, k, v), (causal, softmax_scale, return_lse, algorithm, tiling,
-                                            diagonal, window))
-    plan = _planned(key)
+    key = plans.key("forward", (q, k, v), (causal, softmax_scale, return_lse, algorithm, tiling,
+                                           diagonal, window))
+    plan = plans.get(key)
     if plan is not None:
         return plan(q, k, v)
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
@@ -212,17 +160,18 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     smem = tiling.smem_bytes(kernel_name, d)
     grid, threads = (tiling.Tr(n_q), bh), tiling.threads_for(kernel_name)
     if algorithm == "fa2" and memory.torch_fast_path(mem, q, k, v):
-        plan = functools.partial(_forward_on_tensors, shp=shp, tiling=tiling, mask=mask, hi=hi,
-                                 lo=lo, scale=scale, return_lse=return_lse, grid=grid,
-                                 threads=threads, smem=smem)
-        return _remember(key, plan)(q, k, v)
+        B, H, n_q, d = shp.B, shp.H, shp.N_q, shp.d
+        plan = _OnTensors(_forward_launches(shp, tiling, mask, hi, lo, scale, grid, threads, smem),
+                          [((B, H, n_q, d), None), ((B, H, n_q), "float32")], (0, 1) if return_lse else 0,
+                          aligned=3, d=d)
+        return plans.remember(key, plan)(q, k, v)
     Q, K, V = _inputs(mem, shp, Q=q, K=k, V=v)
     O = mem.output((B, H, n_q, d), np.uint16 if shp.half else F32, "O", like=q)
     L = mem.output((B, H, n_q), F32, "L", like=q)
     if algorithm == "fa2":   # the tensor-core kernels take flat views (see their factories)
         args = tuple(x.reshape(x.size) for x in (Q, K, V, O, L))
-        kernel = _forward_kernel_fa2(tiling, d, mask, shp, d % 8 == 0 and _aligned16(Q, K, V))
-        launch(kernel, grid, threads, smem, *args, F32(scale * LOG2E), n_q, n_k, hi, lo)
+        _forward_launches(shp, tiling, mask, hi, lo, scale, grid, threads, smem)(
+            launch, d % 8 == 0 and _aligned16(Q, K, V), *args)
     elif algorithm == "fa2_fma":
         launch(make_flash_forward_fa2(tiling, d, causal), grid, threads, smem,
                *_flat_forward(Q, K, V, O, L, n_q, n_k, d), F32(scale * LOG2E), n_q, n_k, diagonal)
@@ -243,18 +192,45 @@ def _forward_kernel_fa2(tiling, d, mask, shp, vector):
     return make_flash_forward_fa2_tc(tiling, d, mask)
 
 
-def _forward_on_tensors(q, k, v, shp, tiling, mask, hi, lo, scale, return_lse, grid, threads, smem):
-    """``flash_attention``'s "fa2" launch on torch tensors without numba arrays
-    (``launch.launch_tensors``): outputs from torch's allocator, returned as torch tensors."""
-    torch = sys.modules["torch"]
-    B, H, n_q, d = shp.B, shp.H, shp.N_q, shp.d
-    o = torch.empty((B, H, n_q, d), dtype=q.dtype, device=q.device)
-    lse = torch.empty((B, H, n_q), dtype=torch.float32, device=q.device)
-    flat = [(x.view(torch.int16) if shp.half else x).view(-1) for x in (q, k, v, o)]
-    vector = d % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in flat[:3])
-    launch_tensors(_forward_kernel_fa2(tiling, d, mask, shp, vector), grid, threads, smem,
-                   *flat, lse.view(-1), F32(scale * LOG2E), shp.N_q, shp.N_k, hi, lo)
-    return (o, lse) if return_lse else o
+def _forward_launches(shp, tiling, mask, hi, lo, scale, grid, threads, smem):
+    """The "fa2" forward's launch as ``launches(run, vector, q, k, v, o, lse)`` on flat arrays
+    (``vector``: 16-byte aligned q, k, v of d a multiple of 8, for the half kernels' 16-byte
+    loads), through ``run(kernel, grid, threads, smem, *args)``."""
+    def launches(run, vector, q, k, v, o, lse):
+        run(_forward_kernel_fa2(tiling, shp.d, mask, shp, vector), grid, threads, smem,
+            q, k, v, o, lse, F32(scale * LOG2E), shp.N_q, shp.N_k, hi, lo)
+    return launches
+
+
+class _OnTensors:
+    """``launches(run, vector, *inputs, *outputs)`` on torch CUDA tensors, outputs from torch's
+    allocator (``outputs``: (shape, dtype name, or None for the inputs' dtype) each), returning
+    the outputs ``returns`` picks (an index or a tuple of them). The arrays are flat (half
+    precision as int16 patterns). The launches are recorded on the first call for each
+    alignment of the first ``aligned`` inputs (``vector``) and replayed after (``plans.Replay``):
+    a call's host work is then the output allocations and one packed launch per kernel."""
+
+    def __init__(self, launches, outputs, returns, aligned: int, d: int):
+        self._launches, self._outputs, self._returns = launches, outputs, returns
+        self._aligned, self._vector_d = aligned, d % 8 == 0
+        self._replays: dict[bool, plans.Replay] = {}
+
+    def __call__(self, *inputs):
+        torch = sys.modules["torch"]
+        like = inputs[0]
+        outs = [torch.empty(shape, dtype=getattr(torch, dtype) if dtype else like.dtype,
+                            device=like.device) for shape, dtype in self._outputs]
+        vector = self._vector_d and plans.aligned16(*inputs[:self._aligned])
+        replay = self._replays.get(vector)
+        if replay is None:
+            flat = [(x.view(torch.int16) if x.element_size() == 2 else x).view(-1)
+                    for x in (*inputs, *outs)]
+            self._replays[vector] = plans.Replay(
+                lambda run, *arrays: self._launches(run, vector, *arrays), *flat)
+        else:
+            replay.replay(*(x.data_ptr() for x in inputs), *(x.data_ptr() for x in outs))
+        r = self._returns
+        return outs[r] if isinstance(r, int) else tuple(outs[i] for i in r)
 
 
 def backward_kernels(algorithm: str, deterministic: bool, fmt: str = "float32") -> tuple[str, ...]:
@@ -327,9 +303,9 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     16, Bc up to 512); default the fastest measured on the H200 for the inputs' format, smaller
     where the head dim needs more shared memory.
     """
-    key = _plan_key("backward", (do, q, k, v, o, lse), (causal, softmax_scale, tiling,
-                                                         deterministic, algorithm, diagonal, window))
-    plan = _planned(key)
+    key = plans.key("backward", (do, q, k, v, o, lse), (causal, softmax_scale, tiling,
+                                                        deterministic, algorithm, diagonal, window))
+    plan = plans.get(key)
     if plan is not None:
         return plan(do, q, k, v, o, lse)
     if not isinstance(algorithm, str) or algorithm not in BACKWARD_ALGORITHMS:
@@ -351,36 +327,37 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     tiling = checks.tiling_for(tiling, kernels, shp.d, shp.N_q, shp.N_k)
 
     mem = memory.active()
-    if kernels == ("flash_backward_half",):
-        if memory.torch_fast_path(mem, do, q, k, v, o, lse):
-            plan = functools.partial(_backward_half_on_tensors, shp=shp, tiling=tiling, mask=mask,
-                                     hi=hi, lo=lo, scale=scale)
-            return _remember(key, plan)(do, q, k, v, o, lse)
-        return _backward_half(mem, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale)
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh, h_kv = B * H, H // mask.group
+    tc = kernels in (("flash_backward_tc",), ("flash_backward_half",))
+    if tc and memory.torch_fast_path(mem, do, q, k, v, o, lse):
+        # (inputs do, q, k, v, o, lse; outputs dq, dk, dv, then the fp32 workspaces)
+        workspaces = [((bh * n_q,), "float32")] + ([((bh * n_q * d,), "float32")] if shp.half else [])
+        plan = _OnTensors(_backward_tc_launches(shp, tiling, mask, hi, lo, scale),
+                          [(tuple(x.shape), None) for x in (q, k, v)] + workspaces, (0, 1, 2),
+                          aligned=4, d=d)
+        return plans.remember(key, plan)(do, q, k, v, o, lse)
+    if kernels == ("flash_backward_half",):
+        return _backward_half(mem, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale)
     dO, Q, K, V, O = _widened(mem, shp, q, dO=do, Q=q, K=k, V=v, O=o)
     L = mem.input(lse, "L")
     dQ = mem.output((B, H, n_q, d), F32, "dQ", like=q)
     dK = mem.output((B, h_kv, n_k, d), F32, "dK", like=q)
     dV = mem.output((B, h_kv, n_k, d), F32, "dV", like=q)
     D = mem.output((bh, n_q), F32, "D", like=q)
+    if kernels == ("flash_backward_tc",):   # takes flat views, as the tensor-core forward
+        _backward_tc_launches(shp, tiling, mask, hi, lo, scale)(
+            launch, False, *(x.reshape(x.size) for x in (dO, Q, K, V, O, L, dQ, dK, dV, D)))
+        return _narrowed(mem, shp, q, dQ=dQ, dK=dK, dV=dV)
     fq, fk, fv = _flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d)
     fdo, fl, fdq = _flat(dO, n_q, d), _flat(L, n_q), _flat(dQ, n_q, d)
-
     qscale = F32(scale * LOG2E)
     row_dot, grid, threads = _row_dot(d, not deterministic, n_q, bh)
     launch(row_dot, grid, threads, 0, *(x.reshape(x.size) for x in (dO, O, D, dQ)), n_q)
-    if kernels == ("flash_backward_tc",):   # takes flat views, as the tensor-core forward
-        args = tuple(x.reshape(x.size) for x in (Q, K, V, dO, L, D, dQ, dK, dV))
-        launch(make_flash_backward_tc(tiling, d, mask), (tiling.Tc(n_k), B * h_kv),
-               tiling.threads_for("flash_backward_tc"), tiling.smem_bytes("flash_backward_tc", d),
-               *args, F32(scale), qscale, n_q, n_k, hi, lo)
-    else:
-        kv = make_flash_backward_kv(tiling, d, causal, not deterministic)
-        launch(kv, (tiling.Tc(n_k), bh), tiling.threads, tiling.smem_bytes("flash_backward", d),
-               fq, fk, fv, fdo, fl, D, fdq, _flat(dK, n_k, d), _flat(dV, n_k, d), scale, qscale,
-               n_q, n_k, diagonal)
+    kv = make_flash_backward_kv(tiling, d, causal, not deterministic)
+    launch(kv, (tiling.Tc(n_k), bh), tiling.threads, tiling.smem_bytes("flash_backward", d),
+           fq, fk, fv, fdo, fl, D, fdq, _flat(dK, n_k, d), _flat(dV, n_k, d), scale, qscale,
+           n_q, n_k, diagonal)
     if deterministic:
         dq_kernel = make_flash_backward_dq(tiling, d, causal)
         launch(dq_kernel, (tiling.Tr(n_q), bh), tiling.threads,
@@ -389,20 +366,31 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     return _narrowed(mem, shp, q, dQ=dQ, dK=dK, dV=dV)
 
 
-def _backward_half_launches(shp, tiling, mask, hi, lo, scale, vector, run,
-                            do, q, k, v, o, lse, D, dQacc, dk, dv, dQ):
-    """The half-precision backward's three launches through ``run(kernel, grid, threads, smem,
-    *args)`` on flat views: D = rowsum(dO * O) and dQacc = 0; the kernel (a block per K/V block
-    of a K/V head); dQ = dQacc rounded to the format."""
+def _backward_tc_launches(shp, tiling, mask, hi, lo, scale):
+    """The tensor-core backward's launches ("flash_backward_tc" in fp32, "flash_backward_half" in
+    the half formats) as ``launches(run, vector, do, q, k, v, o, lse, dq, dk, dv, D[, dQacc])``
+    on flat arrays, through ``run(kernel, grid, threads, smem, *args)``: D = rowsum(dO * O) with
+    dQ (fp32: dq itself; half: the workspace dQacc) zeroed; the kernel (a block per K/V block
+    of a K/V head); in half precision dq = dQacc rounded to the format. ``vector``: 16-byte
+    aligned do, q, k, v of d a multiple of 8 (the half kernel's 16-byte loads)."""
     n_q, n_k, d, bh = shp.N_q, shp.N_k, shp.d, shp.B * shp.H
-    row_dot, grid, threads = _row_dot(d, True, n_q, bh, shp.precision)
-    run(row_dot, grid, threads, 0, do, o, D, dQacc, n_q)
-    kernel = make_flash_backward_half(tiling, d, mask, shp.precision, vector)
-    run(kernel, (tiling.Tc(n_k), bh // mask.group), tiling.threads_for("flash_backward_half"),
-        tiling.smem_bytes("flash_backward_half", d), q, k, v, do, lse, D, dQacc, dk, dv,
-        F32(scale), F32(scale * LOG2E), n_q, n_k, hi, lo)
-    threads, blocks = _convert_grid(bh * n_q * d)
-    run(make_convert(shp.precision, False), blocks, threads, 0, dQacc, dQ, bh * n_q * d)
+    grid = (tiling.Tc(n_k), bh // mask.group)
+    scalars = (F32(scale), F32(scale * LOG2E), n_q, n_k, hi, lo)
+
+    def launches(run, vector, do, q, k, v, o, lse, dq, dk, dv, D, dQacc=None):
+        row_dot, rows, threads = _row_dot(d, True, n_q, bh, shp.precision)
+        if not shp.half:
+            run(row_dot, rows, threads, 0, do, o, D, dq, n_q)
+            run(make_flash_backward_tc(tiling, d, mask), grid, tiling.threads_for("flash_backward_tc"),
+                tiling.smem_bytes("flash_backward_tc", d), q, k, v, do, lse, D, dq, dk, dv, *scalars)
+            return
+        run(row_dot, rows, threads, 0, do, o, D, dQacc, n_q)
+        run(make_flash_backward_half(tiling, d, mask, shp.precision, vector), grid,
+            tiling.threads_for("flash_backward_half"), tiling.smem_bytes("flash_backward_half", d),
+            q, k, v, do, lse, D, dQacc, dk, dv, *scalars)
+        threads, blocks = _convert_grid(bh * n_q * d)
+        run(make_convert(shp.precision, False), blocks, threads, 0, dQacc, dq, bh * n_q * d)
+    return launches
 
 
 def _backward_half(mem, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale):
@@ -417,27 +405,9 @@ def _backward_half(mem, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale):
     dK = mem.output((B, H // mask.group, n_k, d), np.uint16, "dK", like=q)
     dV = mem.output((B, H // mask.group, n_k, d), np.uint16, "dV", like=q)
     vector = d % 8 == 0 and _aligned16(dO, Q, K, V)
-    _backward_half_launches(shp, tiling, mask, hi, lo, scale, vector, launch,
-                            *(x.reshape(x.size) for x in (dO, Q, K, V, O, L, D, dQacc, dK, dV, dQ)))
+    _backward_tc_launches(shp, tiling, mask, hi, lo, scale)(
+        launch, vector, *(x.reshape(x.size) for x in (dO, Q, K, V, O, L, dQ, dK, dV, D, dQacc)))
     return tuple(precision.as_format(mem.result(x, shp.on_host), shp.precision) for x in (dQ, dK, dV))
-
-
-def _backward_half_on_tensors(do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale):
-    """``_backward_half`` on torch tensors without numba arrays (``launch.launch_tensors``)."""
-    torch = sys.modules["torch"]
-    B, H, n_q, d = shp.B, shp.H, shp.N_q, shp.d
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    dq_acc = torch.empty((B * H * n_q * d,), dtype=torch.float32, device=q.device)
-    D = torch.empty((B * H * n_q,), dtype=torch.float32, device=q.device)
-
-    def bits(x):   # the flat 16-bit patterns the kernels take
-        return x.view(torch.int16).view(-1)
-
-    vector = d % 8 == 0 and all(x.data_ptr() % 16 == 0 for x in (do, q, k, v))
-    _backward_half_launches(shp, tiling, mask, hi, lo, scale, vector, launch_tensors,
-                            *map(bits, (do, q, k, v, o)), lse.view(-1), D, dq_acc, bits(dk),
-                            bits(dv), bits(dq))
-    return dq, dk, dv
 
 
 def _matmul(tiling, fmt, a, b, c, alpha, m, n, kdim, bh, trans_a=False, trans_b=False):

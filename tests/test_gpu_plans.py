@@ -1,43 +1,70 @@
-"""Launch plans of torch calls (``api._PLANS``) on the GPU (``pytest -m gpu``): a repeated call
-takes its plan and returns what the checked path does; a call that differs in anything the
-checks read (a shape, a dtype, an option's value or type) is checked again; inputs the plan
-cannot take (non-contiguous, requiring grad, another stream) never reach one."""
+"""Launch plans of torch calls (``numba_flash.plans``) on the GPU (``pytest -m gpu``): a repeated
+call replays its plan and returns what the checked path returns; a call that differs in anything
+the checks read (a shape, a dtype, an option's value or type) is checked again; inputs a plan
+cannot take (non-contiguous, requiring grad, another stream, poisoned outputs) never reach one."""
 import numpy as np
 import pytest
 
 import numba_flash as nf
-from numba_flash import api
+from numba_flash import plans
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 
-def _inputs(dtype, shape=(2, 4, 300, 64)):
-    g = torch.Generator(device="cuda").manual_seed(0)
+def _inputs(dtype, shape=(2, 4, 300, 64), seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
     return [torch.randn(shape, device="cuda", generator=g).to(dtype) for _ in range(4)]
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
-def test_repeated_calls_take_their_plan(dtype):
-    q, k, v, do = _inputs(dtype)
-    api._PLANS.clear()
-    o1, lse1 = nf.flash_attention(q, k, v, causal=True, return_lse=True)
-    assert len(api._PLANS) == 1
-    o2, lse2 = nf.flash_attention(q, k, v, causal=True, return_lse=True)
-    assert len(api._PLANS) == 1
-    torch.testing.assert_close(o1, o2, rtol=0, atol=0)
-    torch.testing.assert_close(lse1, lse2, rtol=0, atol=0)
-    if dtype == torch.float16:       # (the fp32 backward takes numba arrays: no plan)
-        g1 = nf.flash_attention_backward(do, q, k, v, o1, lse1, causal=True)
-        g2 = nf.flash_attention_backward(do, q, k, v, o1, lse1, causal=True)
-        assert len(api._PLANS) == 2
-        for a, b in zip(g1, g2):     # (dq by atomics: equal up to their order)
-            torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-3)
+def _checked(fn, *args, **kw):
+    """fn on the checked path: with no plan kept, the call is checked and records its launches
+    (launched through ``launch.launch_tensors``, not replayed); the plans are put back after."""
+    kept = dict(plans.PLANS)
+    plans.PLANS.clear()
+    try:
+        return fn(*args, **kw)
+    finally:
+        plans.PLANS.clear()
+        plans.PLANS.update(kept)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_replays_equal_the_checked_path(dtype):
+    plans.PLANS.clear()
+    for seed in range(3):     # the first call records; the next two replay on new tensors
+        q, k, v, do = _inputs(dtype, seed=seed)
+        o, lse = nf.flash_attention(q, k, v, causal=True, return_lse=True)
+        grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=True)
+        assert len(plans.PLANS) == 2
+        o_ref, lse_ref = _checked(nf.flash_attention, q, k, v, causal=True, return_lse=True)
+        torch.testing.assert_close(o, o_ref, rtol=0, atol=0)
+        torch.testing.assert_close(lse, lse_ref, rtol=0, atol=0)
+        refs = _checked(nf.flash_attention_backward, do, q, k, v, o, lse, causal=True)
+        for a, b in zip(grads, refs):      # (dq by atomics: equal up to their order)
+            torch.testing.assert_close(a, b, rtol=2e-3 if dtype != torch.float32 else 1e-5, atol=1e-3)
+
+
+def test_aliased_and_unaligned_inputs_replay_correctly():
+    """A plan recorded with q = k = v replays with distinct tensors; an input 2 bytes off a
+    16-byte boundary records its own replay (the half kernels' scalar loads)."""
+    plans.PLANS.clear()
+    q, k, v, _ = _inputs(torch.float16)
+    nf.flash_attention(q, q, q)
+    o = nf.flash_attention(q, k, v)
+    torch.testing.assert_close(o, _checked(nf.flash_attention, q, k, v), rtol=0, atol=0)
+    storage = torch.empty(q.numel() + 1, device="cuda", dtype=torch.float16)
+    shifted = storage[1:].view(q.shape)
+    shifted.copy_(q)
+    assert shifted.data_ptr() % 16 and shifted.is_contiguous()
+    o = nf.flash_attention(shifted, k, v)
+    torch.testing.assert_close(o, _checked(nf.flash_attention, q, k, v), rtol=0, atol=0)
+    assert len(plans.PLANS) == 1
 
 
 def test_calls_that_differ_are_checked_again():
     q, k, v, _ = _inputs(torch.float16)
-    api._PLANS.clear()
+    plans.PLANS.clear()
     nf.flash_attention(q, k, v, causal=True)
     with pytest.raises(TypeError, match="causal must be True or False"):
         nf.flash_attention(q, k, v, causal=1)
@@ -45,18 +72,19 @@ def test_calls_that_differ_are_checked_again():
         nf.flash_attention(q, k, v, causal=True, softmax_scale=-1.0)
     with pytest.raises(TypeError, match="mixed dtypes"):
         nf.flash_attention(q, k.float(), v, causal=True)
-    assert len(api._PLANS) == 1
+    assert len(plans.PLANS) == 1
 
 
 def test_inputs_a_plan_cannot_take_never_reach_one():
     q, k, v, _ = _inputs(torch.float16)
-    assert api._plan_key("forward", (q.transpose(2, 3), k, v), ()) is None
-    assert api._plan_key("forward", (q.requires_grad_(), k, v), ()) is None
+    assert plans.key("forward", (q, k, v), ()) is not None
+    assert plans.key("forward", (q.transpose(2, 3), k, v), ()) is None
+    assert plans.key("forward", (q.requires_grad_(), k, v), ()) is None
     q = q.detach()
-    assert api._plan_key("forward", (q, k, v), ([1, 2],)) is None          # unhashable option
+    assert plans.key("forward", (q, k, v), ([1, 2],)) is None          # unhashable option
     with torch.cuda.stream(torch.cuda.Stream()):
-        assert api._plan_key("forward", (q, k, v), ()) is None
+        assert plans.key("forward", (q, k, v), ()) is None
     with nf.poison_outputs():
-        assert api._plan_key("forward", (q, k, v), ()) is None
-    assert api._plan_key("forward", (q.cpu(), k, v), ()) is None
-    assert api._plan_key("forward", (np.zeros(3), k, v), ()) is None
+        assert plans.key("forward", (q, k, v), ()) is None
+    assert plans.key("forward", (q.cpu(), k, v), ()) is None
+    assert plans.key("forward", (np.zeros(3), k, v), ()) is None
