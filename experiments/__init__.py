@@ -17,6 +17,7 @@ EXPERIMENTS = {
     "l2_effect": "experiments.l2_effect",
     "levels": "experiments.levels",
     "memory": "experiments.memory",
+    "ring": "experiments.ring",
     "runtime": "experiments.runtime",
     "train_gpt": "experiments.train_gpt",
     "window": "experiments.window",

@@ -1,34 +1,34 @@
-"""Host time of one ``numba_flash.flash_attention`` call, stage by stage, and what it does to
-the per-call CUDA-event timing the bench uses (GPU, torch inputs).
+"""Host time of a ``flash_attention`` / ``flash_attention_backward`` call on torch CUDA tensors,
+checked (first call of a shape) and replayed (``numba_flash.plans``), beside SDPA's, and what it
+does to the per-call CUDA-event timing the bench uses (GPU).
 
-    python tools/host_overhead.py [--shapes 4,16,4096,128 4,16,4096,64]
+    python tools/host_overhead.py [--shapes 4,16,4096,64 2,32,4096,128,causal] [--dtypes float16 float32]
+                                  [--profile]
 
-Host times are taken while the GPU is busy (a ``torch.cuda._sleep`` queued first), so no stage
+Host times are taken while the GPU is busy (a ``torch.cuda._sleep`` queued first), so no call
 waits for the device. Per call: events around each call, synchronised (the bench's method: the
 host work before the launch is inside the events). Back to back: events around 20 calls, so
-each call's host work overlaps the previous kernel: the kernel's own time.
+each call's host work overlaps the previous kernel. ``--profile``: cProfile's top functions of
+200 replayed forward calls.
 """
 import argparse
+import cProfile
+import io
+import pstats
 import statistics
 import time
 
-import numpy as np
 import torch
-from numba import cuda
 
 import numba_flash as nf
-from numba_flash import checks
-from numba_flash.kernels.flash_forward_fa2_tc import make_flash_forward_fa2_tc
-from numba_flash.launch import launch
-
-KERNEL = "flash_forward_tc"
+from numba_flash import plans
 
 
-def host_us(fn, reps=20) -> float:
+def host_us(fn, reps=50) -> float:
     """Median host time of fn(i) in microseconds, with the GPU kept busy."""
     times = []
     for i in range(reps):
-        torch.cuda._sleep(3_000_000)
+        torch.cuda._sleep(2_000_000)
         start = time.perf_counter()
         fn(i)
         times.append((time.perf_counter() - start) * 1e6)
@@ -36,7 +36,7 @@ def host_us(fn, reps=20) -> float:
     return statistics.median(times)
 
 
-def event_ms(fn, calls: int) -> float:
+def event_ms(fn, calls=1) -> float:
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
     start.record()
@@ -47,40 +47,51 @@ def event_ms(fn, calls: int) -> float:
     return start.elapsed_time(end) / calls
 
 
-def report(B, H, N, d):
-    sets = [[torch.randn(B, H, N, d, device="cuda") for _ in range(3)] for _ in range(3)]
-    call = lambda i: nf.flash_attention(*sets[i % 3])   # noqa: E731
+def report(B, H, N, d, causal, dtype, profile):
+    sets = [[torch.randn(B, H, N, d, device="cuda", dtype=dtype) for _ in range(3)] for _ in range(3)]
+    forward = lambda i: nf.flash_attention(*sets[i % 3], causal=causal)   # noqa: E731
+    sdpa = lambda i: torch.nn.functional.scaled_dot_product_attention(*sets[i % 3], is_causal=causal)  # noqa: E731
     for i in range(3):
-        call(i)
-    print(f"({B},{H},{N},{d})")
-    stages = {
-        "whole API call": call,
-        "checks.attention_shapes": lambda i: checks.attention_shapes(*sets[i % 3]),
-        "cuda.as_cuda_array (one input)": lambda i: cuda.as_cuda_array(sets[i % 3][0]),
-        "cuda.device_array (o)": lambda i: cuda.device_array((B, H, N, d), np.float32),
-        "torch.empty + as_cuda_array (o)": lambda i: cuda.as_cuda_array(torch.empty((B, H, N, d), device="cuda")),
-    }
-    tiling = checks.tiling_for(None, (KERNEL,), d)
-    kernel = make_flash_forward_fa2_tc(tiling, d, False)
-    flat = [cuda.as_cuda_array(x).reshape(x.numel()) for x in sets[0]]
-    args = (*flat, cuda.device_array(B * H * N * d, np.float32), cuda.device_array(B * H * N, np.float32),
-            np.float32(0.1), N, N, 0, 0)
-    grid, threads, smem = (tiling.Tr(N), B * H), tiling.threads_for(KERNEL), tiling.smem_bytes(KERNEL, d)
-    stages["launch.launch (kernel only)"] = lambda i: launch(kernel, grid, threads, smem, *args)
-    for label, fn in stages.items():
-        print(f"  host {label:34s} {host_us(fn):8.1f} us")
-    flops = 4 * B * H * N * N * d
-    per_call = statistics.median(event_ms(call, 1) for _ in range(20))
-    back_to_back = event_ms(call, 20)
-    print(f"  per call (events around each)    {per_call:8.3f} ms  {flops / per_call / 1e9:6.2f} TFLOP/s")
-    print(f"  back to back (mean of 20)        {back_to_back:8.3f} ms  {flops / back_to_back / 1e9:6.2f} TFLOP/s")
+        forward(i), sdpa(i)
+    checked = host_us(lambda i: (plans.PLANS.clear(), forward(i)), 20)
+    print(f"({B},{H},{N},{d}){' causal' if causal else ''} {dtype}: host us: checked {checked:.1f}, "
+          f"replayed {host_us(forward):.1f}, SDPA {host_us(sdpa):.1f}")
+    print(f"   per call ms: ours {statistics.median(event_ms(forward) for _ in range(20)):.4f} "
+          f"(back to back {event_ms(forward, 20):.4f}); SDPA {statistics.median(event_ms(sdpa) for _ in range(20)):.4f} "
+          f"(back to back {event_ms(sdpa, 20):.4f})")
+    q, k, v = sets[0]
+    do = torch.randn_like(q)
+    o, lse = nf.flash_attention(q, k, v, causal=causal, return_lse=True)
+    backward = lambda i: nf.flash_attention_backward(do, q, k, v, o, lse, causal=causal)   # noqa: E731
+    for i in range(3):
+        backward(i)
+    print(f"   backward host us (replayed) {host_us(backward):.1f}; per call ms "
+          f"{statistics.median(event_ms(backward) for _ in range(10)):.4f} (back to back {event_ms(backward, 10):.4f})")
+    if profile:
+        pr = cProfile.Profile()
+        torch.cuda._sleep(50_000_000)
+        pr.enable()
+        for i in range(200):
+            forward(i)
+        pr.disable()
+        torch.cuda.synchronize()
+        out = io.StringIO()
+        pstats.Stats(pr, stream=out).sort_stats("tottime").print_stats(12)
+        print(out.getvalue())
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shapes", nargs="+", default=["4,16,4096,128", "4,16,4096,64"], help="B,H,N,d")
-    for shape in ap.parse_args().shapes:
-        report(*map(int, shape.split(",")))
+    ap.add_argument("--shapes", nargs="+", default=["4,16,4096,64", "2,32,4096,128,causal", "32,12,512,64"],
+                    help="B,H,N,d[,causal]")
+    ap.add_argument("--dtypes", nargs="+", default=["float16", "float32"])
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    shapes = [(*map(int, s.split(",")[:4]), s.endswith(",causal")) for s in args.shapes]
+    nf.warmup([nf.KernelConfig(d=d, n_q=N, causal=c, dtype=t) for t in args.dtypes for _, _, N, d, c in shapes])
+    for dtype in args.dtypes:
+        for shape in shapes:
+            report(*shape, getattr(torch, dtype), args.profile)
 
 
 if __name__ == "__main__":
