@@ -89,10 +89,13 @@ def aligned16(*tensors) -> bool:
 class Replay:
     """``launches(run, *slots)``'s kernel launches, run once now on ``slots`` (flat torch tensors
     or views of them) and replayed by ``replay(*data_pointers)`` with one data pointer per slot,
-    in the slots' order. ``launches`` must pass the slot objects themselves as array arguments
-    (slots are told apart by identity, so two that alias still get their own pointers)."""
+    in the slots' order. ``launches`` gets a view of each slot and must pass those objects
+    themselves as array arguments: slots are told apart by identity, so two that alias (one
+    tensor given twice) still get their own pointers."""
 
     def __init__(self, launches, *slots):
+        # (a view each: one tensor passed as two slots becomes two objects, one per slot)
+        slots = tuple(s.view(s.shape) for s in slots)
         self._slots = slots
         self._launches: list[_Packed] = []
         launches(self._run, *slots)
