@@ -21,9 +21,12 @@ block to dq (summed in place) and to the shard's dk, dv, which are summed into f
 that travel with their shard and come home after P hops. ``ring_attention`` is the forward
 with this backward under torch autograd.
 
-Outputs are accumulated in fp32 and returned in the inputs' dtype (lse float32). On CPU tensors
-(gloo) the kernels run on NumPy copies -- under Numba's CUDA simulator, as in the tests; on CUDA
-tensors (NCCL) on the tensors themselves, on torch's current stream as every call of ours.
+Each step's partial o, dq, dk, dv come from the kernels in the inputs' dtype (rounded once each)
+and are summed in fp32, then returned in the inputs' dtype (lse float32): with half-precision
+inputs the ring rounds up to P partial results where one device rounds once (the tests hold it
+to the single device's error rule). On CPU tensors (gloo) the kernels run on NumPy copies --
+under Numba's CUDA simulator, as in the tests; on CUDA tensors (NCCL) on the tensors
+themselves, on the legacy default stream (torch's current stream must be the default one).
 ``simulator.ring.ring_cost`` predicts the scores each rank computes and the bytes each link
 carries per step; ``stats`` (a list) receives what a call actually did, step by step.
 """
@@ -110,7 +113,7 @@ def _merge(o, lse, o_part, lse_part):
     |lse| = 100 with logits x30) into o even where one side dominates; the running lse stays
     float64 so that P steps do not round it P times."""
     diff = lse_part.double() - lse
-    both_empty = torch.isnan(diff)      # (-inf - -inf: no key seen on either side; o stays 0)
+    both_empty = (lse == -math.inf) & (lse_part == -math.inf)   # (no key on either side: o stays 0)
     w_new = torch.where(both_empty, 0.0, torch.sigmoid(diff))
     w_old = torch.where(both_empty, 0.0, torch.sigmoid(-diff))
     o.mul_(w_old.float().unsqueeze(-1)).add_(o_part.float() * w_new.float().unsqueeze(-1))
@@ -143,6 +146,9 @@ def _check(q, k, v, layout, group):
         raise ValueError(f"q, k, v must hold the same part of the sequence: q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}, v {tuple(v.shape)} (N / P rows each; k, v alike)")
     _chunk_rows(q.shape[2] * world, world, layout)
+    if q.is_cuda and torch.cuda.current_stream(q.device).cuda_stream != 0:
+        raise ValueError("ring attention launches on the legacy default stream: call it outside "
+                         "torch.cuda.stream(...) (torch's current stream must be the default one)")
     return rank, world, nxt, prv, q.shape[2] // len(chunks_of(0, world, layout))
 
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import threading
 from collections import OrderedDict
 
 from . import launch as _launch
@@ -39,9 +40,11 @@ PLANS: OrderedDict = OrderedDict()
 def key(entry: str, tensors, options):
     """What ``entry``'s checks and launches read of a call on ``tensors`` with ``options``, or None
     where the call cannot take a plan: each tensor a contiguous torch CUDA tensor that needs no
-    grad; torch's current stream and ours the legacy default stream; the plain, unpoisoned
-    ``Memory`` active; every option hashable. Each option is keyed with its type (causal=1 must
-    meet the checks, not take causal=True's plan)."""
+    grad, on the current CUDA device (a replay launches in the current context); torch's
+    current stream and ours the legacy default stream; the plain, unpoisoned ``Memory`` active;
+    every option hashable. Each option is keyed with its type, a tuple's elements each with
+    theirs (causal=1 or window=(128.0, 0) must meet the checks, not take the plan of causal=True
+    or window=(128, 0), which compare equal)."""
     torch = sys.modules.get("torch")
     mem = memory.active()
     if torch is None or type(mem) is not memory.Memory or mem.poison or _launch._stream.get() != 0:
@@ -49,14 +52,22 @@ def key(entry: str, tensors, options):
     for x in tensors:
         if type(x) is not torch.Tensor or not x.is_cuda or x.requires_grad or not x.is_contiguous():
             return None
-    if _current_raw_stream(torch, tensors[0].device) != 0:
+    device = tensors[0].device
+    if device.index != torch.cuda.current_device() or _current_raw_stream(torch, device) != 0:
         return None
-    k = (entry, tuple((type(x), x) for x in options), *((x.shape, x.dtype, x.device) for x in tensors))
+    k = (entry, _typed(tuple(options)), *((x.shape, x.dtype, x.device) for x in tensors))
     try:
         hash(k)
     except TypeError:         # e.g. a window given as a list: the checked path
         return None
     return k
+
+
+def _typed(x):
+    """x with its type, recursively through tuples (equal values of other types key apart)."""
+    if type(x) is tuple:
+        return (tuple, tuple(map(_typed, x)))
+    return (type(x), x)
 
 
 def _current_raw_stream(torch, device) -> int:
@@ -69,7 +80,10 @@ def get(k):
     """The plan kept for key ``k`` (None for none, or for ``k`` None)."""
     plan = PLANS.get(k) if k is not None else None
     if plan is not None:
-        PLANS.move_to_end(k)
+        try:
+            PLANS.move_to_end(k)
+        except KeyError:      # (dropped by another thread meanwhile: the plan still works)
+            pass
     return plan
 
 
@@ -98,6 +112,7 @@ class Replay:
         slots = tuple(s.view(s.shape) for s in slots)
         self._slots = slots
         self._launches: list[_Packed] = []
+        self._lock = threading.Lock()   # (a replay writes its packed pointers, then launches)
         launches(self._run, *slots)
         self._slots = None        # (the recorded call's tensors are not kept alive)
 
@@ -106,8 +121,9 @@ class Replay:
         self._launches.append(_Packed(kernel, grid, threads, smem_bytes, args, self._slots))
 
     def replay(self, *pointers) -> None:
-        for packed in self._launches:
-            packed.launch(pointers)
+        with self._lock:
+            for packed in self._launches:
+                packed.launch(pointers)
 
 
 class _Packed:

@@ -190,3 +190,28 @@ def test_link_bytes_and_overlapped_time_hand_derived():
         4e-3 + 3 * 1.024e-3)
     assert ring_time([1e-3] * 4, cost.backward_bytes, 4e9, cost.backward_tail_bytes) == pytest.approx(
         4e-3 + 8192 / 4e9)
+
+
+def test_merge_equals_attention_over_the_union_of_keys():
+    """Two partials over disjoint keys merge into attention over all of them (float64 reference);
+    a row no key reaches on either side stays o = 0, lse = -inf; a NaN stays NaN."""
+    import math
+
+    from numba_flash.distributed import _merge
+
+    g = torch.Generator().manual_seed(1)
+    s, v = 30 * torch.randn(4, 6, generator=g, dtype=torch.float64), torch.randn(6, 3, generator=g, dtype=torch.float64)
+    s[1] = -math.inf                                       # row 1 sees no key
+    o = torch.zeros(1, 1, 4, 3)
+    lse = torch.full((1, 1, 4), -math.inf, dtype=torch.float64)
+    for keys in (slice(0, 2), slice(2, 6)):
+        part_lse = torch.logsumexp(s[:, keys], dim=1)
+        part_o = torch.nan_to_num(torch.softmax(s[:, keys], dim=1)) @ v[keys]
+        if keys.start == 2:
+            part_lse[3] = math.nan
+        _merge(o, lse, part_o.float()[None, None], part_lse.float()[None, None])
+    ref = torch.softmax(s, dim=1) @ v
+    torch.testing.assert_close(o[0, 0, [0, 2]].double(), ref[[0, 2]], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(lse[0, 0, [0, 2]], torch.logsumexp(s, dim=1)[[0, 2]], rtol=1e-7, atol=1e-5)
+    assert lse[0, 0, 1] == -math.inf and torch.all(o[0, 0, 1] == 0)
+    assert torch.isnan(lse[0, 0, 3]) and torch.isnan(o[0, 0, 3]).all()

@@ -101,3 +101,11 @@ def test_plans_are_kept_least_recently_used_first_out(monkeypatch):
     assert plans.get("a") == "A"          # a used: b is now the oldest
     plans.remember("c", "C")
     assert list(plans.PLANS) == ["a", "c"] and plans.get("b") is None and plans.get(None) is None
+
+
+def test_options_key_with_their_types_inside_tuples():
+    """window=(128.0, 0) and (True, 0) compare equal to (128, 0): each must meet the checks."""
+    keys = {plans._typed(w) for w in ((128, 0), (128.0, 0), (True, 0), (128, False))}
+    assert len(keys) == 4
+    assert plans._typed((128, 0)) == plans._typed((128, 0))
+    assert plans._typed(None) != plans._typed(False)
