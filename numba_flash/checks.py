@@ -243,6 +243,29 @@ def _int(name, value, expected="an int") -> int:
     return int(value)
 
 
+#: What the kernels take for no dropout (their dropout arguments are then not read).
+NO_DROPOUT = (0, 0, 0, np.float32(1.0))
+
+
+def dropout(p, seed) -> tuple:
+    """The kernels' dropout arguments (seed_lo, seed_hi, keep_from, rp) for ``dropout_p`` = p, a
+    float in [0, 1), and ``dropout_seed``, an int in [0, 2^64) (needed when p > 0: the backward
+    must be given the same one); ``NO_DROPOUT`` for p = 0."""
+    if isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real) or not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {p!r}")
+    if p == 0.0:
+        if seed is not None:
+            _int("dropout_seed", seed, "an int or None")
+        return NO_DROPOUT
+    if seed is None:
+        raise ValueError("dropout_p > 0 needs a dropout_seed (an int in [0, 2**64)): the backward "
+                         "regenerates the forward's mask from it, so pass it to both")
+    seed = _int("dropout_seed", seed, "an int in [0, 2**64)")
+    if not 0 <= seed < 2 ** 64:
+        raise ValueError(f"dropout_seed must be in [0, 2**64), got {seed}")
+    return (seed & 0xFFFFFFFF, seed >> 32, int(float(p) * 2 ** 32), np.float32(1.0 / (1.0 - float(p))))
+
+
 def band(causal: bool, window, diagonal_value, n_q: int, n_k: int) -> tuple[Mask, int, int]:
     """(Mask, hi, lo) of ``simulator.spec.band`` for the API's ``causal``, ``window`` (None or
     flash-attention's ``window_size`` pair (left, right), -1 for an unbounded side) and

@@ -51,9 +51,13 @@ def torch_fast_path(memory, *xs) -> bool:
 
 
 def poison_fill(dtype):
-    """What a poisoned output starts as: NaN, or for the uint16 patterns of a half-precision
-    output the bits of a NaN (``precision.HALF_NAN_BITS``)."""
-    return HALF_NAN_BITS if np.dtype(dtype) == np.uint16 else np.nan
+    """What a poisoned output starts as: NaN; for the uint16 patterns of a half-precision output
+    the bits of a NaN (``precision.HALF_NAN_BITS``); for other integers (a dropout mask) their
+    largest value, which no kernel writes there."""
+    dtype = np.dtype(dtype)
+    if dtype == np.uint16:
+        return HALF_NAN_BITS
+    return np.iinfo(dtype).max if dtype.kind in "ui" else np.nan
 
 
 def is_device_array(x) -> bool:

@@ -91,9 +91,11 @@ def _scale(d: int, softmax_scale: float | None) -> float:
 
 
 def attention_forward(q, k, v, *, causal=False, softmax_scale=None, dtype=np.float64,
-                      diagonal=None, window=None, block_mask=None, block_size=None):
+                      diagonal=None, window=None, block_mask=None, block_size=None, dropout=None):
     """Return (o, lse). o: (B, H, N_q, d); lse: (B, H, N_q), natural log. ``diagonal``: of the
-    causal mask (``causal_mask``) or the window (``visible``).
+    causal mask (``causal_mask``) or the window (``visible``). ``dropout``: (B, H, N_q, N_k)
+    factors applied to P after the softmax (a keep mask / (1 - p), ``dropout_factors``): o =
+    (P * dropout) V; lse of the undropped scores.
 
     ``dtype`` is the arithmetic precision: float64 is the reference; float32 gives the plain
     same-precision baseline whose error bounds ours (flash-attention's rule)."""
@@ -108,6 +110,8 @@ def attention_forward(q, k, v, *, causal=False, softmax_scale=None, dtype=np.flo
     with np.errstate(divide="ignore", invalid="ignore"):
         lse = (m_safe + np.log(l))[..., 0]
         p = np.where(l > 0, p / np.where(l > 0, l, 1.0), 0.0)
+    if dropout is not None:
+        p = p * np.asarray(dropout, dtype=dtype)
     return p @ v, lse
 
 
@@ -125,11 +129,12 @@ def attention_probs(q, k, *, causal=False, softmax_scale=None, dtype=np.float64,
 
 
 def attention_backward(do, q, k, v, *, causal=False, softmax_scale=None, dtype=np.float64,
-                       diagonal=None, window=None, block_mask=None, block_size=None):
-    """Analytic gradients (dq, dk, dv) of o = softmax(scale QK^T) V against dO, in ``dtype``.
+                       diagonal=None, window=None, block_mask=None, block_size=None, dropout=None):
+    """Analytic gradients (dq, dk, dv) of o = (softmax(scale QK^T) * Z) V against dO, in
+    ``dtype``; Z = ``dropout`` (``attention_forward``'s factors), or 1.
 
-    dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = scale dS K, dK = scale dS^T Q
-    (dk, dv of grouped K/V heads summed over their query heads).
+    dV = (P Z)^T dO, dP = Z dO V^T, dS = P * (dP - rowsum(dO * O)), dQ = scale dS K,
+    dK = scale dS^T Q (dk, dv of grouped K/V heads summed over their query heads).
     """
     do, q, k, v = (np.asarray(x, dtype=dtype) for x in (do, q, k, v))
     h_kv = k.shape[-3]
@@ -137,9 +142,10 @@ def attention_backward(do, q, k, v, *, causal=False, softmax_scale=None, dtype=n
     scale = _scale(q.shape[-1], softmax_scale)
     p = attention_probs(q, k, causal=causal, softmax_scale=scale, dtype=dtype, diagonal=diagonal,
                         window=window, block_mask=block_mask, block_size=block_size)
-    o = p @ v
-    dv = np.swapaxes(p, -1, -2) @ do
-    dp = do @ np.swapaxes(v, -1, -2)
+    z = 1.0 if dropout is None else np.asarray(dropout, dtype=dtype)
+    o = (p * z) @ v
+    dv = np.swapaxes(p * z, -1, -2) @ do
+    dp = z * (do @ np.swapaxes(v, -1, -2))
     ds = p * (dp - (do * o).sum(axis=-1, keepdims=True))
     scale = dtype(scale)
     return (scale * (ds @ k), _ungrouped(scale * (np.swapaxes(ds, -1, -2) @ q), h_kv),
@@ -203,12 +209,13 @@ def blockwise_attention_forward(q, k, v, *, br, bc, causal=False, softmax_scale=
 
 
 def plain_attention_forward(q, k, v, fmt: str, *, causal=False, softmax_scale=None, diagonal=None,
-                            window=None, block_mask=None, block_size=None):
+                            window=None, block_mask=None, block_size=None, dropout=None):
     """The plain same-format implementation whose error bounds the half-precision kernels'
     (flash-attention's rule): what torch's math backend computes in ``fmt`` ("float16" or
     "bfloat16") -- S = scale q k^T, each product summed in fp32 and S rounded to the format;
-    P = softmax(S) in fp32, rounded; o = P v summed in fp32, rounded. Inputs are the half
-    values (any float array holding them); returns o as float64."""
+    P = softmax(S) in fp32, rounded (times ``dropout``'s factors, rounded again); o = P v summed
+    in fp32, rounded. Inputs are the half values (any float array holding them); returns o as
+    float64."""
     from .precision import round_to
 
     q, k, v = (np.asarray(x, dtype=np.float32) for x in (q, k, v))
@@ -220,15 +227,18 @@ def plain_attention_forward(q, k, v, fmt: str, *, causal=False, softmax_scale=No
     p = np.exp(s - np.where(np.isfinite(m), m, 0.0))
     l = p.sum(axis=-1, keepdims=True)
     p = round_to(np.where(l > 0, p / np.where(l > 0, l, 1.0), 0.0), fmt)
+    if dropout is not None:
+        p = round_to(p * np.asarray(dropout, np.float32), fmt)
     return round_to(p @ v, fmt).astype(np.float64)
 
 
 def plain_attention_backward(do, q, k, v, fmt: str, *, causal=False, softmax_scale=None, diagonal=None,
-                             window=None, block_mask=None, block_size=None):
+                             window=None, block_mask=None, block_size=None, dropout=None):
     """Gradients (dq, dk, dv) of attention in plain half-precision arithmetic: P = softmax of the
     fp32 scores rounded to ``fmt`` (the scores themselves not rounded, unlike
     ``plain_attention_forward``'s), then every matrix product summed in fp32 and rounded, o and
-    dS = P (dP - rowsum(dO o)) rounded; float64 results."""
+    dS = P (Z dP - rowsum(dO o)) rounded, P Z rounded (Z: ``dropout``'s factors, or 1); float64
+    results."""
     from .precision import round_to
 
     do, q, k, v = (np.asarray(x, dtype=np.float32) for x in (do, q, k, v))
@@ -238,10 +248,12 @@ def plain_attention_backward(do, q, k, v, fmt: str, *, causal=False, softmax_sca
     p = round_to(attention_probs(q, k, causal=causal, softmax_scale=scale, dtype=np.float32,
                                  diagonal=diagonal, window=window, block_mask=block_mask,
                                  block_size=block_size), fmt)
-    o = round_to(p @ v, fmt)
-    dv = round_to(_ungrouped(np.swapaxes(p, -1, -2) @ do, h_kv), fmt)
+    z = np.float32(1.0) if dropout is None else np.asarray(dropout, np.float32)
+    pz = p if dropout is None else round_to(p * z, fmt)
+    o = round_to(pz @ v, fmt)
+    dv = round_to(_ungrouped(np.swapaxes(pz, -1, -2) @ do, h_kv), fmt)
     dp = round_to(do @ np.swapaxes(v, -1, -2), fmt)
-    ds = round_to(p * (dp - round_to((do * o).sum(axis=-1, keepdims=True), fmt)), fmt)
+    ds = round_to(p * (z * dp - round_to((do * o).sum(axis=-1, keepdims=True), fmt)), fmt)
     dq = round_to(scale * (ds @ k), fmt)
     dk = round_to(_ungrouped(scale * (np.swapaxes(ds, -1, -2) @ q), h_kv), fmt)
     return tuple(x.astype(np.float64) for x in (dq, dk, dv))
@@ -275,21 +287,29 @@ def philox4x32_10(counter, key) -> np.ndarray:
     return np.stack([x0, x1, x2, x3], axis=-1).astype(np.uint32)
 
 
+def dropout_factors(keep, p: float) -> np.ndarray:
+    """The factors dropout multiplies P by: 1 / (1 - p) where ``keep``, else 0 (float64)."""
+    return np.where(np.asarray(keep, bool), 1.0 / (1.0 - p), 0.0)
+
+
 def dropout_keep(seed: int, bh: int, n_q: int, n_k: int, p: float) -> np.ndarray:
     """Boolean (N_q, N_k) of the scores dropout keeps in batch-head ``bh`` (b H + h): score (r, c)
-    takes word c % 4 of Philox4x32-10 at counter (c // 4, r, bh, 0) under key (the low and high
-    32 bits of ``seed``) and is kept iff that word is at least p * 2^32 (probability 1 - p up to
-    2^-32), so the forward and the backward regenerate the same mask from (seed, bh, r, c)
-    without storing it."""
+    takes word 2 (r % 2) + c % 2 of Philox4x32-10 at counter (c // 2, r // 2, bh, 0) under key
+    (the low and high 32 bits of ``seed``) and is kept iff that word is at least p * 2^32
+    (probability 1 - p up to 2^-32), so the forward and the backward regenerate the same mask
+    from (seed, bh, r, c) without storing it. One Philox call covers a 2 x 2 block of scores:
+    the forward's fragments hold column pairs of a row, the backward's (transposed) row pairs
+    of a key, so either takes two words of each call."""
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"p must be in [0, 1], got {p}")
-    rows, groups = np.arange(n_q), np.arange(-(-n_k // 4))
-    counter = np.zeros((n_q, groups.size, 4), np.uint64)
-    counter[..., 0] = groups[None, :]
-    counter[..., 1] = rows[:, None]
+    rows, cols = np.arange(n_q), np.arange(n_k)
+    counter = np.zeros((n_q, n_k, 4), np.uint64)
+    counter[..., 0] = (cols // 2)[None, :]
+    counter[..., 1] = (rows // 2)[:, None]
     counter[..., 2] = bh
     words = philox4x32_10(counter, (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF))
-    words = words.reshape(n_q, -1)[:, :n_k].astype(np.uint64)
+    word = (2 * (rows % 2))[:, None] + (cols % 2)[None, :]
+    picked = np.take_along_axis(words, word[..., None], axis=-1)[..., 0].astype(np.uint64)
     if p >= 1.0:
         return np.zeros((n_q, n_k), bool)
-    return words >= np.uint64(int(p * 2**32))
+    return picked >= np.uint64(int(p * 2**32))

@@ -14,6 +14,11 @@ at compile time which comparisons exist. ``causal=True`` is ``upper`` with hi = 
 GQA / MQA: ``group`` query heads share one K/V head; query head h of batch b reads K/V head
 (b H + h) // group of the (B H_kv) K/V heads, H = group H_kv (MQA: H_kv = 1).
 
+Dropout (``dropout``): each probability P_rc of query head bh is kept with probability 1 - p
+and scaled by 1 / (1 - p), or dropped, as ``numba_flash.reference.dropout_keep(seed, bh, N_q,
+N_k, p)`` decides from (seed, bh, r, c) alone -- so the backward regenerates the forward's mask.
+The row sums (the softmax's l) are of the undropped P: O = dropout(softmax(S)) V.
+
 This module imports nothing beyond the standard library: the simulator must run without numba.
 """
 from __future__ import annotations
@@ -28,9 +33,10 @@ class Mask:
     upper: bool = False
     lower: bool = False
     group: int = 1
+    dropout: bool = False
 
     def __post_init__(self):
-        for name in ("upper", "lower"):
+        for name in ("upper", "lower", "dropout"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Mask.{name} must be a bool, got {getattr(self, name)!r}")
         if not isinstance(self.group, int) or isinstance(self.group, bool) or self.group < 1:

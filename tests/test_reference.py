@@ -177,3 +177,6 @@ def test_dropout_mask_is_a_function_of_seed_head_row_and_column():
     assert ref.dropout_keep(7, 0, 5, 9, 0.0).all() and not ref.dropout_keep(7, 0, 5, 9, 1.0).any()
     with pytest.raises(ValueError, match="p must be in"):
         ref.dropout_keep(7, 0, 5, 9, 1.5)
+    seed, bh = 1234 + 5 * 2**32, 3                   # one score by hand: (r, c) = (7, 10)
+    word = ref.philox4x32_10((10 // 2, 7 // 2, bh, 0), (1234, 5))[2 * (7 % 2) + 10 % 2]
+    assert ref.dropout_keep(seed, bh, 8, 11, 0.5)[7, 10] == (int(word) >= 2**31)

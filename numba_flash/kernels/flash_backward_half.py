@@ -74,6 +74,9 @@ results/h200/tuning/tune_half_bwd_v1_d*.csv; bench: results/h200/bench/bench_hal
         them; the cp.async prefetch runs on across heads), row blocks from row_block_range;
         heaviest-first order kept for upper-only masks. Checked against float64 under the CUDA
         simulator only; no speed change intended, not measured on the GPU yet.
+    v3  dropout (Mask.dropout, compile-time): the forward's mask regenerated (one Philox call
+        per query pair of a key), P Z rounded for dVj += (P Z)^T dOi, dS = P (Z dP - D), as
+        flash_backward_tc v9. Simulator only; not measured yet.
 """
 from __future__ import annotations
 
@@ -88,11 +91,11 @@ from ..launch import jit_options, smem_alignment
 from .half import half_ops
 from .half_tiles import make_tile_copy
 from .mma import warp_ops
-from .tiles import (ZERO, lse_base2, make_key_rows_store, masked, needs_mask, row_block_range,
-                    tile_major_block)
+from .tiles import (ZERO, dropout_words, lse_base2, make_key_rows_store, masked, needs_mask,
+                    row_block_range, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 2
+VERSION = 3
 
 
 @kernel_factory
@@ -110,7 +113,7 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
     ``tiling.threads_for("flash_backward_half")`` threads and
     ``tiling.smem_bytes("flash_backward_half", d)`` bytes of dynamic shared memory."""
     mask = Mask.of(mask)
-    UPPER, LOWER, GROUP = mask.upper, mask.lower, mask.group
+    UPPER, LOWER, GROUP, DROPOUT = mask.upper, mask.lower, mask.group, mask.dropout
     BR, BC = tiling.Br, tiling.Bc
     T = tiling.threads_for("flash_backward_half")
     WARPS = T // 32
@@ -189,7 +192,8 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
         cuda.jit(device=True)(unrolled(f)) for f in (rows_times_tile_t, add_scores_times_tile,
                                                     pack_fragments))
 
-    def flash_backward_half(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo):
+    def flash_backward_half(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo,
+                            seed_lo, seed_hi, keep_from, rp):
         # one block of dynamic shared memory, three views: 16-bit tiles, fp32 L and D, and
         # 4-byte words for the stores of dS^T
         smem = cuda.shared.array(0, uint16, alignment=ALIGN)
@@ -278,14 +282,26 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
             rows_times_tile_t(s, smem, ka, qs + qrow)     # S^T
             rows_times_tile_t(ds, smem, va, os + qrow)    # dP^T
             for n in static_range(NT):
-                for e in static_range(2):
-                    r = 8 * n + 2 * t + e                 # query of slots e, 2 + e
-                    l2 = lse_base2(stats[ls + uint64(r)])  # +inf where a row saw no key: P = 0
-                    dr = stats[dd + uint64(r)]
+                if DROPOUT:   # the forward's mask, regenerated: P Z for dV, dS = P (Z dP - D)
                     for hk in static_range(2):            # slot 2hk + e: key wkey + g + 8hk
-                        x = exp2(s[n, 2 * hk + e] * qscale - l2)
-                        s[n, 2 * hk + e] = x
-                        ds[n, 2 * hk + e] = x * (ds[n, 2 * hk + e] - dr)
+                        key = col0 + wkey + g + 8 * hk    # queries 8n + 2t + e: words 2e + key % 2
+                        rnd = dropout_words(seed_lo, seed_hi, bh, row0 + 8 * n + 2 * t, key)
+                        for e in static_range(2):
+                            r = 8 * n + 2 * t + e
+                            l2 = lse_base2(stats[ls + uint64(r)])
+                            z = rp if rnd[2 * e + key % 2] >= uint64(keep_from) else ZERO
+                            x = exp2(s[n, 2 * hk + e] * qscale - l2)
+                            s[n, 2 * hk + e] = x * z
+                            ds[n, 2 * hk + e] = x * (ds[n, 2 * hk + e] * z - stats[dd + uint64(r)])
+                else:
+                    for e in static_range(2):
+                        r = 8 * n + 2 * t + e                 # query of slots e, 2 + e
+                        l2 = lse_base2(stats[ls + uint64(r)])  # +inf where a row saw no key: P = 0
+                        dr = stats[dd + uint64(r)]
+                        for hk in static_range(2):            # slot 2hk + e: key wkey + g + 8hk
+                            x = exp2(s[n, 2 * hk + e] * qscale - l2)
+                            s[n, 2 * hk + e] = x
+                            ds[n, 2 * hk + e] = x * (ds[n, 2 * hk + e] - dr)
             # interior tiles (full, and inside the band) need no mask; rows past N_q have
             # dO = 0 and D = 0, so dS = 0 and P^T dO = 0 there
             if needs_mask(row0, BR, col0, cols, BC, hi, lo, UPPER, LOWER):

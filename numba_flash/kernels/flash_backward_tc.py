@@ -122,6 +122,10 @@ same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py --back
         them), row blocks from row_block_range (no skipped-block trips); heaviest-first order
         kept for upper-only masks. Checked against float64 under the CUDA simulator only; no
         speed change intended, not measured on the GPU yet.
+    v9  dropout (Mask.dropout, compile-time; Algorithm 4): the forward's mask regenerated from
+        (seed, bh, row, key), one Philox call per query pair of a key (the transposed tiles),
+        kept in a 64-bit mask; dVj += (P Z)^T dOi, dS = P (Z dP - D). Kernels without dropout
+        unchanged. Checked under the simulator only; not measured on the GPU yet.
 """
 from __future__ import annotations
 
@@ -135,25 +139,28 @@ from simulator.tiling import Tiling
 from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
-from .tiles import (LN2, ONE, POS_INF, ZERO, identity, lse_base2, make_key_rows_store, masked,
-                    needs_mask, row_block_range, scaled_element, tile_major_block)
+from .tiles import (LN2, ONE, POS_INF, ZERO, dropout_words, identity, lse_base2, make_key_rows_store,
+                    masked, needs_mask, row_block_range, scaled_element, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 8
+VERSION = 9
 
 
 @kernel_factory
 def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
-    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo)`` on flat
+    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo, seed_lo,
+    seed_hi, keep_from, rp)`` on flat
     (1-D) views of q, do, dq: (B*H, N_q, d); lse, dvec: (B*H, N_q); k, v, dk, dv: (B*H_kv, N_k,
     d), H_kv = H / mask.group (query head bh reads K/V head bh // group). ``mask``: a
     ``simulator.spec.Mask``, or a bool (causal or not); ``hi``, ``lo`` (int64, read only with
     ``mask.upper`` / ``mask.lower``, else pass 0): row r sees key c iff c <= r + hi and
-    r + lo <= c. ``qscale`` = scale * log2(e), float32. dq must hold zeros (the kernel adds
+    r + lo <= c. ``qscale`` = scale * log2(e), float32. With ``mask.dropout``: the forward's
+    dropout mask regenerated from ``seed_lo``, ``seed_hi``, ``keep_from`` and ``rp``, as
+    ``make_flash_forward_fa2_tc`` takes them (else not read). dq must hold zeros (the kernel adds
     into it). Launch with grid (Tc, B*H_kv), ``tiling.threads_for("flash_backward_tc")``
     threads and ``tiling.smem_bytes("flash_backward_tc", d)`` bytes of dynamic shared memory."""
     mask = Mask.of(mask)
-    UPPER, LOWER, GROUP = mask.upper, mask.lower, mask.group
+    UPPER, LOWER, GROUP, DROPOUT = mask.upper, mask.lower, mask.group, mask.dropout
     BR, BC = tiling.Br, tiling.Bc
     T = tiling.threads_for("flash_backward_tc")
     WARPS = T // 32
@@ -278,7 +285,8 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
     rows_times_tile_t, add_scores_times_tile = (
         cuda.jit(device=True)(unrolled(f)) for f in (rows_times_tile_t, add_scores_times_tile))
 
-    def flash_backward_tc(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo):
+    def flash_backward_tc(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo,
+                          seed_lo, seed_hi, keep_from, rp):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
         # SRAM tiles: Kj at KO and Vj at VO for the whole kernel; Qi at QO and QTO, dOi at OO
         # and OTO, dS at SO, L at LO, D at DO for one i step
@@ -371,21 +379,41 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
                             s[n, 2 * h + e] = ZERO
                         else:
                             s[n, 2 * h + e] = exp2(s[n, 2 * h + e] - smem[LO + uint64(r)])
-            for n in static_range(NT):
-                for e in static_range(4):
-                    s[n, e], lo_part[n, e] = split_finite(s[n, e])
-            # dVj += P^T dOi
-            add_scores_times_tile(dv_acc, s, lo_part, smem, OTC + col_even, OTC + col_odd)
-            for n in static_range(NT):
-                for e in static_range(4):
-                    s[n, e] += lo_part[n, e]          # P^T again, within 2^-21 (exact sum)
+            if DROPOUT:
+                # the forward's mask, regenerated: bit 4n + 2h + e of ``kept`` for slot (n, 2h
+                # + e), query 8n + 2t + e (an even-odd pair: words e 2 + key % 2) and key wkey +
+                # g + 8h; dVj += (P Z)^T dOi with Z = kept / (1 - p), P itself kept in s for dS
+                kept = uint64(0)
+                for h in static_range(2):
+                    kk = col0 + wkey + g + 8 * h
+                    for n in static_range(NT):
+                        words = dropout_words(seed_lo, seed_hi, bh, row0 + 8 * n + 2 * t, kk)
+                        for e in static_range(2):
+                            if words[2 * e + kk % 2] >= uint64(keep_from):
+                                kept |= uint64(1) << uint64(4 * n + 2 * h + e)
+                                ds[n, 2 * h + e], lo_part[n, 2 * h + e] = split_finite(s[n, 2 * h + e] * rp)
+                            else:
+                                ds[n, 2 * h + e], lo_part[n, 2 * h + e] = ZERO, ZERO
+                add_scores_times_tile(dv_acc, ds, lo_part, smem, OTC + col_even, OTC + col_odd)
+            else:
+                for n in static_range(NT):
+                    for e in static_range(4):
+                        s[n, e], lo_part[n, e] = split_finite(s[n, e])
+                # dVj += P^T dOi
+                add_scores_times_tile(dv_acc, s, lo_part, smem, OTC + col_even, OTC + col_odd)
+                for n in static_range(NT):
+                    for e in static_range(4):
+                        s[n, e] += lo_part[n, e]          # P^T again, within 2^-21 (exact sum)
 
             rows_times_tile_t(ds, smem, va_hi, va_lo, OC + row_even, OC + row_odd)   # dP^T
             for h in static_range(2):
                 for n in static_range(NT):
                     for e in static_range(2):
                         r = 8 * n + 2 * t + e
-                        ds[n, 2 * h + e] = s[n, 2 * h + e] * (ds[n, 2 * h + e] - smem[DO + uint64(r)])
+                        dp = ds[n, 2 * h + e]
+                        if DROPOUT:   # dS = P (Z dP - D): dropped scores keep -P D
+                            dp = dp * rp if (kept >> uint64(4 * n + 2 * h + e)) & uint64(1) else ZERO
+                        ds[n, 2 * h + e] = s[n, 2 * h + e] * (dp - smem[DO + uint64(r)])
             # dS^T split once for both products
             for n in static_range(NT):
                 for e in static_range(4):

@@ -96,6 +96,11 @@ TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward
         band's blocks only, edge tiles masked by both sides; heaviest-first block order kept
         for upper-only masks. No speed change intended; checked under the simulator and by
         ptxas only, not measured on the GPU yet.
+    v11 dropout (Mask.dropout, compile-time; Algorithm 2): each P kept with probability 1 - p
+        and scaled by 1 / (1 - p) before P V, l summed undropped, the keep decision from
+        Philox4x32-10 of (seed, bh, row, key) (tiles.dropout_words: one call per key pair of a
+        row); kernels without dropout unchanged. Checked under the simulator only; not
+        measured on the GPU yet.
 """
 from __future__ import annotations
 
@@ -110,26 +115,30 @@ from simulator.tiling import Tiling
 from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
-from .tiles import (LN2, NEG_INF, ONE, ZERO, key_block_range, masked, needs_mask, scaled_element,
-                    sticky_max, tile_major_block)
+from .tiles import (LN2, NEG_INF, ONE, ZERO, dropout_words, key_block_range, masked, needs_mask,
+                    scaled_element, sticky_max, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 10
+VERSION = 11
 
 
 @kernel_factory
 def make_flash_forward_fa2_tc(tiling: Tiling, d: int, mask: Mask | bool):
-    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k, hi, lo)`` on flat (1-D) views of q, o:
+    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k, hi, lo, seed_lo, seed_hi, keep_from, rp)`` on
+    flat (1-D) views of q, o:
     (B*H, N_q, d); k, v: (B*H_kv, N_k, d), H_kv = H / mask.group; lse: (B*H, N_q) -- flat, so
     that element offsets are affine in the compile-time d and the loads take immediate offsets;
     query head bh reads K/V head bh // mask.group. ``qscale`` = softmax scale * log2(e),
     float32; ``hi``, ``lo`` (int64, read only with ``mask.upper`` / ``mask.lower``, else 0): row
-    r sees key c iff c <= r + hi and r + lo <= c (``simulator.spec``). ``mask``: a ``Mask``, or
-    a bool (causal: ``Mask(upper=mask)``). Launch with grid (Tr, B*H),
+    r sees key c iff c <= r + hi and r + lo <= c (``simulator.spec``). With ``mask.dropout``:
+    score (r, c) of query head bh is kept iff its Philox word (``tiles.dropout_words`` of the
+    seed's 32-bit halves ``seed_lo``, ``seed_hi``) is at least ``keep_from`` (int64, p 2^32), its
+    P then times ``rp`` = 1 / (1 - p) (float32); else these four are not read. ``mask``: a
+    ``Mask``, or a bool (causal: ``Mask(upper=mask)``). Launch with grid (Tr, B*H),
     ``tiling.threads_for("flash_forward_tc")`` threads and
     ``tiling.smem_bytes("flash_forward_tc", d)`` bytes of dynamic shared memory."""
     mask = Mask.of(mask)
-    UPPER, LOWER, GROUP = mask.upper, mask.lower, mask.group
+    UPPER, LOWER, GROUP, DROPOUT = mask.upper, mask.lower, mask.group, mask.dropout
     # upper only (causal): later row blocks visit more K/V blocks, so launch them first; a
     # window's work is about the same for every row block (plain order)
     HEAVY_LAST = UPPER and not LOWER
@@ -242,7 +251,8 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, mask: Mask | bool):
     fetch_k, fetch_v = make_fetch(k_pair, 0, 1), make_fetch(v_pair, 1, 0)
     store_k, store_vt = make_store(k_pair, kj_at), make_store(v_pair, vj_at)
 
-    def flash_forward_fa2_tc(q, k, v, o, lse, qscale, n_q, n_k, hi, lo):
+    def flash_forward_fa2_tc(q, k, v, o, lse, qscale, n_q, n_k, hi, lo, seed_lo, seed_hi,
+                             keep_from, rp):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
         # SRAM tiles: Qi at QO for the whole kernel; Kj at KO and Vj^T at VO for one j step
         i, bh = cuda.blockIdx.x, cuda.blockIdx.y
@@ -341,6 +351,13 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, mask: Mask | bool):
                             p = exp2(s[n, 2 * h + e] - m_new)
                             s[n, 2 * h + e] = p
                             row_sum += p
+                    if DROPOUT:   # l sums the undropped P; P V takes P kept / (1 - p), or 0
+                        rr = row0 + r         # this lane's keys 2t, 2t + 1: words 2 (rr % 2) + e
+                        for n in static_range(NT):
+                            w0, w1, w2, w3 = dropout_words(seed_lo, seed_hi, bh, rr, col0 + 8 * n + 2 * t)
+                            a, b = (w2, w3) if rr % 2 else (w0, w1)
+                            s[n, 2 * h] = s[n, 2 * h] * rp if a >= uint64(keep_from) else ZERO
+                            s[n, 2 * h + 1] = s[n, 2 * h + 1] * rp if b >= uint64(keep_from) else ZERO
                     l[h] = alpha * l[h] + row_sum
                 m[h] = m_new
                 rescale[h] = alpha

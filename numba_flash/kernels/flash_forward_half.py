@@ -73,6 +73,9 @@ tools/tune_half.py; results/h200/tuning/tune_half_v*.csv):
         band's blocks only (the first one prefetched into stage first % 2), edge tiles masked
         by both sides; heaviest-first block order kept for upper-only masks. No speed change
         intended; checked under the simulator and by ptxas only, not measured on the GPU yet.
+    v6  dropout (Mask.dropout, compile-time): P kept / (1 - p) or 0 before it is rounded for
+        P V, l summed undropped, the mask from tiles.dropout_words (one Philox call per key
+        pair of a row), as flash_forward_fa2_tc v11. Simulator only; not measured yet.
 """
 from __future__ import annotations
 
@@ -89,10 +92,11 @@ from ..launch import jit_options, smem_alignment
 from .half import half_ops
 from .half_tiles import make_tile_copy
 from .mma import warp_ops
-from .tiles import LN2, NEG_INF, ONE, ZERO, key_block_range, masked, needs_mask, tile_major_block
+from .tiles import (LN2, NEG_INF, ONE, ZERO, dropout_words, key_block_range, masked, needs_mask,
+                    tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 5
+VERSION = 6
 
 
 @kernel_factory
@@ -107,7 +111,7 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
     cp.async). Launch with grid (Tr, B*H), ``tiling.threads_for("flash_forward_half")`` threads
     and ``tiling.smem_bytes("flash_forward_half", d, 2)`` bytes of dynamic shared memory."""
     mask = Mask.of(mask)
-    UPPER, LOWER, GROUP = mask.upper, mask.lower, mask.group
+    UPPER, LOWER, GROUP, DROPOUT = mask.upper, mask.lower, mask.group, mask.dropout
     # upper only (causal): later row blocks visit more K/V blocks, so launch them first; a
     # window's work is about the same for every row block (plain order)
     HEAVY_LAST = UPPER and not LOWER
@@ -137,7 +141,7 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
 
     copy_q, copy_kv = (make_tile_copy(rows, T, d, D16, LD, vector, dtype) for rows in (BR, BC))
 
-    def flash_forward_half(q, k, v, o, lse, qscale, n_q, n_k, hi, lo):
+    def flash_forward_half(q, k, v, o, lse, qscale, n_q, n_k, hi, lo, seed_lo, seed_hi, keep_from, rp):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN)
         i, bh = cuda.blockIdx.x, cuda.blockIdx.y
         if HEAVY_LAST:
@@ -240,6 +244,13 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
                             x = exp2(s[mt, n, 2 * hr + e] * qscale - m_sub)
                             s[mt, n, 2 * hr + e] = x
                             row_sum += x
+                    if DROPOUT:   # l sums the undropped P; P V takes P kept / (1 - p), or 0
+                        rr = row0 + r         # keys 2t, 2t + 1 of each 8: words 2 (rr % 2) + e
+                        for n in static_range(NT):
+                            w0, w1, w2, w3 = dropout_words(seed_lo, seed_hi, bh, rr, col0 + 8 * n + 2 * t)
+                            a0, a1 = (w2, w3) if rr % 2 else (w0, w1)
+                            s[mt, n, 2 * hr] = s[mt, n, 2 * hr] * rp if a0 >= uint64(keep_from) else ZERO
+                            s[mt, n, 2 * hr + 1] = s[mt, n, 2 * hr + 1] * rp if a1 >= uint64(keep_from) else ZERO
                     l[mt, hr] = alpha * l[mt, hr] + row_sum
                     m[mt, hr] = m_new
                     rescale[mt, hr] = alpha

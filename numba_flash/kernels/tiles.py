@@ -22,6 +22,8 @@ from numba import cuda, float32, uint64
 
 from simulator.tiling import Tiling
 
+from ..reference import PHILOX_M, PHILOX_W
+
 from .unroll import static_range, unrolled
 
 NEG_INF = np.float32(-np.inf)   # float32 constants keep kernel arithmetic in fp32
@@ -87,6 +89,35 @@ def needs_mask(row0, max_rows, col0, cols, bc, hi, lo, upper, lower):
     interior tiles skip the comparisons."""
     return (cols < bc or (upper and col0 + bc - 1 > row0 + hi)
             or (lower and col0 < row0 + max_rows - 1 + lo))
+
+
+#: Philox4x32-10's constants, and the 32-bit mask and shift, as uint64 (all arithmetic below
+#: stays unsigned: Numba would widen a mix of uint64 and int64 to float64)
+_M0, _M1 = np.uint64(PHILOX_M[0]), np.uint64(PHILOX_M[1])
+_W0, _W1 = np.uint64(PHILOX_W[0]), np.uint64(PHILOX_W[1])
+_LOW32, _S32 = np.uint64(0xFFFFFFFF), np.uint64(32)
+
+
+@cuda.jit(device=True)
+def philox4x32_10(c0, c1, c2, k0, k1):
+    """The four 32-bit words (as uint64) of Philox4x32-10 at counter (c0, c1, c2, 0) under key
+    (k0, k1) -- ``reference.philox4x32_10``, whose known-answer tests it shares through
+    ``dropout_words``."""
+    x0, x1, x2, x3 = c0, c1, c2, uint64(0)
+    for _ in range(10):
+        p0 = _M0 * x0
+        p1 = _M1 * x2
+        x0, x1, x2, x3 = (p1 >> _S32) ^ x1 ^ k0, p1 & _LOW32, (p0 >> _S32) ^ x3 ^ k1, p0 & _LOW32
+        k0 = (k0 + _W0) & _LOW32
+        k1 = (k1 + _W1) & _LOW32
+    return x0, x1, x2, x3
+
+
+@cuda.jit(device=True)
+def dropout_words(seed_lo, seed_hi, bh, r, c):
+    """The Philox words of the 2 x 2 block of scores holding (r, c) of batch-head bh
+    (``reference.dropout_keep``): word 2 (r % 2) + c % 2 decides score (r, c)."""
+    return philox4x32_10(uint64(c // 2), uint64(r // 2), uint64(bh), uint64(seed_lo), uint64(seed_hi))
 
 
 @cuda.jit(device=True)
