@@ -46,7 +46,8 @@ class KernelConfig:
     "float16" or "bfloat16"). ``deterministic``: the backward's deterministic kernels;
     ``tiling``: as passed to the API (None: its default); ``window``: a sliding window as passed
     to the API (its sides, not its size, decide the kernels); ``group``: query heads per K/V
-    head (GQA / MQA; 1: none)."""
+    head (GQA / MQA; 1: none); ``dropout``: the kernels with dropout (any p > 0 and seed give
+    the same)."""
 
     d: int
     n_q: int
@@ -59,6 +60,7 @@ class KernelConfig:
     dtype: str = "float32"
     window: tuple[int, int] | None = None
     group: int = 1
+    dropout: bool = False
 
     def __post_init__(self):
         if self.window is not None:
@@ -114,6 +116,8 @@ def build(config: KernelConfig) -> dict:
     q = np.zeros((1, c.group, n_q, c.d), host_type(c.dtype))
     k = np.zeros((1, 1, n_k, c.d), host_type(c.dtype))
     band = {} if c.window is None else {"window": c.window}
+    if c.dropout:
+        band.update(dropout_p=0.1, dropout_seed=0)
     before = dict(kernel_cache.STATS)
     report = {**asdict(c), "tiling": None if c.tiling is None else (c.tiling.Br, c.tiling.Bc),
               "forward_s": 0.0, "backward_s": 0.0, "error": ""}
@@ -166,6 +170,7 @@ def _parse(argv):
                         help="a sliding window (flash-attention's window_size; -1: unbounded side)")
     parser.add_argument("--group", type=int, default=1,
                         help="query heads per K/V head (GQA / MQA)")
+    parser.add_argument("--dropout", action="store_true", help="the kernels with dropout")
     parser.add_argument("--processes", type=int, default=None)
     parser.add_argument("--info", action="store_true", help="list the cache and exit")
     parser.add_argument("--clear", action="store_true", help="empty the cache and exit")
@@ -192,7 +197,7 @@ def main(argv=None) -> int:
     causal = {"yes": (True,), "no": (False,), "both": (False, True)}[args.causal]
     backward = None if args.backward == "none" else args.backward
     configs = [KernelConfig(d=d, n_q=n, causal=c, forward=args.forward, backward=backward, dtype=t,
-                            window=args.window, group=args.group)
+                            window=args.window, group=args.group, dropout=args.dropout)
                for d in args.d for n in args.n for c in causal for t in args.dtype]
     start = time.perf_counter()
     for row in warmup(configs, args.processes):
