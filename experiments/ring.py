@@ -183,7 +183,7 @@ def _time_worker(rank, world, path, out, B, H, n, d, dtype, layout, causal):
         def step_fwd():
             return [nf.flash_attention(q[:, :, c.q0:c.q1].contiguous(), k[:, :, c.k0:c.k1].contiguous(),
                                        v[:, :, c.k0:c.k1].contiguous(), return_lse=True,
-                                       **(dict(causal=True, diagonal=0) if c.causal else {})) for c in cs]
+                                       **nd._mask(c)) for c in cs]
 
         def step_bwd():
             for c in cs:
@@ -191,7 +191,7 @@ def _time_worker(rank, world, path, out, B, H, n, d, dtype, layout, causal):
                 nf.flash_attention_backward(do[:, :, r].contiguous(), q[:, :, r].contiguous(),
                                             k[:, :, c.k0:c.k1].contiguous(), v[:, :, c.k0:c.k1].contiguous(),
                                             o[:, :, r].contiguous(), lse[:, :, r].contiguous(),
-                                            **(dict(causal=True, diagonal=0) if c.causal else {}))
+                                            **nd._mask(c))
         steps_f.append(timed(step_fwd))     # (every rank times every step: the barriers pair up)
         steps_b.append(timed(step_bwd))
     _write(out, rank, {"fwd_s": fwd_s, "fwd_bwd_s": fwd_bwd_s, "link_bytes_per_s": bw,

@@ -40,7 +40,7 @@ import torch.distributed as dist
 
 from simulator.ring import ACCUMULATOR_BYTES, calls, check_layout, chunks_of, step_source
 
-from . import api
+from . import api, precision
 
 __all__ = ["shard", "gather", "ring_attention", "ring_attention_forward", "ring_attention_backward"]
 
@@ -80,9 +80,7 @@ def unshard(parts, layout: str = "zigzag", dim: int = -2):
 # ---- one rank's kernels ------------------------------------------------------------------------
 def _to_numpy(x: torch.Tensor) -> np.ndarray:
     if x.dtype == torch.bfloat16:
-        import ml_dtypes
-
-        return x.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+        return x.contiguous().view(torch.int16).numpy().view(precision.host_type("bfloat16"))
     return x.contiguous().numpy()
 
 
