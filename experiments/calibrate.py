@@ -5,8 +5,9 @@ configuration: ``warps_per_sm``, ``ilp`` chains a warp, ``blocks_per_sm``; ``clo
 clock during that kernel; ``spread``: (max - min) / median over ``repeats``), measured by the
 kernels of experiments/common/microbench.py (which says how each is timed):
 
-- SM clock under load (Hz); tensor core: TF32 mma.sync m16n8k8 a cycle an SM at 4, 8, 16 warps
-  an SM x 1, 2, 4 independent chains a warp, and its dependent latency (cycles);
+- SM clock under load (Hz); tensor core: TF32 mma.sync m16n8k8, and the half kernels' fp16 and
+  bf16 m16n8k16, a cycle an SM at 4, 8, 16 warps an SM x 1, 2, 4 independent chains a warp, and
+  each one's dependent latency (cycles);
 - FFMA, MUFU.EX2 and ALU (LOP3 + VIMNMX) warp instructions a cycle an SM and their latencies;
 - shared memory: wavefronts a cycle an SM of conflict-free LDS / STS of 32, 64, 128 bits a
   lane; shfl.sync a cycle an SM;
@@ -96,22 +97,24 @@ def plot(rows: list[dict], path) -> None:
     fig, axes = plotting.figure(2, 2, title=title)
 
     ax = axes[0]
-    for i, ilp in enumerate((1, 2, 4)):
-        pts = sorted((r["warps_per_sm"], r["value"]) for r in rows
-                     if r["quantity"] == "mma_tf32_per_cycle_per_sm" and r["ilp"] == ilp and r["value"] is not None)
-        if pts:
-            ax.plot(*zip(*pts), color=f"C{i}", marker="o", label=f"{ilp} chain(s) a warp")
+    kinds = (("tf32", "TF32 m16n8k8", "-"), ("f16", "fp16 m16n8k16", "--"), ("bf16", "bf16 m16n8k16", ":"))
+    for name, label, style in kinds:
+        for i, ilp in enumerate((1, 2, 4)):
+            pts = sorted((r["warps_per_sm"], r["value"]) for r in rows if r["quantity"] == f"mma_{name}_per_cycle_per_sm"
+                         and r["ilp"] == ilp and r["value"] is not None)
+            if pts:
+                ax.plot(*zip(*pts), color=f"C{i}", linestyle=style, marker="o", label=f"{label}, {ilp} chain(s) a warp")
     if not ax.lines:
         plotting.annotate_empty(ax, "no measurement (simulator: not a measurement)")
     ax.set_ylim(bottom=0)
-    plotting.finish(ax, "warps an SM", "mma.sync m16n8k8 TF32 / cycle / SM", title="tensor core throughput")
+    plotting.finish(ax, "warps an SM", "mma.sync / cycle / SM", title="tensor core throughput")
 
     _bars(axes[1], [(name, _value(rows, f"{name}_per_cycle_per_sm")) for name in ("ffma", "mufu_ex2", "alu", "shfl")]
           + [(f"{op}{bits} (wavefronts)", _value(rows, f"{op}{bits}_wavefronts_per_cycle_per_sm"))
              for op in ("lds", "sts") for bits in (32, 64, 128)],
           "per cycle per SM", "warp instructions (or wavefronts) / cycle / SM, 32 warps")
     _bars(axes[2], [(f"{name} latency", _value(rows, f"{name}_latency_cycles"))
-                    for name in ("mma_tf32", "ffma", "mufu_ex2", "alu")]
+                    for name in ("mma_tf32", "mma_f16", "mma_bf16", "ffma", "mufu_ex2", "alu")]
           + [(f"barrier, {w} warps", _value(rows, "barrier_cycles", warps_per_sm=w)) for w in (4, 8, 16)],
           "cycles", "latencies (one dependent chain) and __syncthreads()")
     tb = [(label, None if v is None else v / 1e12) for label, v in

@@ -12,7 +12,7 @@ alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cy
   last one to issue while it stays ready (``policy="gto"``, greedy then oldest);
 - an instruction is ready when its source registers (general R, predicates P, uniform UR/UP)
   are: the producer's issue cycle + its latency. Measured latencies (``MachineRates``): HMMA
-  ``mma_tf32_latency_cycles``, FMA pipe ``ffma_latency_cycles``, ALU ``alu_latency_cycles``,
+  ``mma_latency_cycles(format)``, FMA pipe ``ffma_latency_cycles``, ALU ``alu_latency_cycles``,
   MUFU and the other XU conversions ``mufu_ex2_latency_cycles`` (FMA-pipe integer work
   such as IMAD at the FFMA latency: an assumption). Unmeasured ones are the named
   assumptions below (shared-memory loads, shuffles, constants, S2R, uniform datapath, FP64);
@@ -20,8 +20,8 @@ alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cy
   register whose last producer had a variable latency (memory, shuffle, XU, HMMA, S2R) waits
   for that write (the scoreboard); reads before a later write (WAR) are free;
 - pipes limit throughput per scheduler, each SM rate shared by its 4 schedulers: the tensor
-  pipe takes an HMMA every ``4 / mma_tf32_per_cycle`` cycles; FP32 goes to either half of the
-  FMA pipe (fmaheavy, fmalite: each a warp instruction every ``2 x 4 / ffma_per_cycle``), the
+  pipe takes an HMMA every ``4 / mma_per_cycle(format)`` cycles (the format's measured rate:
+  TF32 m16n8k8, or fp16 / bf16 m16n8k16); FP32 goes to either half of the FMA pipe (fmaheavy, fmalite: each a warp instruction every ``2 x 4 / ffma_per_cycle``), the
   integer part of the FMA class (IMAD, VIADD, ...) to fmaheavy only (ncu's assignment); ALU
   ``4 / alu_per_cycle``; XU ``4 / mufu_ex2_per_cycle``; FP64 at half the FP32 rate (assumed).
   A dispatch waits for its pipe. Shared memory is a queue instead: a load or store of w
@@ -373,10 +373,10 @@ def stream_for(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant
 
 
 # ---- the simulator -----------------------------------------------------------------------
-def _latency(o: Op, r: MachineRates, memory_latency: float) -> float:
+def _latency(o: Op, r: MachineRates, memory_latency: float, mma_format: str) -> float:
     pipe = o.pipe
     if pipe == "hmma":
-        return r.mma_tf32_latency_cycles
+        return r.mma_latency_cycles(mma_format)
     if pipe == "fma":
         return r.ffma_latency_cycles
     if pipe == "alu":
@@ -436,7 +436,9 @@ def _rates_key(r: MachineRates) -> tuple:
             r.mufu_ex2_latency_cycles, r.shfl_per_cycle,
             tuple(sorted(r.lds_wavefronts_per_cycle.items())),
             tuple(sorted(r.sts_wavefronts_per_cycle.items())), tuple(sorted(r.barrier_cycles.items())),
-            r.lds_latency_cycles, r.shfl_latency_cycles)
+            r.lds_latency_cycles, r.shfl_latency_cycles,
+            tuple(sorted((f, tuple(sorted(c.items()))) for f, c in r.mma_half_by_config.items())),
+            tuple(sorted(r.mma_half_latency_cycles.items())))
 
 
 _CACHE: dict = {}
@@ -444,17 +446,19 @@ _CACHE: dict = {}
 
 def loop_cycles(stream, warps_per_scheduler: int, rates: MachineRates, trips: int = 3,
                 memory_latency: float = L1_HIT_LATENCY, blocks: int = 1,
-                policy: str = "oldest") -> float:
+                policy: str = "oldest", mma_format: str = "tf32") -> float:
     """Cycles one scheduler needs a trip of the loop ``stream`` (a sequence of ``Op``) when
     ``warps_per_scheduler`` warps run it, in steady state over ``trips`` trips (module
     docstring). ``memory_latency``: cycles of a global or local load (``L1_HIT_LATENCY``,
     ``L2_HIT_LATENCY``, ``DRAM_LATENCY`` or any); ``blocks``: co-resident blocks the warps
-    belong to (each barrier waits for its own block's); ``policy``: "oldest" or "gto"."""
+    belong to (each barrier waits for its own block's); ``policy``: "oldest" or "gto";
+    ``mma_format``: the HMMA's ("tf32", "float16", "bfloat16": its measured rate and latency)."""
     stream = tuple(stream)
-    key = (stream, warps_per_scheduler, _rates_key(rates), trips, memory_latency, blocks, policy)
+    key = (stream, warps_per_scheduler, _rates_key(rates), trips, memory_latency, blocks, policy,
+           mma_format)
     if key not in _CACHE:
         _CACHE[key] = simulate(stream, warps_per_scheduler, rates, trips, memory_latency,
-                               blocks, policy).cycles_per_trip
+                               blocks, policy, mma_format).cycles_per_trip
     return _CACHE[key]
 
 
@@ -471,7 +475,7 @@ class Simulation:
 
 def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
              memory_latency: float = L1_HIT_LATENCY, blocks: int = 1,
-             policy: str = "oldest") -> Simulation:
+             policy: str = "oldest", mma_format: str = "tf32") -> Simulation:
     """The cycle-by-cycle simulation behind ``loop_cycles``."""
     stream = tuple(stream)
     if not stream:
@@ -484,12 +488,12 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
     names: dict[str, int] = {}
     srcs = [tuple(names.setdefault(s, len(names)) for s in o.srcs) for o in stream]
     dests = [tuple(names.setdefault(s, len(names)) for s in o.dests) for o in stream]
-    latency = [_latency(o, r, memory_latency) for o in stream]
+    latency = [_latency(o, r, memory_latency, mma_format) for o in stream]
     variable = [o.pipe in _VARIABLE or o.pipe in _GLOBAL for o in stream]
     units = [_unit(o) for o in stream]
     queues = [_queue(o) for o in stream]
     per = SCHEDULERS
-    interval = {"hmma": per / r.mma_tf32_per_cycle, "alu": per / r.alu_per_cycle,
+    interval = {"hmma": per / r.mma_per_cycle(mma_format), "alu": per / r.alu_per_cycle,
                 "xu": per / r.mufu_ex2_per_cycle, "fmaheavy": 2 * per / r.ffma_per_cycle,
                 "fmalite": 2 * per / r.ffma_per_cycle, "fp64": 2 * per / r.ffma_per_cycle}
     service = [_service(o, r) for o in stream]

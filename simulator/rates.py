@@ -17,7 +17,7 @@ from __future__ import annotations
 import csv
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -50,6 +50,12 @@ _SCALARS = {
     "host_launch_per_array_arg_s": "host_launch_per_array_arg_s",
 }
 MMA = "mma_tf32_per_cycle_per_sm"
+#: The half-precision mma.sync m16n8k16 (fp32 accumulators) of each format: its throughput by
+#: configuration and its latency, measured by calibrate since 2026-12-02 (older CSVs lack them).
+HALF_MMA = {"float16": "mma_f16_per_cycle_per_sm", "bfloat16": "mma_bf16_per_cycle_per_sm"}
+HALF_MMA_LATENCY = {"float16": "mma_f16_latency_cycles", "bfloat16": "mma_bf16_latency_cycles"}
+#: The mma formats ``MachineRates.mma_at`` knows: TF32 m16n8k8, fp16 / bf16 m16n8k16.
+MMA_FORMATS = ("tf32", *HALF_MMA)
 BARRIER = "barrier_cycles"
 #: Quantities measured more than once (one row per configuration), summarised by their median.
 MEDIANS = {"mma_lds_overlap": "mma_lds_overlap"}
@@ -92,6 +98,10 @@ class MachineRates:
     shorter hides under the longer, 1: they add up; the median over 1 and 2 loads an mma).
     l2_dirty_residue_bytes: DRAM write bytes a streaming kernel leaves dirty in L2 when it ends
     (ncu; the median over the sizes measured; None where the run had no ncu).
+    mma_half_by_config, mma_half_latency_cycles: format ("float16", "bfloat16") -> the
+    ``mma.sync.m16n8k16`` (fp32 accumulators, 4096 FLOP each) rates by (warps an SM, chains a
+    warp), as ``mma_tf32_by_config``, and its dependent latency; empty for CSVs from before
+    they were measured (then ``mma_at`` of a half format raises LookupError).
     launch_gap_s: GPU seconds from one queued empty kernel to the next (the launch overhead the
     GPU adds between back-to-back kernels).  host_launch_s: host seconds a numba launch of an
     empty kernel of one array argument; host_launch_per_array_arg_s: each further array argument.
@@ -128,6 +138,8 @@ class MachineRates:
     lds_latency_cycles: float | None = None
     shfl_latency_cycles: float | None = None
     l2_dirty_residue_bytes: float | None = None
+    mma_half_by_config: Mapping[str, Mapping[tuple[int, int], float]] = field(default_factory=dict)
+    mma_half_latency_cycles: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def ffma_flops_per_cycle(self) -> float:
@@ -143,15 +155,47 @@ class MachineRates:
         measured chains count nearest below ``ilp`` (the fewest measured when below all), linear
         in warps between the measured warp counts, proportional to warps below the fewest
         measured (latency-bound: each warp's chain waits for its own results), flat above the most."""
-        chains = sorted({c for _, c in self.mma_tf32_by_config})
-        c = max([x for x in chains if x <= ilp] or chains[:1])
-        points = sorted((w, r) for (w, k), r in self.mma_tf32_by_config.items() if k == c)
-        return _interpolate(points, warps_per_sm, through_origin=True)
+        return _mma_interpolate(self.mma_tf32_by_config, warps_per_sm, ilp)
+
+    def _half(self, fmt: str) -> Mapping[tuple[int, int], float]:
+        if fmt not in HALF_MMA:
+            raise ValueError(f"mma format must be one of {MMA_FORMATS}, got {fmt!r}")
+        by_config = self.mma_half_by_config.get(fmt)
+        if not by_config or fmt not in self.mma_half_latency_cycles:
+            raise LookupError(f"{self.source} has no measured rate of the {fmt} mma.sync m16n8k16 "
+                              f"({HALF_MMA[fmt]}, {HALF_MMA_LATENCY[fmt]}): run "
+                              "`python -m experiments run calibrate --device gpu` on this GPU")
+        return by_config
+
+    def mma_at(self, fmt: str, warps_per_sm: float, ilp: int = 1) -> float:
+        """``mma_tf32_at`` for the mma of ``fmt`` ("tf32", "float16", "bfloat16"); LookupError
+        for a half format these rates did not measure."""
+        if fmt == "tf32":
+            return self.mma_tf32_at(warps_per_sm, ilp)
+        return _mma_interpolate(self._half(fmt), warps_per_sm, ilp)
+
+    def mma_per_cycle(self, fmt: str) -> float:
+        """The best measured rate of the mma of ``fmt`` (mma a cycle an SM)."""
+        return self.mma_tf32_per_cycle if fmt == "tf32" else max(self._half(fmt).values())
+
+    def mma_latency_cycles(self, fmt: str) -> float:
+        """Cycles from an mma of ``fmt`` to the next that depends on it."""
+        if fmt == "tf32":
+            return self.mma_tf32_latency_cycles
+        self._half(fmt)
+        return self.mma_half_latency_cycles[fmt]
 
     def barrier_cycles_at(self, warps: float) -> float:
         """Cycles a ``__syncthreads()`` of a block of ``warps`` warps: linear between the measured
         block sizes, flat beyond them."""
         return _interpolate(sorted(self.barrier_cycles.items()), warps, through_origin=False)
+
+
+def _mma_interpolate(by_config: Mapping[tuple[int, int], float], warps_per_sm: float, ilp: int) -> float:
+    chains = sorted({c for _, c in by_config})
+    c = max([x for x in chains if x <= ilp] or chains[:1])
+    points = sorted((w, r) for (w, k), r in by_config.items() if k == c)
+    return _interpolate(points, warps_per_sm, through_origin=True)
 
 
 def _interpolate(points: list[tuple[float, float]], x: float, through_origin: bool) -> float:
@@ -189,6 +233,9 @@ def load_rates(path: str | Path = RATES_CSV) -> MachineRates:
     values: dict[str, float] = {}
     notes: dict[str, str] = {}
     mma: dict[tuple[int, int], float] = {}
+    half: dict[str, dict[tuple[int, int], float]] = {}
+    half_of = {q: fmt for fmt, q in HALF_MMA.items()}
+    half_latency_of = {q: fmt for fmt, q in HALF_MMA_LATENCY.items()}
     mma_clocks: list[float] = []
     barrier: dict[int, float] = {}
     repeated: dict[str, list[float]] = {q: [] for q in (*MEDIANS.values(), *OPTIONAL_MEDIANS.values())}
@@ -199,8 +246,9 @@ def load_rates(path: str | Path = RATES_CSV) -> MachineRates:
             continue
         if q in repeated:
             repeated[q].append(v)
-        elif q == MMA:
-            mma[(int(float(r["warps_per_sm"])), int(float(r["ilp"])))] = v
+        elif q == MMA or q in half_of:
+            config = (int(float(r["warps_per_sm"])), int(float(r["ilp"])))
+            (mma if q == MMA else half.setdefault(half_of[q], {}))[config] = v
             if _number(r.get("clock_hz")):
                 mma_clocks.append(_number(r.get("clock_hz")))
         elif q == BARRIER:
@@ -225,6 +273,8 @@ def load_rates(path: str | Path = RATES_CSV) -> MachineRates:
         **{name: statistics.median(repeated[q]) for name, q in MEDIANS.items()},
         **{name: statistics.median(repeated[q]) if repeated[q] else None
            for name, q in OPTIONAL_MEDIANS.items()},
+        mma_half_by_config=half,
+        mma_half_latency_cycles={fmt: values[q] for q, fmt in half_latency_of.items() if q in values},
         lds_latency_cycles=values.get("lds_latency_cycles"),
         shfl_latency_cycles=values.get("shfl_latency_cycles"),
         lds_wavefronts_per_cycle=shared["lds"], sts_wavefronts_per_cycle=shared["sts"],

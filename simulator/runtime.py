@@ -16,7 +16,8 @@ blocks an SM from ptxas's registers and the shared memory):
      as ``simulator.levels``) at the measured LDS rate (wavefronts a cycle an SM);
    - ``t_rest = max(t_mma, t_issue, t_fma, t_alu, t_xu, t_shfl)``: the block's warp
      instructions on each pipe at its measured rate; mma at the rate measured for the SM's
-     resident warps (``MachineRates.mma_tf32_at``, 4 independent chains: our kernels keep at
+     resident warps (``MachineRates.mma_at`` of the kernel's format: TF32, or fp16 for the half
+     kernels; 4 independent chains: our kernels keep at
      least Bc/8 or d/8 accumulators in flight), issue at one instruction a cycle per scheduler;
    - ``overlap``: how much shared-memory loads and the tensor pipe serialise, measured
      (``mma_lds_overlap``: 0 = hidden under each other, 1 = one after the other), taken for
@@ -76,10 +77,10 @@ def rates_for(hardware: Hardware) -> MachineRates | None:
     return h200_rates() if hardware.name.upper().startswith("H200") else None
 
 
-def _pipe_cycles(c: dict[str, float], warps_on_sm: float, r: MachineRates) -> float:
+def _pipe_cycles(c: dict[str, float], warps_on_sm: float, r: MachineRates, fmt: str) -> float:
     """t_rest: the slowest pipe (issue included) for warp-instruction counts ``c`` (already x
-    warps)."""
-    t_mma = c["hmma"] / r.mma_tf32_at(warps_on_sm, MMA_CHAINS) if c["hmma"] else 0.0
+    warps) of a kernel whose mma is of format ``fmt``."""
+    t_mma = c["hmma"] / r.mma_at(fmt, warps_on_sm, MMA_CHAINS) if c["hmma"] else 0.0
     return max(t_mma, c["total"] / 4.0, c["fma"] / r.ffma_per_cycle, c["alu"] / r.alu_per_cycle,
                c["xu"] / r.mufu_ex2_per_cycle, c["shfl"] / r.shfl_per_cycle)
 
@@ -93,8 +94,8 @@ def _counts(s: KernelSass, minus: list[KernelSass], warps: int) -> dict[str, flo
 
 
 def _cost(c: dict[str, float], smem: float, warps_on_sm: float, warps_b: int, r: MachineRates,
-          overlap: float) -> float:
-    rest = _pipe_cycles(c, warps_on_sm, r)
+          overlap: float, fmt: str) -> float:
+    rest = _pipe_cycles(c, warps_on_sm, r, fmt)
     t_smem = smem / r.lds_wavefronts_per_cycle[128]
     barrier = c["bar"] / warps_b * r.barrier_cycles_at(warps_b)
     return max(t_smem, rest) + overlap * min(t_smem, rest) + barrier
@@ -112,9 +113,16 @@ def makespan(durations: list[float], slots: int) -> float:
     return end
 
 
-#: Kernels whose tensor-core instructions the calibration never timed: their time is not
-#: modelled (``launch_seconds`` raises LookupError; ``simulator.levels`` gives NaN).
-UNCALIBRATED_MMA = frozenset({"flash_forward_half", "flash_backward_half"})
+#: Kernels whose mma is the m16n8k16 of their inputs' format (the others': TF32 m16n8k8). Their
+#: time needs that mma's measured rate: rates without it make ``launch_seconds`` raise
+#: LookupError (``simulator.levels`` gives NaN). A Workload of 2-byte elements is timed at the
+#: fp16 mma's rate (``Workload`` does not tell fp16 from bf16; calibrate measures both).
+HALF_MMA_KERNELS = frozenset({"flash_forward_half", "flash_backward_half"})
+
+
+def mma_format(kernel: str, w: Workload) -> str:
+    """The format of ``kernel``'s mma on workload ``w``: "tf32", or "float16" for the half kernels."""
+    return "float16" if kernel in HALF_MMA_KERNELS and w.dtype_bytes == 2 else "tf32"
 
 
 def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_bytes=None) -> float:
@@ -127,9 +135,8 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
         read, write = dram_bytes or (0.0, 0.0)
         return read / r.dram_read_bytes_per_s + write / r.dram_write_bytes_per_s
     kernel, variant = p.code
-    if kernel in UNCALIBRATED_MMA:
-        raise LookupError(f"{kernel}: its mma (m16n8k16, fp16 / bf16) has no measured rate "
-                          "(the calibrate experiment times the TF32 m16n8k8)")
+    fmt = mma_format(kernel, w)
+    r.mma_at(fmt, 1)                    # LookupError: rates that never timed this mma
     causal = recorded_causal(p, w)      # LookupError for a band kernel never recorded
     res = resources(kernel, tiling, w.d, causal, variant)
     occ = res.occupancy(hw)
@@ -138,7 +145,7 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     loop = sass(kernel, tiling, w.d, causal, variant, region=MAIN_LOOP)
     whole = sass(kernel, tiling, w.d, causal, variant, region="kernel")
     overlap = r.mma_lds_overlap
-    cost = lambda counts, wavefronts: _cost(counts, wavefronts, warps_on_sm, warps_b, r, overlap)  # noqa: E731
+    cost = lambda counts, wavefronts: _cost(counts, wavefronts, warps_on_sm, warps_b, r, overlap, fmt)  # noqa: E731
     t_out = cost(_counts(whole, [loop], warps_b), 0.0)
     counts = _counts(loop, [], warps_b)
     for region, n in nested_runs(p, kernel, tiling, w, variant):
@@ -148,7 +155,7 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     trips = sum(p.block_trips) * heads
     t_trip = cost(counts, _smem_wavefronts(p, w) / trips if trips else 0.0)
     share = occ.blocks_per_sm
-    simulated = _simulated_trip(kernel, variant, tiling, w, occ, r)
+    simulated = _simulated_trip(kernel, variant, tiling, w, occ, r, fmt)
     if simulated is not None:
         t_trip = simulated / share
     durations = [share * (n * t_trip + t_out) for n in _launch_order(p, heads)]
@@ -157,7 +164,8 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     return cycles / clock
 
 
-def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: MachineRates):
+def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: MachineRates,
+                    fmt: str = "tf32"):
     """Cycles of one main-loop trip of every resident block by the issue simulator, or None
     where it cannot run (no recorded stream, nested loops of unknown trips, a band kernel
     never recorded: ``Workload.kernel_causal`` None)."""
@@ -177,7 +185,7 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     per_scheduler = max(1, round(occ.warps_per_sm / 4))
     if per_scheduler % occ.blocks_per_sm:
         return None          # the simulator splits a scheduler's warps evenly over the blocks
-    return loop_cycles(stream, per_scheduler, r, blocks=occ.blocks_per_sm)
+    return loop_cycles(stream, per_scheduler, r, blocks=occ.blocks_per_sm, mma_format=fmt)
 
 
 def _smem_wavefronts(p: Phase, w: Workload) -> float:

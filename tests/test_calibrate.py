@@ -281,3 +281,44 @@ def test_defaults_point_into_the_simulator_package():
     assert rates.RATES_CSV.name == "rates_h200.csv" and rates.RATES_CSV.parent.name == "simulator"
     assert rates.PLACEMENT_CSV.name == "placement_h200.csv"
     assert math.isclose(rates._interpolate([(1, 1), (3, 5)], 2, through_origin=False), 3)
+
+
+def _half_rows() -> list[dict]:
+    """Half-precision mma rows as calibrate writes them, made-up values: fp16 at twice the
+    made-up TF32 rates of ``_measured_rows``, bf16 at three times."""
+    m = mb.Measurement
+    out = [m(rates.HALF_MMA[fmt], k * 0.1 * w * c, "mma/cycle/SM", "test", warps_per_sm=w, ilp=c)
+           for fmt, k in (("float16", 2), ("bfloat16", 3)) for w in (4, 8, 16) for c in (1, 2, 4)]
+    out += [m(rates.HALF_MMA_LATENCY[fmt], v, "cycles", "test") for fmt, v in (("float16", 33.0), ("bfloat16", 34.0))]
+    return [calibrate.row(x) for x in out]
+
+
+def test_half_mma_rates_load_and_interpolate_like_tf32(tmp_path):
+    path = tmp_path / "calibrate.csv"
+    write_rows(path, _measured_rows() + _half_rows(), METADATA)
+    r = rates.load_rates(path)
+    assert r.mma_at("tf32", 12, 3) == r.mma_tf32_at(12, 3)
+    assert r.mma_at("float16", 12, 3) == pytest.approx(2 * (1.6 + 3.2) / 2)
+    assert r.mma_at("bfloat16", 2, 1) == pytest.approx(3 * 0.4 * 2 / 4)     # proportional below 4 warps
+    assert r.mma_per_cycle("float16") == pytest.approx(2 * 6.4) and r.mma_per_cycle("tf32") == r.mma_tf32_per_cycle
+    assert r.mma_latency_cycles("float16") == 33.0 and r.mma_latency_cycles("bfloat16") == 34.0
+    assert r.mma_latency_cycles("tf32") == r.mma_tf32_latency_cycles
+    with pytest.raises(ValueError, match="mma format"):
+        r.mma_at("fp8", 8)
+
+
+def test_rates_from_before_the_half_mma_was_measured_refuse_its_time(tmp_path):
+    path = tmp_path / "calibrate.csv"
+    write_rows(path, _measured_rows(), METADATA)
+    r = rates.load_rates(path)              # still loads: the half rows are optional
+    assert r.mma_half_by_config == {} and r.mma_at("tf32", 8, 2) == pytest.approx(1.6)
+    with pytest.raises(LookupError, match=r"mma_f16_per_cycle_per_sm.*experiments run calibrate"):
+        r.mma_at("float16", 8)
+
+
+def test_the_half_mma_benchmarks_run_under_the_simulator():
+    bench = mb.Bench(simulated=True, quick=True)
+    rows = mb.measure_mma_half(bench)
+    assert [r.quantity for r in rows].count("mma_f16_per_cycle_per_sm") == 9
+    assert {r.quantity for r in rows} == {*rates.HALF_MMA.values(), *rates.HALF_MMA_LATENCY.values()}
+    assert all(r.value is None for r in rows)

@@ -96,6 +96,24 @@ def test_hmma_throughput_binds_with_many_warps(rates):
     assert loop_cycles(stream, 1, rates) == pytest.approx(10 * rates.mma_tf32_latency_cycles, rel=0.01)
 
 
+def test_half_hmma_takes_its_own_measured_rate_and_latency(rates):
+    import dataclasses
+    def with_half(latency):
+        return dataclasses.replace(rates, mma_half_by_config={"float16": {(16, 4): 2 * rates.mma_tf32_per_cycle}},
+                                   mma_half_latency_cycles={"float16": latency})
+    stream = [op("HMMA.16816.F32", acc, acc + ["R200", "R201", "R202", "R203", "R204", "R205"])
+              for acc in ([f"R{4 * c + k}" for k in range(4)] for c in range(4))] * 10
+    # 8 warps of 4 chains, a short latency: the (doubled) pipe rate binds
+    bound = 8 * len(stream) * SCHEDULERS / (2 * rates.mma_tf32_per_cycle)
+    fast = with_half(12.0)
+    assert loop_cycles(stream, 8, fast, mma_format="float16") == pytest.approx(bound, rel=0.01)
+    assert loop_cycles(stream, 8, fast) == pytest.approx(2 * bound, rel=0.01)      # as TF32
+    # one warp: 10 dependent steps at the half mma's own latency
+    assert loop_cycles(stream, 1, with_half(40.0), mma_format="float16") == pytest.approx(10 * 40.0, rel=0.01)
+    with pytest.raises(LookupError, match="bfloat16"):          # never measured in these rates
+        loop_cycles(stream, 1, fast, mma_format="bfloat16")
+
+
 def test_shared_loads_feed_hmma_after_their_latency(rates):
     from simulator.issue import LDS_LATENCY
     latency = rates.lds_latency_cycles or LDS_LATENCY     # measured where the rates have it

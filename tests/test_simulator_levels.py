@@ -123,6 +123,45 @@ def test_half_kernels_get_every_level_but_the_time_of_their_uncalibrated_mma():
                 assert value is not None and math.isfinite(value) and value >= 0, (algorithm, name)
 
 
+def test_half_kernels_are_timed_at_the_half_mma_rate_once_calibrate_measured_it(tmp_path, monkeypatch):
+    """A rates CSV with the m16n8k16 rows (made-up values here: the H200's TF32 rates x 2 for
+    fp16, a hand-checkable stand-in, not a measurement) gives the half kernels a time; a faster
+    mma does not make them slower (beyond 1 %: the issue simulator's list scheduling is not
+    exactly monotone in its rates)."""
+    import csv
+
+    from simulator import runtime
+    from simulator.rates import HALF_MMA, HALF_MMA_LATENCY, MMA, RATES_CSV
+
+    def rates_with_half_mma(factor):
+        with open(RATES_CSV, newline="") as f:
+            rows = list(csv.DictReader(f))
+        extra = [dict(r, quantity=HALF_MMA["float16"], value=str(factor * float(r["value"])))
+                 for r in rows if r["quantity"] == MMA]
+        extra.append(dict(next(r for r in rows if r["quantity"] == "mma_tf32_latency_cycles"),
+                          quantity=HALF_MMA_LATENCY["float16"]))
+        path = tmp_path / f"rates_x{factor}.csv"
+        with open(path, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows + extra)
+        return path
+
+    w = Workload(2, 4, 1024, 1024, 64, dtype_bytes=2)
+    times = {}
+    for factor in (2, 4):
+        monkeypatch.setenv(runtime.RATES_ENV, str(rates_with_half_mma(factor)))
+        runtime.h200_rates.cache_clear()
+        try:
+            times[factor] = {a: predict(a, w, hardware=H200).time_s for a in ("flash_forward_half", "flash_backward_half")}
+        finally:
+            runtime.h200_rates.cache_clear()
+    for algorithm, t in times[2].items():
+        assert math.isfinite(t) and t > 0, algorithm
+        assert times[4][algorithm] <= t * 1.01, algorithm
+        assert t > predict(algorithm, w, hardware=H200).roofline_seconds * 0.5, algorithm
+
+
 def test_an_uncompiled_tiling_gets_nan_where_resources_are_needed():
     r = predict("flash_forward_v1", Workload(1, 1, 256, 256, 64), Tiling(16, 16), hardware=H200)
     assert math.isnan(r.time_s) and math.isnan(r.local_bytes)

@@ -28,7 +28,7 @@ stand-ins (``_simulator_primitives``) that only let each kernel run, once, at a 
 nothing the simulator runs is a measurement (``Bench.simulated``: values are None).
 
 Instructions the loops compile to (ptxas 13.0, sm_90; checked with nvdisasm, one loop body
-each): mma: HMMA.1688.F32.TF32; ffma: FFMA; mufu: MUFU.EX2 (ex2.approx.ftz.f32, its operand
+each): mma: HMMA.1688.F32.TF32 (half formats: HMMA.16816.F32, .F32.BF16); ffma: FFMA; mufu: MUFU.EX2 (ex2.approx.ftz.f32, its operand
 negated for free); alu: LOP3.LUT + VIMNMX.U32 (max(v ^ a, b): two integer instructions of the
 ALU pipe a step; (v ^ a) + b became IMAD.IADD, on the FMA pipe, and pure logic chains collapsed);
 lds/sts: LDS{,.64,.128} / STS{,.64,.128} with immediate offsets (plus 0.5-2 LOP3 a load, to
@@ -68,6 +68,7 @@ PIPE_BLOCK_OPS, PIPE_BLOCKS = 64, 4
 OPS_PER_ITERATION = {"mma": 16, "pipe": PIPE_BLOCKS * PIPE_BLOCK_OPS, "shared": 16, "barrier": 16}
 #: mma.sync m16n8k8: 2 * 16 * 8 * 8 FLOP a warp instruction; FFMA: 2 FLOP a lane.
 MMA_M16N8K8_FLOP = 2 * 16 * 8 * 8
+MMA_M16N8K16_FLOP = 2 * 16 * 8 * 16
 FFMA_FLOP_PER_WARP_INSTRUCTION = 2 * WARP
 
 #: pipe kernel modes, shared kernel modes, global kernel modes
@@ -256,11 +257,29 @@ def _mark():
 
 
 # ---- kernels ----------------------------------------------------------------------------------
+def mma_inputs(fmt: str):
+    """The ``x`` of ``mma_kernel(ilp, fmt)``: 16 operand words, values near 1 the compiler
+    cannot see -- float32 for "tf32", uint32 pairs of halves (1 + a few ulp) for "float16" /
+    "bfloat16"."""
+    if fmt == "tf32":
+        return _x()
+    one = {"float16": 0x3C00, "bfloat16": 0x3F80}[fmt]
+    halves = one + np.arange(16, dtype=np.uint32) % 4
+    return cuda.to_device((halves << np.uint32(16)) | halves)
+
+
 @lru_cache(maxsize=None)
-def mma_kernel(ilp: int):
+def mma_kernel(ilp: int, fmt: str = "tf32"):
     """mma(x, iterations, out, timing): every warp runs ``ilp`` independent chains
-    C_k <- C_k + A B of TF32 m16n8k8 mma, ``OPS_PER_ITERATION["mma"]`` mma an iteration."""
-    mma_tf32, mark = primitives().mma_tf32, _mark()
+    C_k <- C_k + A B of mma.sync, ``OPS_PER_ITERATION["mma"]`` mma an iteration: TF32 m16n8k8
+    (``fmt`` "tf32"), or m16n8k16 of "float16" / "bfloat16" operands (``half.half_ops``, as the
+    half kernels issue it); fp32 accumulators; ``x``: ``mma_inputs(fmt)``."""
+    if fmt == "tf32":
+        product = primitives().mma_tf32
+    else:
+        from numba_flash.kernels.half import half_ops
+        product = half_ops(fmt).mma
+    mark = _mark()
     unroll = OPS_PER_ITERATION["mma"] // ilp
 
     @cuda.jit
@@ -270,12 +289,12 @@ def mma_kernel(ilp: int):
         acc = cuda.local.array((ilp, 4), float32)
         for k in range(ilp):          # distinct starts: no two chains are the same computation
             for r in range(4):
-                acc[k, r] = x[6 + r] + float32(k)
+                acc[k, r] = float32(k) + float32(r) * float32(0.25)
         mark(timing, 0)
         for _ in range(iterations):
             for _u in range(unroll):
                 for k in range(ilp):
-                    acc[k, 0], acc[k, 1], acc[k, 2], acc[k, 3] = mma_tf32(
+                    acc[k, 0], acc[k, 1], acc[k, 2], acc[k, 3] = product(
                         a0, a1, a2, a3, b0, b1, acc[k, 0], acc[k, 1], acc[k, 2], acc[k, 3])
         mark(timing, 1)
         total = float32(0)
@@ -629,6 +648,9 @@ def ptx_targets():
     table, f32 = "int64[:, ::1]", "float32[::1]"
     for ilp in (1, 2, 4):
         yield f"mma ilp={ilp}", mma_kernel(ilp).py_func, f"({f32}, int64, {f32}, {table})"
+    for fmt in ("float16", "bfloat16"):
+        for ilp in (1, 2, 4):
+            yield f"mma {fmt} ilp={ilp}", mma_kernel(ilp, fmt).py_func, f"(uint32[::1], int64, {f32}, {table})"
     for loads in (0, 1, 2):
         yield f"mma_lds loads={loads}", mma_lds_kernel(loads).py_func, f"({f32}, int64, {f32}, {table})"
     yield "chase", chase_kernel().py_func, f"(int64, int64, uint32[::1], {table})"
@@ -914,6 +936,28 @@ def measure_mma(bench: Bench) -> list[Measurement]:
     return rows
 
 
+def measure_mma_half(bench: Bench) -> list[Measurement]:
+    """fp16 and bf16 mma.sync m16n8k16 (fp32 accumulators) throughput at 4, 8, 16 warps an SM x
+    1, 2, 4 chains a warp, and the latency of one chain: the half kernels' tensor-core rates."""
+    rows = []
+    short = {"float16": "f16", "bfloat16": "bf16"}
+    for fmt, name in short.items():
+        x = mma_inputs(fmt)
+        for ilp in (1, 2, 4):
+            kernel = mma_kernel(ilp, fmt)
+            for warps in (4, 8, 16):
+                runs, rates = _throughput(bench, kernel, warps, bench.sm_count, lambda n: (x, n),
+                                          OPS_PER_ITERATION["mma"], 1000)
+                rows.append(bench.measurement(
+                    f"mma_{name}_per_cycle_per_sm", "mma/cycle/SM", "clock64, one block an SM", runs, rates,
+                    warps_per_sm=warps, ilp=ilp, detail=f"m16n8k16 {fmt}, {MMA_M16N8K16_FLOP} FLOP an mma"))
+        runs, rates = _throughput(bench, mma_kernel(1, fmt), 1, 1, lambda n: (x, n), OPS_PER_ITERATION["mma"], 1000)
+        rows.append(bench.measurement(f"mma_{name}_latency_cycles", "cycles", "clock64, one warp, dependent chain",
+                                      runs, [1 / r for r in rates], warps_per_sm=1, ilp=1,
+                                      detail=f"m16n8k16 {fmt}"))
+    return rows
+
+
 def measure_mma_lds(bench: Bench) -> list[Measurement]:
     """Do the tensor pipe and shared-memory loads overlap? 16 warps an SM, 4 mma chains a
     warp, with 0, 1 and 2 independent LDS.128 an mma: cycles an mma a warp. ``mma_lds_overlap``:
@@ -1155,5 +1199,5 @@ def measure_placement(bench: Bench) -> tuple[list[Measurement], list[dict]]:
 
 
 #: The rate measurements, in the order the experiment runs them (placement apart: it has raw rows).
-MEASUREMENTS = (measure_device, measure_clock, measure_mma, measure_mma_lds, measure_pipes, measure_shared,
+MEASUREMENTS = (measure_device, measure_clock, measure_mma, measure_mma_half, measure_mma_lds, measure_pipes, measure_shared,
                 measure_chase, measure_global, measure_barrier, measure_launch)
