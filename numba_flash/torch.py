@@ -18,12 +18,17 @@ Semantics are torch's (``torch.nn.functional.scaled_dot_product_attention``):
   query heads (no repeated copy), and the backward sums its gradients over the group (key and
   value with different head counts, which torch also allows, are repeated to the query's);
 - what the kernels cannot do yet raises ``NotImplementedError``, never a silent fallback to
-  torch: ``attn_mask``, ``dropout_p > 0``, a value head dim other than the query's, dtypes
+  torch: ``attn_mask``, a value head dim other than the query's, dtypes
   other than float32, float16 and bfloat16, leading dims that only broadcast, empty inputs, a
   scale that is not finite and positive, and a second derivative (the backward op has no
   autograd formula of its own);
 - float16 and bfloat16 run forward and backward on tensor cores in that format
-  (``api.flash_attention_backward``), gradients in the inputs' dtype.
+  (``api.flash_attention_backward``), gradients in the inputs' dtype;
+- ``dropout_p`` > 0 drops probabilities as torch does (kept ones scaled by 1 / (1 - p)), with
+  the kernels' own mask (``api.flash_attention``'s ``dropout_p``: p applied rounded to 2^-16):
+  each call draws a seed from torch's default CPU generator (``dropout_seed``; repeatable
+  under ``torch.manual_seed``), which autograd saves so the backward regenerates the mask. The
+  masks differ from torch's own (another generator), as any two backends' do.
 
 Both passes are ``torch.library`` custom operators, ``numba_flash::attention_forward`` (o, lse)
 and ``numba_flash::attention_backward`` (dq, dk, dv), with fake (meta) implementations and an
@@ -38,6 +43,7 @@ imported): slow, for tests and teaching.
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import numpy as np
 import torch
@@ -46,7 +52,7 @@ from numba import cuda
 from . import api, memory, precision
 from .launch import on_stream
 
-__all__ = ["scaled_dot_product_attention"]
+__all__ = ["scaled_dot_product_attention", "dropout_seed"]
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _streams: dict = {}
@@ -111,49 +117,69 @@ def _from_numpy(x):
     return torch.from_numpy(x)
 
 
+def _dropout(dropout_p: float, seed: Optional[torch.Tensor]) -> dict:
+    """The API's dropout arguments from an op's ``dropout_p`` and its int64 ``seed`` tensor."""
+    if not dropout_p:
+        return {}
+    if seed is None:
+        raise ValueError("dropout_p > 0 needs a seed tensor (an int64 scalar)")
+    return dict(dropout_p=dropout_p, dropout_seed=int(seed.item()))
+
+
 @torch.library.custom_op("numba_flash::attention_forward", mutates_args=())
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-                      causal: bool, diagonal: int) -> tuple[torch.Tensor, torch.Tensor]:
+                      causal: bool, diagonal: int, dropout_p: float = 0.0,
+                      seed: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """(o, lse) of FlashAttention: q (B, H, N_q, d), k and v (B, H, N_k, d) float32, float16 or
     bfloat16; o (B, H, N_q, d) in their dtype, lse (B, H, N_q) float32; row r sees key c iff
-    ``not causal or c <= r + diagonal``."""
+    ``not causal or c <= r + diagonal``; with ``dropout_p`` > 0, the mask of ``seed`` (an int64
+    scalar tensor: ``api.flash_attention``'s ``dropout_seed``)."""
     return _run(api.flash_attention, (q, k, v), causal=causal, softmax_scale=scale,
-                return_lse=True, diagonal=diagonal if causal else None)
+                return_lse=True, diagonal=diagonal if causal else None, **_dropout(dropout_p, seed))
 
 
 @attention_forward.register_fake
-def _(q, k, v, scale, causal, diagonal):
+def _(q, k, v, scale, causal, diagonal, dropout_p=0.0, seed=None):
     return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
 @torch.library.custom_op("numba_flash::attention_backward", mutates_args=())
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        o: torch.Tensor, lse: torch.Tensor, scale: float, causal: bool,
-                       diagonal: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       diagonal: int, dropout_p: float = 0.0,
+                       seed: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv), shaped like q, k, v, from the forward's saved o (B, H, N_q, d) and lse
-    (B, H, N_q), for the upstream gradient do (B, H, N_q, d); P is recomputed, never stored."""
+    (B, H, N_q), for the upstream gradient do (B, H, N_q, d); P is recomputed, never stored,
+    and so is the dropout mask (from the forward's ``seed``)."""
     return _run(api.flash_attention_backward, (do, q, k, v, o, lse), causal=causal,
-                softmax_scale=scale, diagonal=diagonal if causal else None)
+                softmax_scale=scale, diagonal=diagonal if causal else None, **_dropout(dropout_p, seed))
 
 
 @attention_backward.register_fake
-def _(do, q, k, v, o, lse, scale, causal, diagonal):
+def _(do, q, k, v, o, lse, scale, causal, diagonal, dropout_p=0.0, seed=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, scale, causal, diagonal = inputs
+    q, k, v, scale, causal, diagonal, dropout_p, seed = inputs
     o, lse = output
     ctx.mark_non_differentiable(lse)
-    ctx.save_for_backward(q, k, v, o, lse)
-    ctx.scale, ctx.causal, ctx.diagonal = scale, causal, diagonal
+    ctx.save_for_backward(q, k, v, o, lse, seed)
+    ctx.scale, ctx.causal, ctx.diagonal, ctx.dropout_p = scale, causal, diagonal, dropout_p
 
 
 def _differentiate(ctx, do, _dlse):
-    q, k, v, o, lse = ctx.saved_tensors
+    q, k, v, o, lse, seed = ctx.saved_tensors
     dq, dk, dv = attention_backward(do.contiguous(), q, k, v, o, lse, ctx.scale, ctx.causal,
-                                    ctx.diagonal)
-    return dq, dk, dv, None, None, None
+                                    ctx.diagonal, ctx.dropout_p, seed)
+    return dq, dk, dv, None, None, None, None, None
+
+
+def dropout_seed(generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """The seed ``scaled_dot_product_attention`` draws for a call with dropout: an int64 scalar
+    tensor, uniform in [0, 2^62), from ``generator`` (None: torch's default CPU generator, so
+    ``torch.manual_seed`` makes dropout repeatable)."""
+    return torch.randint(0, 2 ** 62, (), dtype=torch.int64, generator=generator)
 
 
 attention_forward.register_autograd(_differentiate, setup_context=_setup_context)
@@ -186,8 +212,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if attn_mask is not None:
         raise _unsupported("attn_mask is not supported yet: pass attn_mask=None (is_causal=True "
                            "for a causal mask), or call torch's SDPA")
-    if dropout_p != 0.0:
-        raise _unsupported(f"dropout_p={dropout_p}: dropout is not supported yet; pass 0.0")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -230,5 +256,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     q4 = query.reshape(-1, heads, query.shape[-2], d).contiguous()
     k4, v4 = (x.reshape(-1, kv_heads, x.shape[-2], d).contiguous() for x in (key, value))
-    o, _ = attention_forward(q4, k4, v4, scale, bool(is_causal), 0)
+    seed = dropout_seed() if dropout_p > 0 else None
+    o, _ = attention_forward(q4, k4, v4, scale, bool(is_causal), 0, float(dropout_p), seed)
     return o.reshape(query.shape)

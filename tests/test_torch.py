@@ -4,6 +4,7 @@ which run on the CUDA simulator (tests/test_torch_gpu.py: the same on the GPU)."
 import math
 import zlib
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -130,11 +131,50 @@ def test_opcheck_of_the_custom_ops(gen):
     do = torch.randn(o.shape, generator=gen)
     torch.library.opcheck(nft.attention_backward,
                           (do, q.detach(), k.detach(), v.detach(), o, lse, 0.5, False, 0))
+    seed = nft.dropout_seed(gen)
+    torch.library.opcheck(nft.attention_forward, (q, k, v, 0.5, False, 0, 0.2, seed))
+    o, lse = nft.attention_forward(q.detach(), k.detach(), v.detach(), 0.5, False, 0, 0.2, seed)
+    torch.library.opcheck(nft.attention_backward,
+                          (do, q.detach(), k.detach(), v.detach(), o, lse, 0.5, False, 0, 0.2, seed))
+
+
+def test_dropout_is_the_kernels_mask_from_a_seed_torch_draws(gen):
+    """dropout_p > 0: the seed comes from torch's default generator (repeatable under
+    torch.manual_seed); output and gradients equal the API's with that seed (the backward
+    regenerates the forward's mask), and a float64 reference with the mask the kernels return."""
+    import numba_flash as nf
+    from numba_flash import reference as ref
+
+    q, k, v = (make((1, 2, 20, 8), gen) for _ in range(3))
+    do = torch.randn(1, 2, 20, 8, generator=gen)
+    torch.manual_seed(7)
+    o = nft.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=True)
+    o.backward(do)
+    torch.manual_seed(7)
+    seed = int(nft.dropout_seed())
+    args = [x.detach().numpy() for x in (q, k, v)]
+    o_api, lse, keep = nf.flash_attention(*args, causal=True, diagonal=0, dropout_p=0.25, dropout_seed=seed,
+                                          return_lse=True, return_dropout_mask=True)
+    np.testing.assert_array_equal(o.detach().numpy(), o_api)
+    grads = nf.flash_attention_backward(do.numpy(), *args, o_api, lse, causal=True, diagonal=0,
+                                        dropout_p=0.25, dropout_seed=seed)
+    for x, g in zip((q, k, v), grads):
+        np.testing.assert_array_equal(x.grad.numpy(), g)
+    assert 0.5 < keep.mean() < 0.95 and not keep.all()
+    z = ref.dropout_factors(keep, 0.25)
+    o_ref = ref.attention_forward(*(a.astype(np.float64) for a in args), causal=True, diagonal=0, dropout=z)[0]
+    assert_close(o.detach().numpy(), o_ref, OUT_TOL)
+    torch.manual_seed(8)
+    other = nft.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=True)
+    assert not torch.equal(other, o)                                   # another seed, another mask
+    torch.manual_seed(7)
+    assert torch.equal(nft.scaled_dot_product_attention(q, k, v, dropout_p=0.25, is_causal=True), o)
 
 
 @pytest.mark.parametrize("kwargs,error,match", [
     (dict(attn_mask=torch.ones(4, 4, dtype=torch.bool)), NotImplementedError, "attn_mask"),
-    (dict(dropout_p=0.1), NotImplementedError, "dropout_p"),
+    (dict(dropout_p=1.0), ValueError, "dropout_p must be a float in"),
+    (dict(dropout_p=-0.1), ValueError, "dropout_p must be a float in"),
 ])
 def test_unsupported_arguments_raise(gen, kwargs, error, match):
     q = make((1, 1, 4, 8), gen)
