@@ -176,6 +176,12 @@ def _parse(argv):
     parser.add_argument("--clear", action="store_true", help="empty the cache and exit")
     parser.add_argument("--prune", action="store_true",
                         help="remove entries of other kernel sources than these, and exit")
+    parser.add_argument("--pack", metavar="FILE",
+                        help="write this source's kernels as one .tar.xz (with --part-mib: pieces FILE.000, ...) and exit")
+    parser.add_argument("--part-mib", type=float, default=None,
+                        help="with --pack: the largest piece, in MiB")
+    parser.add_argument("--unpack", metavar="FILE",
+                        help="add the kernels of a --pack archive (FILE, or its pieces) to the cache and exit")
     return parser.parse_args(argv)
 
 
@@ -193,6 +199,14 @@ def main(argv=None) -> int:
         return 0
     if args.prune:
         print(f"removed {kernel_cache.prune()} kernels of other sources from {kernel_cache.cache_dir()}")
+        return 0
+    if args.pack:
+        part = None if args.part_mib is None else int(args.part_mib * 2**20)
+        files = kernel_cache.pack(args.pack, part)
+        print(f"{kernel_cache.cache_dir()} -> " + ", ".join(f"{f} ({f.stat().st_size / 2**20:.1f} MiB)" for f in files))
+        return 0
+    if args.unpack:
+        print(f"added {kernel_cache.unpack(args.unpack)} kernels to {kernel_cache.cache_dir()}")
         return 0
     causal = {"yes": (True,), "no": (False,), "both": (False, True)}[args.causal]
     backward = None if args.backward == "none" else args.backward

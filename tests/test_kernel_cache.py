@@ -166,3 +166,48 @@ def test_prune_removes_entries_of_other_sources_only(cache, monkeypatch):
     assert len(kernel_cache.entries()) == 2
     assert kernel_cache.prune() == 1
     assert [p.name for p in kernel_cache.entries()] == [disk.path(("float32",), FakeContext()).name]
+
+
+def test_pack_and_unpack_carry_this_sources_kernels_in_pieces(cache, tmp_path, monkeypatch):
+    import os
+    cache.mkdir(parents=True)
+    tag = kernel_cache._source_tag()
+    current = {f"make_a-{tag}-{k}{kernel_cache.SUFFIX}": os.urandom(3000 + k) for k in range(3)}
+    for name, data in current.items():
+        (cache / name).write_bytes(data)
+    (cache / f"make_a-{'0' * 12}-old{kernel_cache.SUFFIX}").write_bytes(b"stale")   # other sources
+    pieces = kernel_cache.pack(tmp_path / "kc.tar.xz", part_bytes=4000)
+    assert [p.name for p in pieces] == [f"kc.tar.xz.{k:03d}" for k in range(len(pieces))] and len(pieces) >= 2
+    assert all(p.stat().st_size <= 4000 for p in pieces)
+    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(tmp_path / "elsewhere"))
+    assert kernel_cache.unpack(tmp_path / "kc.tar.xz") == 3
+    assert {p.name: p.read_bytes() for p in (tmp_path / "elsewhere").iterdir()} == current
+    (whole,) = kernel_cache.pack(tmp_path / "one.tar.xz")              # unsplit, read back whole
+    assert kernel_cache.unpack(whole) == 3
+    with pytest.raises(FileNotFoundError, match="no cache archive"):
+        kernel_cache.unpack(tmp_path / "missing.tar.xz")
+
+
+def test_unpack_takes_nothing_but_top_level_kernel_files(cache, tmp_path):
+    import io
+    import tarfile
+    bad = tmp_path / "bad.tar.xz"
+    with tarfile.open(bad, "w:xz") as tar:
+        info = tarfile.TarInfo("../escape" + kernel_cache.SUFFIX)
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    with pytest.raises(ValueError, match="not a cached kernel"):
+        kernel_cache.unpack(bad)
+    assert not (tmp_path / ("escape" + kernel_cache.SUFFIX)).exists()
+
+
+def test_precompile_cli_packs_and_unpacks(cache, tmp_path, monkeypatch, capsys):
+    from numba_flash import precompile
+    cache.mkdir(parents=True)
+    name = f"make_b-{kernel_cache._source_tag()}-x{kernel_cache.SUFFIX}"
+    (cache / name).write_bytes(b"kernel")
+    assert precompile.main(["--pack", str(tmp_path / "c.tar.xz"), "--part-mib", "1"]) == 0
+    assert (tmp_path / "c.tar.xz.000").is_file() and "c.tar.xz.000" in capsys.readouterr().out
+    monkeypatch.setenv(kernel_cache.CACHE_ENV, str(tmp_path / "new"))
+    assert precompile.main(["--unpack", str(tmp_path / "c.tar.xz")]) == 0
+    assert (tmp_path / "new" / name).read_bytes() == b"kernel" and "added 1 kernels" in capsys.readouterr().out
