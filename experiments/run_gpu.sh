@@ -8,7 +8,8 @@
 #   source .whl/prefix.sh; bash experiments/run_gpu.sh "$OUT" --full   (every point; > 9 min)
 # Each experiment runs in its own process under its own time limit, so one that overruns or
 # crashes costs only its own CSV; validation runs last over whatever the others wrote.  The
-# results folder and the log are packed into DEST/results.tar.gz (plus the log beside it).
+# results folder and the log are packed into DEST/results.tar.gz (plus the log beside it), the
+# kernel cache into DEST/kc.tar.xz.000, ... (carry them back in as .kc/ for the next run).
 set -u
 dest=${1:?usage: run_gpu.sh DEST [--full]}
 mode=--quick
@@ -23,6 +24,12 @@ run() {  # run LIMIT_S ARGS...: one CLI call, limited to LIMIT_S seconds, logged
   timeout -k 10 "$limit" python3 -m experiments "$@" --device gpu $mode --out "$results" >>"$log" 2>&1
   echo "### exit $?" | tee -a "$log"
 }
+# a kernel cache carried in (KERNEL_ARCHIVE, default .kc/kc.tar.xz: the pieces of an earlier
+# run's `precompile --pack`) fills the disk cache first; the run ends by packing it into DEST
+archive=${KERNEL_ARCHIVE:-.kc/kc.tar.xz}
+if [ -e "$archive" ] || [ -e "$archive.000" ]; then
+  python3 -m numba_flash.precompile --unpack "$archive" 2>&1 | tee -a "$log"
+fi
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >>"$log" 2>&1
 which ncu >>"$log" 2>&1; ncu --version >>"$log" 2>&1
 run 90 run calibrate     # the machine rates; the model's time predictions below use them
@@ -45,5 +52,6 @@ run 200 run ring
 [ -n "${SKIP_TRAIN:-}" ] || run 200 run train_gpt
 run 20 run validation
 tar -C "$(dirname "$results")" -czf "$dest/results.tar.gz" "$(basename "$results")"
+python3 -m numba_flash.precompile --pack "$dest/kc.tar.xz" --part-mib 15 2>&1 | tee -a "$log"
 cp "$log" "$dest/run_gpu.log"
 grep -E "^### |FAILED|FAILURE|MISMATCH|Traceback" "$log" | tail -40
