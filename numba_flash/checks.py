@@ -14,8 +14,6 @@ from simulator.blocks import causal_diagonal
 from simulator.spec import Mask
 from simulator.tiling import Tiling
 
-from .reference import dropout_scale, dropout_threshold
-
 from . import precision
 from .launch import smem_limit_bytes
 from .memory import is_device_array
@@ -251,8 +249,7 @@ NO_DROPOUT = (0, 0, 0, np.float32(1.0))
 
 def dropout(p, seed) -> tuple:
     """The kernels' dropout arguments (seed_lo, seed_hi, keep_from, rp) for ``dropout_p`` = p, a
-    float in [0, 1) (applied rounded to a multiple of 2^-16: ``reference.dropout_threshold``, and
-    rp = ``reference.dropout_scale``), and ``dropout_seed``, an int in [0, 2^64) (needed when p > 0: the backward
+    float in [0, 1), and ``dropout_seed``, an int in [0, 2^64) (needed when p > 0: the backward
     must be given the same one); ``NO_DROPOUT`` for p = 0."""
     if isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real) or not 0.0 <= p < 1.0:
         raise ValueError(f"dropout_p must be a float in [0, 1), got {p!r}")
@@ -266,7 +263,7 @@ def dropout(p, seed) -> tuple:
     seed = _int("dropout_seed", seed, "an int in [0, 2**64)")
     if not 0 <= seed < 2 ** 64:
         raise ValueError(f"dropout_seed must be in [0, 2**64), got {seed}")
-    return (seed & 0xFFFFFFFF, seed >> 32, dropout_threshold(float(p)), np.float32(dropout_scale(float(p))))
+    return (seed & 0xFFFFFFFF, seed >> 32, int(float(p) * 2 ** 32), np.float32(1.0 / (1.0 - float(p))))
 
 
 def band(causal: bool, window, diagonal_value, n_q: int, n_k: int) -> tuple[Mask, int, int]:
