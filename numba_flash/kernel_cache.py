@@ -115,7 +115,7 @@ def pack(path, part_bytes: int | None = None, stale: bool = False) -> list[Path]
     """The cache's kernels (those of these kernel sources; ``stale``: every entry) as one
     xz-compressed tar, ``path``, or split into pieces ``path.000``, ``path.001``, ... of at most
     ``part_bytes`` each (to carry a cache between machines whose transfers cap a file's size);
-    returns the files written. The cache compresses about 20-fold (numba's serialised kernels)."""
+    returns the files written. The cache compresses about 28-fold (numba's serialised kernels)."""
     import io
     import tarfile
 
