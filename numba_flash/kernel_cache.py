@@ -156,8 +156,7 @@ def unpack(path) -> int:
     count = 0
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:xz") as tar:
         for member in tar.getmembers():
-            if not (member.isfile() and member.name.endswith(SUFFIX) and "/" not in member.name
-                    and member.name not in (".", "..")):
+            if not (member.isfile() and member.name.endswith(SUFFIX) and "/" not in member.name):
                 raise ValueError(f"{path}: {member.name!r} is not a cached kernel (a top-level *{SUFFIX} file)")
             (root / member.name).write_bytes(tar.extractfile(member).read())
             count += 1

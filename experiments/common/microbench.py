@@ -918,44 +918,43 @@ def measure_clock(bench: Bench) -> list[Measurement]:
                               warps_per_sm=32, ilp=8)]
 
 
-def measure_mma(bench: Bench) -> list[Measurement]:
-    """TF32 mma.sync throughput at 4, 8, 16 warps an SM x 1, 2, 4 chains a warp; latency of one chain."""
-    x, rows = _x(), []
+#: The mma.sync of each format calibrate times: (its quantities' infix, the throughput rows'
+#: detail, the latency row's detail).
+_MMA_KINDS = {
+    "tf32": ("tf32", f"m16n8k8 TF32, {MMA_M16N8K8_FLOP} FLOP an mma", ""),
+    "float16": ("f16", f"m16n8k16 float16, {MMA_M16N8K16_FLOP} FLOP an mma", "m16n8k16 float16"),
+    "bfloat16": ("bf16", f"m16n8k16 bfloat16, {MMA_M16N8K16_FLOP} FLOP an mma", "m16n8k16 bfloat16"),
+}
+
+
+def _mma_rows(bench: Bench, fmt: str) -> list[Measurement]:
+    """``fmt``'s mma.sync throughput at 4, 8, 16 warps an SM x 1, 2, 4 chains a warp, and the
+    latency of one chain (quantities mma_<infix>_per_cycle_per_sm, mma_<infix>_latency_cycles)."""
+    name, detail, latency_detail = _MMA_KINDS[fmt]
+    x, rows = mma_inputs(fmt), []
     for ilp in (1, 2, 4):
-        kernel = mma_kernel(ilp)
+        kernel = mma_kernel(ilp, fmt)
         for warps in (4, 8, 16):
             runs, rates = _throughput(bench, kernel, warps, bench.sm_count, lambda n: (x, n),
                                       OPS_PER_ITERATION["mma"], 1000)
             rows.append(bench.measurement(
-                "mma_tf32_per_cycle_per_sm", "mma/cycle/SM", "clock64, one block an SM", runs, rates,
-                warps_per_sm=warps, ilp=ilp,
-                detail=f"m16n8k8 TF32, {MMA_M16N8K8_FLOP} FLOP an mma"))
-    runs, rates = _throughput(bench, mma_kernel(1), 1, 1, lambda n: (x, n), OPS_PER_ITERATION["mma"], 1000)
-    rows.append(bench.measurement("mma_tf32_latency_cycles", "cycles", "clock64, one warp, dependent chain",
-                                  runs, [1 / r for r in rates], warps_per_sm=1, ilp=1))
+                f"mma_{name}_per_cycle_per_sm", "mma/cycle/SM", "clock64, one block an SM", runs, rates,
+                warps_per_sm=warps, ilp=ilp, detail=detail))
+    runs, rates = _throughput(bench, mma_kernel(1, fmt), 1, 1, lambda n: (x, n), OPS_PER_ITERATION["mma"], 1000)
+    rows.append(bench.measurement(f"mma_{name}_latency_cycles", "cycles", "clock64, one warp, dependent chain",
+                                  runs, [1 / r for r in rates], warps_per_sm=1, ilp=1, detail=latency_detail))
     return rows
+
+
+def measure_mma(bench: Bench) -> list[Measurement]:
+    """TF32 mma.sync throughput at 4, 8, 16 warps an SM x 1, 2, 4 chains a warp; latency of one chain."""
+    return _mma_rows(bench, "tf32")
 
 
 def measure_mma_half(bench: Bench) -> list[Measurement]:
-    """fp16 and bf16 mma.sync m16n8k16 (fp32 accumulators) throughput at 4, 8, 16 warps an SM x
-    1, 2, 4 chains a warp, and the latency of one chain: the half kernels' tensor-core rates."""
-    rows = []
-    short = {"float16": "f16", "bfloat16": "bf16"}
-    for fmt, name in short.items():
-        x = mma_inputs(fmt)
-        for ilp in (1, 2, 4):
-            kernel = mma_kernel(ilp, fmt)
-            for warps in (4, 8, 16):
-                runs, rates = _throughput(bench, kernel, warps, bench.sm_count, lambda n: (x, n),
-                                          OPS_PER_ITERATION["mma"], 1000)
-                rows.append(bench.measurement(
-                    f"mma_{name}_per_cycle_per_sm", "mma/cycle/SM", "clock64, one block an SM", runs, rates,
-                    warps_per_sm=warps, ilp=ilp, detail=f"m16n8k16 {fmt}, {MMA_M16N8K16_FLOP} FLOP an mma"))
-        runs, rates = _throughput(bench, mma_kernel(1, fmt), 1, 1, lambda n: (x, n), OPS_PER_ITERATION["mma"], 1000)
-        rows.append(bench.measurement(f"mma_{name}_latency_cycles", "cycles", "clock64, one warp, dependent chain",
-                                      runs, [1 / r for r in rates], warps_per_sm=1, ilp=1,
-                                      detail=f"m16n8k16 {fmt}"))
-    return rows
+    """fp16 and bf16 mma.sync m16n8k16 (fp32 accumulators), as ``measure_mma``: the half
+    kernels' tensor-core rates."""
+    return _mma_rows(bench, "float16") + _mma_rows(bench, "bfloat16")
 
 
 def measure_mma_lds(bench: Bench) -> list[Measurement]:
