@@ -78,6 +78,14 @@ VALIDATION_2 = (
     Case("fa1", "fwd", 1, 12, 3072, 64),
     Case("standard", "fwd_bwd", 2, 8, 1536, 64),
 )
+#: The fp16 / bf16 kernels (flash_forward_half, flash_backward_half), held out: never measured
+#: before the half-precision mma rates entered the model (calibrate, 2026-12-02).
+HALF = (
+    Case("fa2", "fwd_bwd", 4, 16, 4096, 64, dtype="float16"),
+    Case("fa2", "fwd_bwd", 2, 16, 2048, 128, causal=True, dtype="float16"),
+    Case("fa2", "fwd_bwd", 4, 8, 2048, 32, dtype="bfloat16"),
+    Case("fa2", "fwd_bwd", 4, 12, 1024, 80, dtype="float16"),
+)
 #: CPU mode: the model alone, at a few of the same configurations.
 CPU_CASES = DEVELOPMENT[:2] + VALIDATION[:2]
 
@@ -156,7 +164,8 @@ def _case_columns(case: Case, report, split: str) -> dict:
     t = report.tiling
     return {"split": split, "method": case.method, "passes": case.passes, "B": case.B, "H": case.H,
             "N": case.N, "d": case.d, "causal": case.causal,
-            "deterministic": case.deterministic, "Br": t.Br if t else None, "Bc": t.Bc if t else None}
+            "deterministic": case.deterministic, "dtype": case.dtype,
+            "Br": t.Br if t else None, "Bc": t.Bc if t else None}
 
 
 def rows_for(case: Case, split: str, counters: Counters | str | None) -> tuple[list[dict], list[dict]]:
@@ -224,7 +233,8 @@ def repredict(kernels_csv: Path) -> list[dict]:
     from experiments.common.results import number, read_rows
 
     splits = {c.label: name for name, cases in (("development", DEVELOPMENT), ("validation", VALIDATION),
-                                                ("validation_2", VALIDATION_2)) for c in cases}
+                                                ("validation_2", VALIDATION_2), ("half", HALF))
+              for c in cases}
     raw = read_rows(kernels_csv)
     by_case: dict[str, list[dict]] = {}
     for r in raw:
@@ -257,7 +267,7 @@ def run(ctx: RunContext) -> list[dict]:
             return repredict(measured)
         return collect(ctx, {"development": CPU_CASES})
     return collect(ctx, {"development": DEVELOPMENT, "validation": VALIDATION,
-                         "validation_2": VALIDATION_2})
+                         "validation_2": VALIDATION_2, "half": HALF})
 
 
 def _print(rows: list[dict]) -> None:
