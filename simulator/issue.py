@@ -16,7 +16,11 @@ alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cy
   MUFU and the other XU conversions ``mufu_ex2_latency_cycles`` (FMA-pipe integer work
   such as IMAD at the FFMA latency: an assumption). Unmeasured ones are the named
   assumptions below (shared-memory loads, shuffles, constants, S2R, uniform datapath, FP64);
-  global and local loads take ``memory_latency`` (the caller's: L1 hit by default). A write to a
+  global loads (and atomics) take ``global_latency``, local loads (spill refills)
+  ``local_latency``: the caller's, by default an L2 hit and an L1 hit at the measured latencies
+  (``MachineRates.l2_hit_latency_cycles``, ``l1_hit_latency_cycles``; the presets below where
+  the rates lack them). A warp's load waits for its slowest sector, and our kernels' tile loads
+  stream K, V (Q, dO) from L2: few requests are all L1 hits. A write to a
   register whose last producer had a variable latency (memory, shuffle, XU, HMMA, S2R) waits
   for that write (the scoreboard); reads before a later write (WAR) are free;
 - pipes limit throughput per scheduler, each SM rate shared by its 4 schedulers: the tensor
@@ -75,7 +79,8 @@ LDS_LATENCY = 29
 #: (assumed ~23, as published for Volta-Hopper).
 SHFL_LATENCY = 23
 #: Global / local load latency presets (cycles; assumptions from published microbenchmarks):
-#: an L1 hit, an L2 hit, DRAM. ``loop_cycles`` takes one as ``memory_latency`` (L1 hit default).
+#: an L1 hit, an L2 hit, DRAM, for rates that did not measure the first two (calibrate's
+#: pointer chase: ``l1_hit_latency_cycles``, ``l2_hit_latency_cycles``).
 L1_HIT_LATENCY = 33
 L2_HIT_LATENCY = 270
 DRAM_LATENCY = 500
@@ -373,7 +378,12 @@ def stream_for(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant
 
 
 # ---- the simulator -----------------------------------------------------------------------
-def _latency(o: Op, r: MachineRates, memory_latency: float, mma_format: str) -> float:
+def memory_latencies(r: MachineRates) -> tuple[float, float]:
+    """(global, local) load latency by default: an L2 hit and an L1 hit, measured or preset."""
+    return (r.l2_hit_latency_cycles or L2_HIT_LATENCY, r.l1_hit_latency_cycles or L1_HIT_LATENCY)
+
+
+def _latency(o: Op, r: MachineRates, memory: tuple[float, float], mma_format: str) -> float:
     pipe = o.pipe
     if pipe == "hmma":
         return r.mma_latency_cycles(mma_format)
@@ -388,7 +398,7 @@ def _latency(o: Op, r: MachineRates, memory_latency: float, mma_format: str) -> 
     if pipe in _SHARED:
         return (r.lds_latency_cycles or LDS_LATENCY) + max(o.wavefronts, 1) - 1
     if pipe in _GLOBAL:
-        return memory_latency
+        return memory[1] if pipe == "ldl" else memory[0]
     if pipe == "shfl":
         return r.shfl_latency_cycles or SHFL_LATENCY
     if pipe == "ldc":
@@ -436,7 +446,8 @@ def _rates_key(r: MachineRates) -> tuple:
             r.mufu_ex2_latency_cycles, r.shfl_per_cycle,
             tuple(sorted(r.lds_wavefronts_per_cycle.items())),
             tuple(sorted(r.sts_wavefronts_per_cycle.items())), tuple(sorted(r.barrier_cycles.items())),
-            r.lds_latency_cycles, r.shfl_latency_cycles,
+            r.lds_latency_cycles, r.shfl_latency_cycles, r.l1_hit_latency_cycles,
+            r.l2_hit_latency_cycles,
             tuple(sorted((f, tuple(sorted(c.items()))) for f, c in r.mma_half_by_config.items())),
             tuple(sorted(r.mma_half_latency_cycles.items())))
 
@@ -445,20 +456,20 @@ _CACHE: dict = {}
 
 
 def loop_cycles(stream, warps_per_scheduler: int, rates: MachineRates, trips: int = 3,
-                memory_latency: float = L1_HIT_LATENCY, blocks: int = 1,
+                global_latency: float | None = None, local_latency: float | None = None, blocks: int = 1,
                 policy: str = "oldest", mma_format: str = "tf32") -> float:
     """Cycles one scheduler needs a trip of the loop ``stream`` (a sequence of ``Op``) when
     ``warps_per_scheduler`` warps run it, in steady state over ``trips`` trips (module
-    docstring). ``memory_latency``: cycles of a global or local load (``L1_HIT_LATENCY``,
-    ``L2_HIT_LATENCY``, ``DRAM_LATENCY`` or any); ``blocks``: co-resident blocks the warps
+    docstring). ``global_latency``, ``local_latency``: cycles of a global, a local load (None:
+    ``memory_latencies(rates)``, an L2 and an L1 hit); ``blocks``: co-resident blocks the warps
     belong to (each barrier waits for its own block's); ``policy``: "oldest" or "gto";
     ``mma_format``: the HMMA's ("tf32", "float16", "bfloat16": its measured rate and latency)."""
     stream = tuple(stream)
-    key = (stream, warps_per_scheduler, _rates_key(rates), trips, memory_latency, blocks, policy,
-           mma_format)
+    key = (stream, warps_per_scheduler, _rates_key(rates), trips, global_latency, local_latency,
+           blocks, policy, mma_format)
     if key not in _CACHE:
-        _CACHE[key] = simulate(stream, warps_per_scheduler, rates, trips, memory_latency,
-                               blocks, policy, mma_format).cycles_per_trip
+        _CACHE[key] = simulate(stream, warps_per_scheduler, rates, trips, global_latency,
+                               local_latency, blocks, policy, mma_format).cycles_per_trip
     return _CACHE[key]
 
 
@@ -474,7 +485,7 @@ class Simulation:
 
 
 def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
-             memory_latency: float = L1_HIT_LATENCY, blocks: int = 1,
+             global_latency: float | None = None, local_latency: float | None = None, blocks: int = 1,
              policy: str = "oldest", mma_format: str = "tf32") -> Simulation:
     """The cycle-by-cycle simulation behind ``loop_cycles``."""
     stream = tuple(stream)
@@ -488,7 +499,10 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
     names: dict[str, int] = {}
     srcs = [tuple(names.setdefault(s, len(names)) for s in o.srcs) for o in stream]
     dests = [tuple(names.setdefault(s, len(names)) for s in o.dests) for o in stream]
-    latency = [_latency(o, r, memory_latency, mma_format) for o in stream]
+    default = memory_latencies(r)
+    memory = (default[0] if global_latency is None else global_latency,
+              default[1] if local_latency is None else local_latency)
+    latency = [_latency(o, r, memory, mma_format) for o in stream]
     variable = [o.pipe in _VARIABLE or o.pipe in _GLOBAL for o in stream]
     units = [_unit(o) for o in stream]
     queues = [_queue(o) for o in stream]

@@ -9,7 +9,9 @@ blocks an SM from ptxas's registers and the shared memory):
    the loops nested in it are known (``simulator.trips``: every kernel but Algorithm 1's), the
    issue simulator (``simulator.issue.loop_cycles``) gives the cycles the SM's schedulers need
    for one trip of each resident block: the resident warps interleaved on each scheduler,
-   dependency latencies, pipe rates and barriers, all at measured rates. Otherwise a
+   dependency latencies (global loads at the L2 latency, spill refills at L1's or, where the
+   spills do not fit beside the tiles in L1 (``simulator.local``), L2's), pipe rates and
+   barriers, all at measured rates. Otherwise a
    throughput bound, one trip of one block costing the SM
    ``t_trip = max(t_smem, t_rest) + overlap x min(t_smem, t_rest) + barriers``, where
    - ``t_smem``: the block's shared-memory wavefronts of one trip (the SRAM model's bytes / 128,
@@ -52,7 +54,7 @@ from .phases import Phase
 from .rates import RATES_CSV, MachineRates, load_rates
 from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
-from .local import nested_runs, recorded_causal
+from .local import local_traffic, nested_runs, recorded_causal
 from .trips import inner_trips
 from .workload import Workload
 
@@ -155,7 +157,8 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     trips = sum(p.block_trips) * heads
     t_trip = cost(counts, _smem_wavefronts(p, w) / trips if trips else 0.0)
     share = occ.blocks_per_sm
-    simulated = _simulated_trip(kernel, variant, tiling, w, occ, r, fmt)
+    spills_miss = local_traffic(p, w, tiling, hw).missed_bytes > 0
+    simulated = _simulated_trip(kernel, variant, tiling, w, occ, r, fmt, spills_miss)
     if simulated is not None:
         t_trip = simulated / share
     durations = [share * (n * t_trip + t_out) for n in _launch_order(p, heads)]
@@ -165,11 +168,12 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
 
 
 def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: MachineRates,
-                    fmt: str = "tf32"):
+                    fmt: str = "tf32", spills_miss: bool = False):
     """Cycles of one main-loop trip of every resident block by the issue simulator, or None
     where it cannot run (no recorded stream, nested loops of unknown trips, a band kernel
-    never recorded: ``Workload.kernel_causal`` None)."""
-    from .issue import loop_cycles, loop_record, stream_for
+    never recorded: ``Workload.kernel_causal`` None). Global loads at the L2's latency, spill
+    refills at L1's, or L2's where they miss L1 (``spills_miss``: ``simulator.local``)."""
+    from .issue import loop_cycles, loop_record, memory_latencies, stream_for
 
     causal = w.kernel_causal
     if causal is None:
@@ -185,7 +189,10 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     per_scheduler = max(1, round(occ.warps_per_sm / 4))
     if per_scheduler % occ.blocks_per_sm:
         return None          # the simulator splits a scheduler's warps evenly over the blocks
-    return loop_cycles(stream, per_scheduler, r, blocks=occ.blocks_per_sm, mma_format=fmt)
+    l2, l1 = memory_latencies(r)
+    return loop_cycles(stream, per_scheduler, r, global_latency=l2,
+                       local_latency=l2 if spills_miss else l1, blocks=occ.blocks_per_sm,
+                       mma_format=fmt)
 
 
 def _smem_wavefronts(p: Phase, w: Workload) -> float:

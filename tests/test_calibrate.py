@@ -221,7 +221,7 @@ def _measured_rows() -> list[dict]:
     out += [m("mma_lds_overlap", v, "fraction", "test", detail=f"{n} LDS.128 an mma")
             for n, v in ((1, 0.1), (2, 0.3))]
     out += [m("l2_dirty_residue_bytes", v, "bytes", "test") for v in (24e6, 26e6, 30e6)]
-    out += [m("lds_latency_cycles", 29.5, "cycles", "test")]
+    out += [m("lds_latency_cycles", 29.5, "cycles", "test"), m("l2_hit_latency_cycles", 260.0, "cycles", "test")]
     return [calibrate.row(x) for x in out]
 
 
@@ -243,6 +243,7 @@ def test_load_rates_round_trips_the_csv(tmp_path):
     assert r.seconds(r.clock_hz * 3) == pytest.approx(3)
     assert r.mma_lds_overlap == pytest.approx(0.2) and r.l2_dirty_residue_bytes == 26e6  # medians
     assert r.lds_latency_cycles == 29.5 and r.shfl_latency_cycles is None           # optional
+    assert r.l2_hit_latency_cycles == 260.0 and r.l1_hit_latency_cycles is None
 
 
 def test_load_rates_names_what_is_missing(tmp_path):
@@ -322,3 +323,18 @@ def test_the_half_mma_benchmarks_run_under_the_simulator():
     assert [r.quantity for r in rows].count("mma_f16_per_cycle_per_sm") == 9
     assert {r.quantity for r in rows} == {*rates.HALF_MMA.values(), *rates.HALF_MMA_LATENCY.values()}
     assert all(r.value is None for r in rows)
+
+
+def test_the_global_chase_visits_every_line_once_a_round():
+    links = mb.chase_links(mb.CHASE_BYTES[mb.CACHED])
+    at, seen = 0, []
+    for _ in range(links.size // mb.CHASE_STRIDE_WORDS):
+        seen.append(at)
+        at = int(links[at])
+    assert at == 0 and len(set(s // mb.CHASE_STRIDE_WORDS for s in seen)) == len(seen) == 64
+
+
+def test_the_memory_latency_benchmarks_run_under_the_simulator():
+    rows = mb.measure_memory_latency(mb.Bench(simulated=True, quick=True))
+    assert [r.quantity for r in rows] == ["l1_hit_latency_cycles", "l2_hit_latency_cycles"]
+    assert all(r.value is None and r.unit == "cycles" for r in rows)

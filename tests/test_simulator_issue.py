@@ -160,3 +160,20 @@ def test_recorded_loops_match_kernel_sass_counts():
 def test_a_missing_configuration_is_a_lookup_error():
     with pytest.raises(LookupError, match="never compiled|no recorded main loop"):
         stream_for("flash_forward_tc", Tiling(8, 8), 64, False)
+
+
+def test_global_loads_wait_an_l2_hit_and_spill_refills_an_l1_hit(rates):
+    """A dependent chain of LDG takes the L2 latency each (the tile loads stream from L2), one
+    of LDL (spill refills) the L1 latency; each is the caller's to override (a spill that
+    misses L1)."""
+    from simulator.issue import L1_HIT_LATENCY, L2_HIT_LATENCY, memory_latencies
+
+    l2, l1 = memory_latencies(rates)
+    assert (l2, l1) == (rates.l2_hit_latency_cycles or L2_HIT_LATENCY,
+                        rates.l1_hit_latency_cycles or L1_HIT_LATENCY) and l2 > 3 * l1
+    ldg = [op("LDG", ["R0"], ["R0"])] * N
+    ldl = [op("LDL", ["R0"], ["R0"])] * N
+    assert loop_cycles(ldg, 1, rates) == pytest.approx(N * l2, rel=0.02)
+    assert loop_cycles(ldl, 1, rates) == pytest.approx(N * l1, rel=0.05)
+    assert loop_cycles(ldl, 1, rates, local_latency=l2) == pytest.approx(N * l2, rel=0.02)
+    assert loop_cycles(ldg, 1, rates, global_latency=100.0) == pytest.approx(N * 100.0, rel=0.05)

@@ -175,16 +175,35 @@ def test_an_uncompiled_tiling_gets_nan_where_resources_are_needed():
 
 def test_nested_loop_trips_follow_the_code():
     from simulator.trips import inner_trips
-    # FFMA forward, 128 x 64 (512 threads), d = 64: K and V copies of 64 x 64 / 512, the 16
-    # four-step passes of S = Q K^T and of P V, P V's remainder loop (Bc % 4 = 0 passes)
-    assert inner_trips("flash_forward_v2", Tiling(128, 64), 64, False) == (8, 8, 16, 16, 0)
-    # tensor-core backward, 32 x 128 (256 threads): Qi and dOi as 16 x 32 element quads, L and D
+    # FFMA forward, 128 x 64 (512 threads), d = 64: K and V copies of 64 x 64 / 512 = 8
+    # iterations, compiled 4 to a trip (4 LDG in the loop): 2 trips; the 16 four-step passes of
+    # S = Q K^T and of P V, P V's remainder loop (Bc % 4 = 0 passes)
+    assert inner_trips("flash_forward_v2", Tiling(128, 64), 64, False) == (2, 2, 16, 16, 0)
+    # tensor-core backward, 32 x 128 (256 threads): Qi and dOi as 16 x 32 element quads (4
+    # loads an iteration, not unrolled: 2 trips), L and D (1)
     assert inner_trips("flash_backward_tc", Tiling(32, 128), 64, False) == (2, 2, 1)
     assert inner_trips("flash_forward_tc", Tiling(256, 32), 64, False) == ()
-    # standard matmul, 64 x 64 (256 threads), 16-deep chunks: two copies of 1024 / 256, 16 steps
-    assert inner_trips("standard_matmul", Tiling(64, 64), 64, False) == (4, 4, 16)
+    # standard matmul, 64 x 64 (256 threads), 16-deep chunks: two copies of 1024 / 256 = 4
+    # iterations in one 4-fold trip each, 16 steps
+    assert inner_trips("standard_matmul", Tiling(64, 64), 64, False) == (1, 1, 16)
     # Algorithm 1's nested i loop holds loops of its own: not modelled
     assert inner_trips("flash_forward_v1", Tiling(64, 64), 64, False) is None
+
+
+def test_a_copy_loop_compiled_u_fold_runs_a_u_th_of_its_iterations():
+    from types import SimpleNamespace
+
+    from simulator.trips import copy_kind, unrolled
+
+    region = SimpleNamespace(ldg32=8, ldg64=0, ldg128=0, ldgsts=0)
+    assert copy_kind("load_row_stats(smem, lse, dvec, row0, rows, tid)") == "load_row_stats"
+    assert copy_kind("for idx in range(tid, BR * BK, T):") == "range"
+    assert copy_kind("rows_dot_rows(s, smem, 0, K0, ty, tx)") is None
+    assert unrolled(9, region, "load_row_stats") == 3      # 2 loads an iteration: 4-fold, ceil
+    assert unrolled(9, region, "load_head_tile") == 2      # 1 load an iteration: 8-fold
+    assert unrolled(9, region, "load_twice") == 5          # 4 loads an iteration: 2-fold
+    assert unrolled(16, region, None) == 16                # not a copy: the source's count
+    assert unrolled(0, region, "load_head_tile") == 0
 
 
 def test_the_runtime_simulates_every_main_loop_it_knows_the_trips_of():

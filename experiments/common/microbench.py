@@ -86,6 +86,11 @@ SHFL_ILP = 4
 GLOBAL_UNROLL, GLOBAL_THREADS, GLOBAL_BLOCKS_PER_SM = 4, 512, 2
 L2_BYTES_READ = 16 * 2**20
 DRAM_BYTES = 2 * 2**30
+#: Global pointer chase: one thread's dependent loads, a line (32 words) apart, over 8 KB (L1,
+#: ld.global.ca) or 4 MiB (L2, ld.global.cg: L1 bypassed); one pass warms the caches first.
+CACHED, UNCACHED = 0, 1
+CHASE_STRIDE_WORDS = 32
+CHASE_BYTES = {CACHED: 8 * 2**10, UNCACHED: 4 * 2**20}
 #: Placement: threads a block, waves launched, how long each block spins.
 PLACEMENT_THREADS, PLACEMENT_WAVES, PLACEMENT_SPIN_NS = 128, 3, 50_000
 PLACEMENT_UNITS = {"placement_first_wave_blocks": "blocks", "placement_blocks_per_sm": "blocks",
@@ -177,7 +182,9 @@ def _gpu_primitives() -> SimpleNamespace:
         lds4=vector_load("ld.volatile.shared", "shared", 4),
         sts1=vector_store("st.volatile.shared", "shared", 1), sts2=vector_store("st.volatile.shared", "shared", 2),
         sts4=vector_store("st.volatile.shared", "shared", 4),
-        ldg4=vector_load("ld.global.cg", "global", 4), stg4=vector_store("st.global", "global", 4))
+        ldg4=vector_load("ld.global.cg", "global", 4), stg4=vector_store("st.global", "global", 4),
+        ldg1_ca=vector_load("ld.global.ca", "global", 1),
+        ldg1_cg=vector_load("ld.global.cg", "global", 1))
 
 
 def _simulator_primitives() -> SimpleNamespace:
@@ -226,7 +233,7 @@ def _simulator_primitives() -> SimpleNamespace:
     sts4 = store(4)
     return SimpleNamespace(clock64=now, globaltimer=now, smid=smid, mma_tf32=mma_tf32, exp2_ftz=exp2_ftz,
                            shfl_xor=shfl_xor, lds1=lds1, lds2=lds2, lds4=lds4, sts1=store(1), sts2=store(2),
-                           sts4=sts4, ldg4=lds4, stg4=sts4)
+                           sts4=sts4, ldg4=lds4, stg4=sts4, ldg1_ca=lds1, ldg1_cg=lds1)
 
 
 @lru_cache(maxsize=None)
@@ -234,7 +241,8 @@ def primitives() -> SimpleNamespace:
     """clock64(), globaltimer(), smid(), mma_tf32(a0..a3, b0, b1, c0..c3), exp2_ftz(x),
     shfl_xor(x, lane_mask), lds{1,2,4}(arr, i) -> a tuple of 1, 2, 4 words, sts{1,2,4}(arr, i, word)
     (word to each of the 1, 2, 4 words at arr[i]), ldg4(arr, i) -> 4 words (L1 bypassed),
-    stg4(arr, i, word); arr: uint32 arrays, shared (lds, sts) or global (ldg, stg)."""
+    stg4(arr, i, word), ldg1_ca(arr, i) / ldg1_cg(arr, i) -> 1 word (cached in L1 / not);
+    arr: uint32 arrays, shared (lds, sts) or global (ldg, stg)."""
     return _simulator_primitives() if simulator_enabled() else _gpu_primitives()
 
 
@@ -381,6 +389,39 @@ def chase_kernel():
         mark(timing, 1)
         out[cuda.grid(1)] = at + uint32(x)
     return chase
+
+
+@lru_cache(maxsize=None)
+def memory_chase_kernel():
+    """chase_memory(mode, data, links, iterations, out, timing): thread 0 of the block follows
+    the chain in ``data`` (each word the index of the next; ``links`` of them), first once
+    round (the caches warm), then ``iterations`` x 16 loads timed: mode CACHED by
+    ld.global.ca (L1 hits), UNCACHED by ld.global.cg (L1 bypassed: L2 hits). A load's index
+    comes from the one before, so each waits its latency (plus the index-to-address IMAD)."""
+    p, mark = primitives(), _mark()
+    ldca, ldcg = p.ldg1_ca, p.ldg1_cg
+    unroll = OPS_PER_ITERATION["shared"]
+
+    @cuda.jit
+    def chase_memory(mode, data, links, iterations, out, timing):
+        at = uint32(0)
+        lead = cuda.threadIdx.x == 0
+        if lead:
+            for _ in range(links):
+                at = ldca(data, at)[0] if mode == CACHED else ldcg(data, at)[0]
+        mark(timing, 0)
+        if lead:
+            if mode == CACHED:
+                for _ in range(iterations):
+                    for _u in range(unroll):
+                        at = ldca(data, at)[0]
+            else:
+                for _ in range(iterations):
+                    for _u in range(unroll):
+                        at = ldcg(data, at)[0]
+        mark(timing, 1)
+        out[cuda.grid(1)] = at
+    return chase_memory
 
 
 @lru_cache(maxsize=None)
@@ -654,6 +695,7 @@ def ptx_targets():
     for loads in (0, 1, 2):
         yield f"mma_lds loads={loads}", mma_lds_kernel(loads).py_func, f"({f32}, int64, {f32}, {table})"
     yield "chase", chase_kernel().py_func, f"(int64, int64, uint32[::1], {table})"
+    yield "chase_memory", memory_chase_kernel().py_func, f"(int64, uint32[::1], int64, int64, uint32[::1], {table})"
     for ilp in (1, 8):
         yield f"pipe ilp={ilp}", pipe_kernel(ilp).py_func, f"(int64, {f32}, int64, {f32}, {table})"
     yield "shared", shared_kernel().py_func, f"(int64, int64, uint32[::1], {table})"
@@ -1031,6 +1073,31 @@ def measure_chase(bench: Bench) -> list[Measurement]:
     return rows
 
 
+def chase_links(nbytes: int) -> np.ndarray:
+    """The chain of ``memory_chase_kernel``: word i holds i + CHASE_STRIDE_WORDS (mod the
+    buffer), so every load touches a new 128-byte line and the chain visits each once a round."""
+    words = np.arange(nbytes // 4, dtype=np.uint32)
+    return ((words + CHASE_STRIDE_WORDS) % words.size).astype(np.uint32)
+
+
+def measure_memory_latency(bench: Bench) -> list[Measurement]:
+    """Latency (cycles) of a dependent global load that hits in L1 (8 KB chain, ld.global.ca)
+    and in L2 (4 MiB chain, ld.global.cg), one thread of one block."""
+    kernel, rows = memory_chase_kernel(), []
+    for name, mode, what in (("l1_hit_latency_cycles", CACHED, "ld.global.ca"),
+                             ("l2_hit_latency_cycles", UNCACHED, "ld.global.cg (L1 bypassed)")):
+        nbytes = CHASE_BYTES[mode] if not bench.simulated else 4 * WARP * CHASE_STRIDE_WORDS
+        data = cuda.to_device(chase_links(nbytes))
+        links = nbytes // 4 // CHASE_STRIDE_WORDS
+        runs, rates = _throughput(bench, kernel, 1, 1, lambda n, m=mode: (m, data, links, n),
+                                  OPS_PER_ITERATION["shared"], 10, np.uint32)
+        rows.append(bench.measurement(name, "cycles", "clock64, one thread, dependent chain", runs,
+                                      [1 / r for r in rates], warps_per_sm=1, ilp=1,
+                                      detail=f"{what} pointer chase over {nbytes // 1024} KB, "
+                                             f"128 B apart (the index-to-address IMAD included)"))
+    return rows
+
+
 def measure_shared(bench: Bench) -> list[Measurement]:
     """Conflict-free LDS / STS of 32, 64, 128 bits (wavefronts a cycle) and shfl.sync, 32 warps an SM."""
     kernel, rows = shared_kernel(), []
@@ -1199,4 +1266,4 @@ def measure_placement(bench: Bench) -> tuple[list[Measurement], list[dict]]:
 
 #: The rate measurements, in the order the experiment runs them (placement apart: it has raw rows).
 MEASUREMENTS = (measure_device, measure_clock, measure_mma, measure_mma_half, measure_mma_lds, measure_pipes, measure_shared,
-                measure_chase, measure_global, measure_barrier, measure_launch)
+                measure_chase, measure_memory_latency, measure_global, measure_barrier, measure_launch)
