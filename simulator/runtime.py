@@ -29,12 +29,15 @@ blocks an SM from ptxas's registers and the shared memory):
    nested loops' instructions counted as often as they run (once where that is unknown: a
    lower bound).
    Outside the main loop (prologue, epilogue) the throughput bound, once a block.
-2. ``blocks_per_sm`` co-resident blocks share the SM: with the issue simulator, each block's
-   trip takes the simulated cycles (they run side by side); with the throughput bound, each
-   runs at 1/blocks_per_sm of the SM's throughput: blocks_per_sm x (trips x t_trip + t_outside).
-3. Blocks start in launch order (``Phase.block_trips``, ``tile_major``) on the first free of the
-   sm_count x blocks_per_sm slots (greedy list scheduling): the launch lasts until the last
-   slot is done -- waves, and for causal grids the tail, follow from the block sizes.
+2. k co-resident blocks share an SM: with the issue simulator, a trip of each takes the cycles
+   simulated for k blocks' warps side by side (k = 1 .. blocks_per_sm: fewer warps hide less
+   latency but share the pipes with fewer); with the throughput bound, each runs at 1/k of the
+   SM's throughput (k x t_trip). The work outside the main loop counts as trips of a full SM.
+3. Blocks start in launch order (``Phase.block_trips``, ``tile_major``): the first wave round
+   the SMs, then each freed slot takes the next block (``shared_makespan``); each SM's blocks
+   progress at the rate of the number resident there, so a block alone in the tail runs
+   faster than one of a full SM. The launch lasts until the last block is done -- waves, and
+   for causal grids the tail, follow from the block sizes.
 4. Cycles at the clock measured under the kernel's kind of load (the mma benchmark's clock for
    tensor-core kernels, the FFMA one's for the others): the kernel's time, as ncu's
    ``gpu__time_duration`` counts it (the gap between launches, ``MachineRates.launch_gap_s``,
@@ -115,6 +118,72 @@ def makespan(durations: list[float], slots: int) -> float:
     return end
 
 
+def shared_makespan(work: list[float], sms: int, per_sm: int, trip_cycles) -> float:
+    """Cycles until blocks of ``work`` trips each (launch order) are done on ``sms`` SMs of
+    ``per_sm`` block slots, where k blocks resident on an SM each finish a trip in
+    ``trip_cycles(k)`` cycles (they share its pipes: a block alone in the tail runs faster than
+    one of a full SM). The first wave goes round the SMs (block b on SM b mod sms, as calibrate's
+    placement found), then each freed slot takes the next block, SMs freed at one instant in
+    turn (one block each a round, again as the first wave). Equal to ``makespan`` when
+    ``trip_cycles(k)`` does not depend on k."""
+    queue = iter(enumerate(work))
+    remaining: list[dict[int, float]] = [{} for _ in range(sms)]
+    updated = [0.0] * sms
+    version = [0] * sms
+    events: list[tuple[float, int, int]] = []
+
+    def advance(sm: int, now: float) -> None:
+        blocks = remaining[sm]
+        if blocks:
+            done = (now - updated[sm]) / trip_cycles(len(blocks))
+            for b in blocks:
+                blocks[b] -= done
+        updated[sm] = now
+
+    def schedule(sm: int, now: float) -> None:
+        version[sm] += 1
+        blocks = remaining[sm]
+        if blocks:
+            heapq.heappush(events, (now + max(0.0, min(blocks.values())) * trip_cycles(len(blocks)),
+                                    sm, version[sm]))
+
+    for _ in range(per_sm):
+        for sm in range(sms):
+            item = next(queue, None)
+            if item is not None:
+                remaining[sm][item[0]] = item[1]
+    for sm in range(sms):
+        schedule(sm, 0.0)
+    end = 0.0
+    while events:
+        now, sm, v = heapq.heappop(events)
+        if v != version[sm]:
+            continue
+        freed = [sm]            # the SMs a block ends on at this instant
+        while events and events[0][0] <= now * (1 + 1e-12):
+            _, other, v = heapq.heappop(events)
+            if v == version[other] and other not in freed:
+                freed.append(other)
+        slots = {}
+        for f in freed:
+            advance(f, now)
+            blocks = remaining[f]
+            for b in [b for b, left in blocks.items() if left <= 1e-9 * max(1.0, work[b])]:
+                del blocks[b]
+            slots[f] = per_sm - len(blocks)
+        end = now
+        # the next blocks round the SMs with free slots, one each a round (as the first wave)
+        while any(slots.values()):
+            for f in freed:
+                item = next(queue, None) if slots[f] else None
+                if item is not None:
+                    remaining[f][item[0]] = item[1]
+                slots[f] = slots[f] - 1 if item is not None else 0
+        for f in freed:
+            schedule(f, now)
+    return end
+
+
 #: Kernels whose mma is the m16n8k16 of their inputs' format (the others': TF32 m16n8k8). Their
 #: time needs that mma's measured rate: rates without it make ``launch_seconds`` raise
 #: LookupError (``simulator.levels`` gives NaN). A Workload of 2-byte elements is timed at the
@@ -158,18 +227,24 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     t_trip = cost(counts, _smem_wavefronts(p, w) / trips if trips else 0.0)
     share = occ.blocks_per_sm
     spills_miss = local_traffic(p, w, tiling, hw).missed_bytes > 0
-    simulated = _simulated_trip(kernel, variant, tiling, w, occ, r, fmt, spills_miss)
-    if simulated is not None:
-        t_trip = simulated / share
-    durations = [share * (n * t_trip + t_out) for n in _launch_order(p, heads)]
-    cycles = makespan(durations, occ.blocks_per_sm * hw.sm_count)
+    simulated = {k: _simulated_trip(kernel, variant, tiling, w, occ, r, fmt, spills_miss, k)
+                 for k in range(1, share + 1)}
+    if all(c is not None for c in simulated.values()):
+        trip_cycles = simulated.__getitem__      # k resident blocks: a trip of each, side by side
+    else:
+        trip_cycles = lambda k: k * t_trip       # noqa: E731  (each at 1/k of the SM's throughput)
+    # the work outside the main loop, as trips of a full SM
+    outside = share * t_out / trip_cycles(share)
+    work = [n + outside for n in _launch_order(p, heads)]
+    cycles = shared_makespan(work, hw.sm_count, share, trip_cycles)
     clock = r.mma_clock_hz if loop.hmma else r.clock_hz
     return cycles / clock
 
 
 def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: MachineRates,
-                    fmt: str = "tf32", spills_miss: bool = False):
-    """Cycles of one main-loop trip of every resident block by the issue simulator, or None
+                    fmt: str = "tf32", spills_miss: bool = False, resident: int | None = None):
+    """Cycles of one main-loop trip of every resident block (``resident`` of them: None, as
+    many as ``occ`` fits) by the issue simulator, or None
     where it cannot run (no recorded stream, nested loops of unknown trips, a band kernel
     never recorded: ``Workload.kernel_causal`` None). Global loads at the L2's latency, spill
     refills at L1's, or L2's where they miss L1 (``spills_miss``: ``simulator.local``)."""
@@ -186,13 +261,13 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     if trips is None or len(record["inner_loops"]) != len(trips):
         return None
     stream = stream_for(kernel, t, w.d, causal, variant, trips or None)
-    per_scheduler = max(1, round(occ.warps_per_sm / 4))
-    if per_scheduler % occ.blocks_per_sm:
+    blocks = occ.blocks_per_sm if resident is None else resident
+    per_scheduler = max(1, round(blocks * occ.warps_per_block / 4))
+    if per_scheduler % blocks:
         return None          # the simulator splits a scheduler's warps evenly over the blocks
     l2, l1 = memory_latencies(r)
     return loop_cycles(stream, per_scheduler, r, global_latency=l2,
-                       local_latency=l2 if spills_miss else l1, blocks=occ.blocks_per_sm,
-                       mma_format=fmt)
+                       local_latency=l2 if spills_miss else l1, blocks=blocks, mma_format=fmt)
 
 
 def _smem_wavefronts(p: Phase, w: Workload) -> float:

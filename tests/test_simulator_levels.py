@@ -89,6 +89,21 @@ def test_makespan_fills_slots_in_launch_order():
     assert makespan([1.0, 1.0, 1.0, 1.0, 4.0], 2) == 6.0   # heavy last: it runs alone at the end
 
 
+def test_shared_makespan_runs_a_lone_tail_block_at_its_own_speed():
+    from simulator.runtime import shared_makespan
+    constant = lambda k: 1.0        # noqa: E731  (a trip's cycles whatever shares the SM)
+    sharing = lambda k: float(k)    # noqa: E731  (k blocks split the SM's throughput)
+    # blocks unaffected by sharing: the slots' makespan
+    assert shared_makespan([1.0] * 9, 2, 2, constant) == makespan([1.0] * 9, 4) == 3.0
+    # a full wave of 2 blocks an SM takes 2; the fifth block then runs alone: 1 more
+    assert shared_makespan([1.0] * 5, 2, 2, sharing) == pytest.approx(3.0)
+    # two tail blocks go one to each SM freed at that instant, not both to the first
+    assert shared_makespan([1.0] * 6, 2, 2, sharing) == pytest.approx(3.0)
+    # a long block beside short ones speeds up once they are gone: shared with the first short
+    # one (2 cycles a trip) to t = 2, with the second to t = 4, its last trip alone: t = 5
+    assert shared_makespan([3.0, 1.0, 1.0], 1, 2, sharing) == pytest.approx(5.0)
+
+
 def test_levels_add_and_the_hit_rate_comes_from_its_parts():
     a = Levels(1, 2, 3, 4, 10, 5, 6, 7, 8.0)
     b = Levels(1, 2, 3, 4, 30, 5, 6, 7, 1.0)
