@@ -7,7 +7,9 @@ that format, the backward on widened inputs).  SDPA: MATH, EFFICIENT_ATTENTION, 
 and CUDNN_ATTENTION (the last two have no fp32 kernels: recorded "unsupported").  Every kernel is checked against float64 before it is
 timed.  FLOPs: 4 B H N^2 d forward, x3.5 forward + backward (backward = 2.5 x forward).
 Predicted: the simulator's time on the H200 (levels, else the roofline; none for the half
-backward, whose widening the model does not have).  CPU: predicted only.
+backward, whose widening the model does not have).  CPU: predicted only -- or, where the results
+folder holds a GPU run's ``runtime.csv``, that run's timings beside this model's predictions
+(``experiments.common.repredict``).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from experiments.common.cases import Case
 from experiments.common.context import NO_GPU, RunContext
 from experiments.common.kernels import build_kernels
 from experiments.common.measure import failure_note, is_out_of_memory, timing_or_note
+from experiments.common.repredict import gpu_run, repredict
 from experiments.common.timing import tflops
 from experiments.common.torch_sdpa import BACKENDS, time_sdpa, torch_available, unsupported_reason
 
@@ -33,16 +36,31 @@ def batch(n: int) -> int:
     return max(1, TOKENS // n)
 
 
+#: The columns ``_predicted`` fills.
+PREDICTED_COLUMNS = ("predicted", "predicted_tflops", "model")
+
+
+def _predicted(case: Case) -> dict:
+    """The model's columns of our kernels' row for ``case`` (none for the half backward)."""
+    if case.dtype == "float32" or case.passes == "fwd":
+        ms = model.predict_case(case).time_s * 1e3
+        return {"predicted": ms, "predicted_tflops": tflops(case.flops, ms)}
+    return {"model": UNMODELLED}
+
+
+def _predicted_again(row: dict) -> dict:
+    """``_predicted`` for a row of a GPU run's CSV: ours by its case; SDPA's rows have none."""
+    method = row["implementation"].removeprefix("ours ")
+    if method == row["implementation"]:
+        return {}
+    return _predicted(Case(method, row["passes"], row["B"], row["H"], row["N"], row["d"],
+                           causal=bool(row["causal"]), dtype=row["dtype"]))
+
+
 def _ours(ctx: RunContext, case: Case, out_of_memory: set) -> dict:
     row = {"implementation": f"ours {case.method}", "passes": case.passes, "B": case.B, "H": case.H,
            "N": case.N, "d": case.d, "causal": case.causal, "dtype": case.dtype, "flops": case.flops,
-           "quantity": f"runtime {case.passes}", "unit": "ms"}
-    if case.dtype == "float32" or case.passes == "fwd":
-        prediction = model.predict_case(case)
-        row.update(predicted=prediction.time_s * 1e3,
-                   predicted_tflops=tflops(case.flops, prediction.time_s * 1e3))
-    else:
-        row["model"] = UNMODELLED
+           "quantity": f"runtime {case.passes}", "unit": "ms", **_predicted(case)}
     if not ctx.gpu:
         row["note"] = ctx.skip(f"{NAME}: timing ({NO_GPU}); roofline prediction only")
         return row
@@ -80,6 +98,9 @@ def _sdpa(ctx: RunContext, backend: str, case: Case, out_of_memory: set) -> dict
 
 
 def run(ctx: RunContext) -> list[dict]:
+    measured = None if ctx.gpu else gpu_run(ctx, NAME)
+    if measured is not None:     # a GPU run's timings: predicted again by this model
+        return repredict(NAME, measured, _predicted_again, PREDICTED_COLUMNS)
     ns = QUICK_NS if ctx.quick else NS
     cases = [Case(method, passes, batch(n), H, n, D) for n in ns for passes in ("fwd", "fwd_bwd") for method in OURS]
     cases += [Case("fa2", passes, batch(n), H, n, D, dtype=dtype) for dtype in HALF for n in ns
