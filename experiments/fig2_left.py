@@ -6,7 +6,9 @@ from ncu, runtime from CUDA events; standard attention in fp16 stores S, P, dP, 
 the paper's baseline, and FlashAttention runs the fp16 tensor-core kernels), and predict both
 on the H200 with our kernels' tilings; fp16 on the paper's A100 (the paper's tiling) is
 predicted beside the paper's A100 numbers.  On the CPU the full size is
-model-only, and a scaled-down copy (N = 32, d = 8, one head) is counted under the CUDA simulator.
+model-only, and a scaled-down copy (N = 32, d = 8, one head) is counted under the CUDA simulator
+-- or, where the results folder holds a GPU run's ``fig2_left.csv``, that run's measurements
+beside this model's predictions (``experiments.common.repredict``; no scaled-down copy).
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from experiments.common import model, plotting
 from experiments.common.cases import Case
 from experiments.common.context import NO_GPU, RunContext
 from experiments.common.measure import timing_or_note
+from experiments.common.repredict import gpu_run, repredict
 from experiments.common.traffic import MeasuredTraffic, measure_traffic
 
 NAME = "fig2_left"
@@ -33,6 +36,11 @@ FORMAT = {"fp32": "float32", "fp16": "float16"}
 
 def _case(method: str, shape: dict, tiling=None, dtype: str = "float32") -> Case:
     return Case(METHODS[method], "fwd_bwd", tiling=tiling, dtype=dtype, **shape)
+
+
+def _cases(method: str, shape: dict) -> dict:
+    """The method's case at ``shape`` in each format: dtype label -> case."""
+    return {label: _case(method, shape, dtype=fmt) for label, fmt in FORMAT.items()}
 
 
 def _predicted_rows(method: str, cases: dict) -> list[dict]:
@@ -56,9 +64,30 @@ def _predicted_rows(method: str, cases: dict) -> list[dict]:
     return rows
 
 
+def _repredict(measured: list[dict]) -> list[dict]:
+    """A GPU run's rows with ``_predicted_rows``' predictions for each row's method and shape."""
+    from functools import cache
+
+    @cache
+    def fresh(method: str, B: int, H: int, N: int, d: int) -> dict:
+        rows = _predicted_rows(method, _cases(method, dict(B=B, H=H, N=N, d=d)))
+        return {(r["dtype"], r["gpu"], r["quantity"]): r["predicted"] for r in rows}
+
+    def predicted(row: dict) -> dict:
+        if row["method"] not in METHODS:
+            return {}
+        got = fresh(row["method"], row["B"], row["H"], row["N"], row["d"]).get(
+            (row["dtype"], row["gpu"], row["quantity"]))
+        return {} if got is None else {"predicted": got}
+
+    return repredict(NAME, measured, predicted, ("predicted",))
+
+
 def run(ctx: RunContext) -> list[dict]:
-    cases = {method: {label: _case(method, SHAPE, dtype=fmt) for label, fmt in FORMAT.items()}
-             for method in METHODS}
+    measured = None if ctx.gpu else gpu_run(ctx, NAME)
+    if measured is not None:     # a GPU run's measurements: predicted again by this model
+        return _repredict(measured)
+    cases = {method: _cases(method, SHAPE) for method in METHODS}
     rows = {method: _predicted_rows(method, cases[method]) for method in METHODS}
     if ctx.gpu:
         every = [case for method in METHODS for case in cases[method].values()]

@@ -9,7 +9,9 @@ fp32 and in fp16 (the paper's precision: Q, K, V, O in HBM in fp16, fp32 arithme
 in fp32.
 
 GPU: SM<->L2 and DRAM bytes from ncu, runtime from CUDA events.  CPU: the full size is
-model-only; a tiny copy (N = 32, d = 8, Br = 8, Bc = 8, 16, 32) is counted under the simulator.
+model-only; a tiny copy (N = 32, d = 8, Br = 8, Bc = 8, 16, 32) is counted under the simulator --
+or, where the results folder holds a GPU run's ``fig2_middle.csv``, that run's measurements
+beside this model's predictions (``experiments.common.repredict``; no tiny copy).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from experiments.common import model, plotting
 from experiments.common.cases import Case
 from experiments.common.context import NO_GPU, RunContext
 from experiments.common.measure import timing_or_note
+from experiments.common.repredict import gpu_run, repredict
 from experiments.common.traffic import MeasuredTraffic, measure_traffic
 
 NAME = "fig2_middle"
@@ -44,7 +47,25 @@ def tiling_fits(method: str, br: int, bc: int, d: int) -> str:
     return ""
 
 
+#: quantity -> (unit, its value from the model's Prediction), the predicted rows of a case.
+PREDICTED = {"HBM read+write (SM<->L2)": ("bytes", lambda p: p.total_bytes),
+             "HBM read+write (DRAM)": ("bytes", lambda p: p.dram_bytes),
+             "forward runtime": ("ms", lambda p: p.time_s * 1e3)}
+
+
+def _predicted_again(row: dict) -> dict:
+    """A GPU run's row predicted as ``run`` predicts it: none where the tiling does not fit."""
+    if row["quantity"] not in PREDICTED or tiling_fits(row["method"], row["Br"], row["Bc"], row["d"]):
+        return {}
+    case = Case(row["method"], "fwd", row["B"], row["H"], row["N"], row["d"], tiling=(row["Br"], row["Bc"]),
+                dtype=row["dtype"])
+    return {"predicted": PREDICTED[row["quantity"]][1](model.predict_case(case))}
+
+
 def run(ctx: RunContext) -> list[dict]:
+    measured = None if ctx.gpu else gpu_run(ctx, NAME)
+    if measured is not None:     # a GPU run's measurements: predicted again by this model
+        return repredict(NAME, measured, _predicted_again, ("predicted",))
     rows, cases = [], []
     for method, dtype in VARIANTS:
         for bc in BCS:
@@ -59,9 +80,8 @@ def run(ctx: RunContext) -> list[dict]:
             p = model.predict_case(case)
             base = {"method": method, "dtype": dtype, **SHAPE, "Br": BR, "Bc": bc,
                     "smem_bytes": case.tiling_object().smem_bytes(model.FORWARD_KERNEL[method], SHAPE["d"], 4)}
-            rows += [{**base, "quantity": "HBM read+write (SM<->L2)", "unit": "bytes", "predicted": p.total_bytes},
-                     {**base, "quantity": "HBM read+write (DRAM)", "unit": "bytes", "predicted": p.dram_bytes},
-                     {**base, "quantity": "forward runtime", "unit": "ms", "predicted": p.time_s * 1e3}]
+            rows += [{**base, "quantity": quantity, "unit": unit, "predicted": of(p)}
+                     for quantity, (unit, of) in PREDICTED.items()]
     if ctx.gpu:
         _measure_gpu(ctx, cases, rows)
     else:

@@ -2,6 +2,8 @@
 the measurements kept as they were, the predictions made again by the model as it is now, the
 measurement's device, date and commit in measured_* columns -- and a CSV without GPU
 measurements left to the normal CPU run."""
+import pytest
+
 from experiments.cli import run_module
 from experiments.common import model
 from experiments.common.cases import Case
@@ -55,3 +57,58 @@ def test_runtime_predicts_a_gpu_runs_timings_again(tmp_path):
     again = _run(tmp_path, "runtime", got, {})    # the rewritten CSV is the GPU run still
     assert [r["predicted"] for r in again] == [r["predicted"] for r in got]
     _assert_measured_on_the_gpu(again)
+
+
+def test_fig2_middle_predicts_a_gpu_runs_bytes_and_runtime_again(tmp_path):
+    case = Case("fa1", "fwd", tiling=(64, 64), **SMALL)
+    base = {"method": "fa1", "dtype": "float32", **SMALL, "Br": 64, "Bc": 64, "smem_bytes": 70144}
+    rows = [{**base, "quantity": "forward runtime", "unit": "ms", "predicted": STALE, "measured": 0.0432,
+             "measured_by": "CUDA events, median of 10", "max_rel_error": 1e-6},
+            {**base, "quantity": "HBM read+write (DRAM)", "unit": "bytes", "predicted": STALE,
+             "measured": 13343380992.0, "measured_by": "ncu: dram__bytes_read+write"},
+            {**base, "Bc": 512, "smem_bytes": None, "quantity": "HBM read+write (SM<->L2)", "unit": "bytes",
+             "note": "skipped: Tiling(Br=64, Bc=512) does not fit"}]
+    got = _run(tmp_path, "fig2_middle", rows)
+    now = model.predict_case(case)
+    assert float(got[0]["predicted"]) == now.time_s * 1e3
+    assert float(got[1]["predicted"]) == now.dram_bytes
+    assert got[2]["predicted"] == "" and got[2]["note"].startswith("skipped: Tiling")
+    assert [r["measured"] for r in got] == ["0.0432", "13343380992.0", ""]
+    assert not any(r["quantity"].endswith("(tiny, simulator)") for r in got)
+    _assert_measured_on_the_gpu(got)
+
+
+def test_fig2_left_predicts_a_gpu_runs_measurements_again(tmp_path):
+    from experiments.fig2_left import PAPER_NOTE
+
+    base = {"quantity": "runtime", "unit": "ms", **SMALL, "predicted": STALE}
+    rows = [{"method": "standard", "dtype": "fp32", "gpu": model.MEASURED_GPU, **base, "paper_a100_fp16": 41.7,
+             "measured": 1.5, "measured_by": "CUDA events, median of 10"},
+            {"method": "flash", "dtype": "fp16", "gpu": model.PAPER_GPU, **base, "paper_a100_fp16": 7.3,
+             "note": PAPER_NOTE}]
+    got = _run(tmp_path, "fig2_left", rows)
+    standard = model.predict_case(Case("standard", "fwd_bwd", **SMALL), gpu=model.MEASURED_GPU, tiling="kernels")
+    flash = model.predict_case(Case("fa2", "fwd_bwd", dtype="float16", **SMALL), gpu=model.PAPER_GPU, tiling="paper")
+    assert [float(r["predicted"]) for r in got] == [standard.time_s * 1e3, flash.time_s * 1e3]
+    assert [r["measured"] for r in got] == ["1.5", ""]
+    assert [r["paper_a100_fp16"] for r in got] == ["41.7", "7.3"] and got[1]["note"] == PAPER_NOTE
+    _assert_measured_on_the_gpu(got)
+
+
+@pytest.mark.parametrize("device, measured", [("cpu x86_64 (no GPU: model + CUDA simulator)", 4096.0),
+                                              ("NVIDIA H200", None)], ids=["cpu-run", "gpu-unmeasured"])
+def test_a_csv_without_gpu_measurements_gets_the_normal_cpu_run(tmp_path, monkeypatch, device, measured):
+    from experiments import fig2_middle
+
+    monkeypatch.setattr(fig2_middle, "SHAPE", SMALL)          # the normal run, made small
+    monkeypatch.setattr(fig2_middle, "BCS", (64,))
+    monkeypatch.setattr(fig2_middle, "SMALL_BCS", (8,))
+    row = {"method": "fa1", "dtype": "float32", **SMALL, "Br": 64, "Bc": 64, "quantity": "forward runtime",
+           "unit": "ms", "predicted": STALE, "measured": measured}
+    got = _run(tmp_path, "fig2_middle", [row], {**GPU, "device": device})
+    assert "measured_device" not in got[0] and not any(r["measured"] for r in got if "tiny" not in r["quantity"])
+    assert any(r["quantity"].endswith("(tiny, simulator)") for r in got)
+    runtime = [r for r in got if r["quantity"] == "forward runtime"]
+    assert [r["method"] for r in runtime] == ["fa1", "fa2_fma", "fa1"]
+    assert STALE not in [float(r["predicted"]) for r in runtime]
+    assert all("no GPU" in r["note"] for r in runtime)
