@@ -460,11 +460,12 @@ def loop_cycles(stream, warps_per_scheduler: int, rates: MachineRates, trips: in
                 policy: str = "oldest", mma_format: str = "tf32") -> float:
     """Cycles one scheduler needs a trip of the loop ``stream`` (a sequence of ``Op``) when
     ``warps_per_scheduler`` warps run it, in steady state over ``trips`` trips (module
-    docstring). ``global_latency``, ``local_latency``: cycles of a global, a local load (None:
+    docstring); ``stream`` may instead be ``Streams`` (one per warp: loops whose trips differ
+    from warp to warp). ``global_latency``, ``local_latency``: cycles of a global, a local load (None:
     ``memory_latencies(rates)``, an L2 and an L1 hit); ``blocks``: co-resident blocks the warps
     belong to (each barrier waits for its own block's); ``policy``: "oldest" or "gto";
     ``mma_format``: the HMMA's ("tf32", "float16", "bfloat16": its measured rate and latency)."""
-    stream = tuple(stream)
+    stream = stream if isinstance(stream, Streams) else tuple(stream)
     key = (stream, warps_per_scheduler, _rates_key(rates), trips, global_latency, local_latency,
            blocks, policy, mma_format)
     if key not in _CACHE:
@@ -476,7 +477,8 @@ def loop_cycles(stream, warps_per_scheduler: int, rates: MachineRates, trips: in
 @dataclass(frozen=True)
 class Simulation:
     """What ``simulate`` found: trip_ends[k - 1] = t(k), the cycle after the scheduler issued
-    its k x len(stream) x warps-th instruction (k trips' worth, whichever warps issued them);
+    k trips' worth of instructions (k x the sum of the warps' stream lengths, whichever warps
+    issued them);
     issued, instructions issued by all warps; cycles_per_trip, the steady state."""
 
     trip_ends: tuple[float, ...]
@@ -484,36 +486,62 @@ class Simulation:
     cycles_per_trip: float
 
 
+@dataclass(frozen=True)
+class Streams:
+    """One instruction stream per simulated warp of a scheduler (warp i: ``per_warp[i]``):
+    a loop's body whose nested loops run different trips in different warps (a thread-strided
+    loop over fewer rows than the block has threads)."""
+
+    per_warp: tuple[tuple[Op, ...], ...]
+
+
+class _Decoded:
+    """The per-op constants of one stream, registers numbered in ``names``."""
+
+    def __init__(self, stream, names, r, memory, mma_format):
+        self.ops = stream
+        self.srcs = [tuple(names.setdefault(s, len(names)) for s in o.srcs) for o in stream]
+        self.dests = [tuple(names.setdefault(s, len(names)) for s in o.dests) for o in stream]
+        self.latency = [_latency(o, r, memory, mma_format) for o in stream]
+        self.variable = [o.pipe in _VARIABLE or o.pipe in _GLOBAL for o in stream]
+        self.units = [_unit(o) for o in stream]
+        self.queues = [_queue(o) for o in stream]
+        self.service = [_service(o, r) for o in stream]
+
+
 def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
              global_latency: float | None = None, local_latency: float | None = None, blocks: int = 1,
              policy: str = "oldest", mma_format: str = "tf32") -> Simulation:
     """The cycle-by-cycle simulation behind ``loop_cycles``."""
-    stream = tuple(stream)
-    if not stream:
+    per_warp = stream.per_warp if isinstance(stream, Streams) else (tuple(stream),) * warps
+    if len(per_warp) != warps:
+        raise ValueError(f"{len(per_warp)} streams for {warps} warps")
+    if not any(per_warp):
         return Simulation((0.0,) * trips, 0, 0.0)
     if warps < 1 or trips < 1 or blocks < 1 or warps % blocks:
         raise ValueError(f"{warps} warps in {blocks} blocks, {trips} trips")
     if policy not in ("oldest", "gto"):
         raise ValueError(f"policy {policy!r}")
-    # registers -> small ints; per-op constants
+    # registers -> small ints; per-op constants, once per distinct stream
     names: dict[str, int] = {}
-    srcs = [tuple(names.setdefault(s, len(names)) for s in o.srcs) for o in stream]
-    dests = [tuple(names.setdefault(s, len(names)) for s in o.dests) for o in stream]
     default = memory_latencies(r)
     memory = (default[0] if global_latency is None else global_latency,
               default[1] if local_latency is None else local_latency)
-    latency = [_latency(o, r, memory, mma_format) for o in stream]
-    variable = [o.pipe in _VARIABLE or o.pipe in _GLOBAL for o in stream]
-    units = [_unit(o) for o in stream]
-    queues = [_queue(o) for o in stream]
+    decoded: dict[tuple, _Decoded] = {}
+    for body in per_warp:
+        if body not in decoded:
+            decoded[body] = _Decoded(body, names, r, memory, mma_format)
+    code = [decoded[body] for body in per_warp]
     per = SCHEDULERS
     interval = {"hmma": per / r.mma_per_cycle(mma_format), "alu": per / r.alu_per_cycle,
                 "xu": per / r.mufu_ex2_per_cycle, "fmaheavy": 2 * per / r.ffma_per_cycle,
                 "fmalite": 2 * per / r.ffma_per_cycle, "fp64": 2 * per / r.ffma_per_cycle}
-    service = [_service(o, r) for o in stream]
     warps_per_block = warps // blocks
-    barrier_cost = r.barrier_cycles_at(SCHEDULERS * warps_per_block) if any(o.barrier for o in stream) else 0.0
-    n, total = len(stream), len(stream) * trips
+    barrier_cost = (r.barrier_cycles_at(SCHEDULERS * warps_per_block)
+                    if any(o.barrier for body in per_warp for o in body) else 0.0)
+    lengths = [len(body) for body in per_warp]
+    totals = [n * trips for n in lengths]
+    per_trip_issues = sum(lengths)
     ready = [[0.0] * len(names) for _ in range(warps)]        # register -> cycle its value is ready
     tracked = [[False] * len(names) for _ in range(warps)]    # its last write is scoreboarded
     pc = [0] * warps
@@ -527,17 +555,18 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
     t = 0.0                                  # the scheduler's next free issue slot
 
     def earliest(w: int) -> float:
-        k = pc[w] % n
+        c = code[w]
+        k = pc[w] % lengths[w]
         rw = ready[w]
         e = resume[w]
-        for s in srcs[k]:
+        for s in c.srcs[k]:
             if rw[s] > e:
                 e = rw[s]
         tw = tracked[w]
-        for d in dests[k]:
+        for d in c.dests[k]:
             if tw[d] and rw[d] > e:
                 e = rw[d]
-        unit = units[k]
+        unit = c.units[k]
         if unit == "fp32":
             e = max(e, min(unit_free["fmaheavy"], unit_free["fmalite"]))
         elif unit is not None:
@@ -545,34 +574,35 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
         return e
 
     issued = 0
-    while issued < total * warps:
-        live = [w for w in range(warps) if pc[w] < total and not waiting[w]]
+    while issued < per_trip_issues * trips:
+        live = [w for w in range(warps) if pc[w] < totals[w] and not waiting[w]]
         times = {w: earliest(w) for w in live}
         if not times:
             raise RuntimeError("every warp waits at a barrier that cannot release")
         t = max(t, min(times.values()))
         ready_now = [w for w in live if times[w] <= t + 1e-9]
         w = last if policy == "gto" and last in ready_now else ready_now[0]
-        k = pc[w] % n
-        unit = units[k]
+        c = code[w]
+        k = pc[w] % lengths[w]
+        unit = c.units[k]
         if unit == "fp32":
             unit = "fmaheavy" if unit_free["fmaheavy"] <= unit_free["fmalite"] else "fmalite"
         if unit is not None:
             unit_free[unit] = max(unit_free[unit], t) + interval[unit]
         start = t
-        queue = queues[k]
+        queue = c.queues[k]
         if queue is not None:
             start = max(t, queue_free[queue])
-            queue_free[queue] = start + service[k]
-        for d in dests[k]:
-            ready[w][d] = start + latency[k]
-            tracked[w][d] = variable[k]
+            queue_free[queue] = start + c.service[k]
+        for d in c.dests[k]:
+            ready[w][d] = start + c.latency[k]
+            tracked[w][d] = c.variable[k]
         pc[w] += 1
         issued += 1
         last = w
-        if issued % (n * warps) == 0:
+        if issued % per_trip_issues == 0:
             trip_end.append(t + 1)
-        if stream[k].barrier:
+        if c.ops[k].barrier:
             group = arrived[w % blocks]
             group.append(w)
             waiting[w] = True

@@ -77,9 +77,9 @@ def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalT
     if p.block_trips:
         loop = sass(kernel, t, w.d, causal, variant, region=MAIN_LOOP)
         per_trip = [loop.ldl_bytes, loop.stl_bytes]
-        for region, runs in nested_runs(p, kernel, t, w, variant):
-            per_trip[0] += (runs - 1) * region.ldl_bytes   # the main loop's count holds it once
-            per_trip[1] += (runs - 1) * region.stl_bytes
+        for region, extra in nested_runs(p, kernel, t, w, variant):
+            per_trip[0] += extra * region.ldl_bytes
+            per_trip[1] += extra * region.stl_bytes
         loads = (whole.ldl_bytes - loop.ldl_bytes) * blocks + per_trip[0] * trips
         stores = (whole.stl_bytes - loop.stl_bytes) * blocks + per_trip[1] * trips
     else:
@@ -92,27 +92,39 @@ def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalT
     return LocalTraffic(float(loads), float(stores), 0.0 if fits else float(loads))
 
 
+def rows_per_trip(p: Phase) -> int | None:
+    """Trips of Algorithm 1's row loop per main-loop trip (``Phase.inner_trips`` over the
+    main trips, rounded), None for a launch without one."""
+    return round(sum(p.inner_trips) / sum(p.block_trips)) if p.inner_trips and p.block_trips else None
+
+
 def nested_runs(p: Phase, kernel: str, t: Tiling, w: Workload, variant: str):
-    """(region, runs per main-loop trip) of the loops nested in the main loop: each loop's trips
-    (``simulator.trips``) where all are known; else (Algorithm 1, whose nested i loop holds
-    loops of its own) the directly nested ones: the largest, the i loop, ``Phase.inner_trips``
-    times per main trip, the others once (loops nested deeper: in their parent, once)."""
+    """(region, extra) for the loops nested in the main loop: a region's static counts hold
+    its own nested loops once, and the main loop's hold each region once, so a main-loop trip
+    runs main + sum of extra x region, extra = runs - runs of the loop it sits in, runs = the
+    product of the trips (``simulator.trips``) down to it. Where a trip count is unknown, the
+    directly nested loops only: the largest (Algorithm 1's row loop) ``Phase.inner_trips`` times
+    per main trip, the others once (loops nested deeper: in their parent, once)."""
     from .sass import regions_of
-    from .trips import inner_trips
+    from .trips import inner_trips, parents
 
     causal = recorded_causal(p, w)
     rows = regions_of(kernel, t, w.d, causal, variant)
     main = next(r for r in rows if r.region == MAIN_LOOP)
     nested = sorted((r for r in rows if r.region.startswith("inner_loop_")), key=lambda r: r.start)
-    known = inner_trips(kernel, t, w.d, causal, variant)
+    known = inner_trips(kernel, t, w.d, causal, variant, rows_per_trip(p))
     if known is not None and len(known) == len(nested):
-        return list(zip(nested, known))
+        up = parents(main, nested)
+        runs: list[float] = []
+        for k, n in enumerate(known):          # parents come first in address order
+            runs.append(n * (runs[up[k]] if up[k] is not None else 1))
+        return [(r, runs[k] - (runs[up[k]] if up[k] is not None else 1)) for k, r in enumerate(nested)]
     direct = [r for r in nested if r.depth == main.depth + 1]
     if not direct:
         return []
     i_loop = max(direct, key=lambda r: r.total)
     per_main = sum(p.inner_trips) / sum(p.block_trips) if p.inner_trips else 1.0
-    return [(r, per_main if r is i_loop else 1.0) for r in direct]
+    return [(r, (per_main if r is i_loop else 1.0) - 1) for r in direct]
 
 
 def _tile_bytes_per_trip(p: Phase, w: Workload, trips: int) -> float:

@@ -6,7 +6,7 @@ warp instructions per pipe class in the main loop and outside it; ``simulator.oc
 blocks an SM from ptxas's registers and the shared memory):
 
 1. A trip of the main loop. Where the loop's instruction stream is recorded and the trips of
-   the loops nested in it are known (``simulator.trips``: every kernel but Algorithm 1's), the
+   the loops nested in it are known (``simulator.trips``), the
    issue simulator (``simulator.issue.loop_cycles``) gives the cycles the SM's schedulers need
    for one trip of each resident block: the resident warps interleaved on each scheduler,
    dependency latencies (global loads at the L2 latency, spill refills at L1's or, where the
@@ -57,7 +57,7 @@ from .phases import Phase
 from .rates import RATES_CSV, MachineRates, load_rates
 from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
-from .local import local_traffic, nested_runs, recorded_causal
+from .local import local_traffic, nested_runs, recorded_causal, rows_per_trip
 from .trips import inner_trips
 from .workload import Workload
 
@@ -219,16 +219,15 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     cost = lambda counts, wavefronts: _cost(counts, wavefronts, warps_on_sm, warps_b, r, overlap, fmt)  # noqa: E731
     t_out = cost(_counts(whole, [loop], warps_b), 0.0)
     counts = _counts(loop, [], warps_b)
-    for region, n in nested_runs(p, kernel, tiling, w, variant):
-        # the main loop's count holds each nested loop once
-        counts = {k: v + (n - 1) * getattr(region, k) * warps_b for k, v in counts.items()}
+    for region, extra in nested_runs(p, kernel, tiling, w, variant):
+        counts = {k: v + extra * getattr(region, k) * warps_b for k, v in counts.items()}
     heads = p.grid_heads(w.BH)
     trips = sum(p.block_trips) * heads
     t_trip = cost(counts, _smem_wavefronts(p, w) / trips if trips else 0.0)
     share = occ.blocks_per_sm
     spills_miss = local_traffic(p, w, tiling, hw).missed_bytes > 0
-    simulated = {k: _simulated_trip(kernel, variant, tiling, w, occ, r, fmt, spills_miss, k)
-                 for k in range(1, share + 1)}
+    simulated = {k: _simulated_trip(kernel, variant, tiling, w, occ, r, fmt, spills_miss, k,
+                                    rows_per_trip(p)) for k in range(1, share + 1)}
     if all(c is not None for c in simulated.values()):
         trip_cycles = simulated.__getitem__      # k resident blocks: a trip of each, side by side
     else:
@@ -242,29 +241,38 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
 
 
 def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: MachineRates,
-                    fmt: str = "tf32", spills_miss: bool = False, resident: int | None = None):
+                    fmt: str = "tf32", spills_miss: bool = False, resident: int | None = None,
+                    rows: int | None = None):
     """Cycles of one main-loop trip of every resident block (``resident`` of them: None, as
     many as ``occ`` fits) by the issue simulator, or None
     where it cannot run (no recorded stream, nested loops of unknown trips, a band kernel
     never recorded: ``Workload.kernel_causal`` None). Global loads at the L2's latency, spill
     refills at L1's, or L2's where they miss L1 (``spills_miss``: ``simulator.local``)."""
-    from .issue import loop_cycles, loop_record, memory_latencies, stream_for
+    from .issue import Streams, loop_cycles, loop_record, memory_latencies, stream_for
 
     causal = w.kernel_causal
     if causal is None:
         return None
-    trips = inner_trips(kernel, t, w.d, causal, variant)
+    trips = inner_trips(kernel, t, w.d, causal, variant, rows)
     try:
         record = loop_record(kernel, t, w.d, causal, variant)
     except LookupError:
         return None
     if trips is None or len(record["inner_loops"]) != len(trips):
         return None
-    stream = stream_for(kernel, t, w.d, causal, variant, trips or None)
     blocks = occ.blocks_per_sm if resident is None else resident
     per_scheduler = max(1, round(blocks * occ.warps_per_block / 4))
     if per_scheduler % blocks:
         return None          # the simulator splits a scheduler's warps evenly over the blocks
+    if all(float(n).is_integer() for n in trips):
+        stream = stream_for(kernel, t, w.d, causal, variant, tuple(int(n) for n in trips) or None)
+    else:
+        # trips that differ between warps: scheduler 0's warps, 0, 4, 8, ... of each block
+        # (simulated warp i belongs to block i mod blocks), each its own stream
+        stream = Streams(tuple(
+            stream_for(kernel, t, w.d, causal, variant,
+                       inner_trips(kernel, t, w.d, causal, variant, rows, 4 * (i // blocks)))
+            for i in range(per_scheduler)))
     l2, l1 = memory_latencies(r)
     return loop_cycles(stream, per_scheduler, r, global_latency=l2,
                        local_latency=l2 if spills_miss else l1, blocks=blocks, mma_format=fmt)

@@ -27,9 +27,16 @@ global loads (LDG, and LDGSTS for cp.async) / the loads one source iteration mak
 2026-12-02) the model counted 1.4x (the FMA kernels) to 1.8x (the standard matmul) the
 instructions those kernels executed before this: every copy loop but ``load_twice``'s is unrolled
 4-fold. The products' loops are unrolled in the source (``static_range``): nothing to divide.
-Full tiles are assumed (a ragged last tile runs fewer). None where a loop's line is none of
-these (Algorithm 1's nested i loop holds loops of its own): the caller then counts each nested
-loop once. Pure Python: reads the kernel sources as text, imports no numba.
+Loops written in the kernel, and loops that hold loops, are read off their own ``for`` line
+(the first among the loop's lines that no enclosing loop owns: a compiled loop borrows its
+parents' loop control): Algorithm 1's row loop ``range(tr)`` runs what the workload sets (the
+caller's ``rows_per_trip``), its softmax's ``range(tid, BR, T)`` a thread's rows, that loop's
+column loops ``range(cols)``, ``range(BC)`` Bc each (over the u of them a compiled trip does:
+its shared loads, one an iteration; ptxas unrolls them 4- and 8-fold). A nested loop's trips are per trip of
+the loop it sits in (``parents``).
+Full tiles are assumed (a ragged last tile runs fewer); warps whose threads have no row of
+``range(tid, BR, T)`` are counted running it too (every warp runs the same stream). None
+where a loop's line is none of these: the caller then counts each nested loop once. Pure Python: reads the kernel sources as text, imports no numba.
 """
 from __future__ import annotations
 
@@ -47,6 +54,8 @@ _CALL = re.compile(r"\b(load_head_tile|load_twice|load_row_stats|load_row_block|
 _RANGE = re.compile(r"for \w+ in range\(([^)]*)\)")
 
 
+#: The standard matmul's strided copies (their ``range`` bounds).
+MATMUL_COPIES = ("tid,BR*BK,T", "tid,BK*BC,T")
 #: Global loads (LDG, LDGSTS) one source iteration of each strided copy makes (module docstring);
 #: "range" is the standard matmul's two copies, written as ``for`` loops in the kernel.
 COPY_LOADS = {"load_head_tile": 1, "load_twice": 4, "load_row_stats": 2, "load_row_block": 2,
@@ -91,19 +100,33 @@ def _counts_at(text: str, kernel: str, t: Tiling, d: int) -> list[int] | None:
 
 
 @lru_cache(maxsize=None)
-def inner_trips(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "") -> tuple[int, ...] | None:
-    """Trips per main-loop trip of each loop nested in ``kernel``'s main loop (address order),
-    or None where one is not known (module docstring). () when there are none."""
+def inner_trips(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "",
+                rows_per_trip: int | None = None, warp: int | None = None) -> tuple[float, ...] | None:
+    """Trips of each loop nested in ``kernel``'s main loop (address order) per trip of the loop
+    it sits in (``parents``), or None where one is not known (module docstring). () when there
+    are none. ``rows_per_trip``: the trips of Algorithm 1's row loop (``for i in range(tr)``)
+    per main-loop trip, which the workload sets (``Phase.inner_trips``); None: unknown.
+    ``warp``: the trips of that warp of the block (an int each); None: the mean over the
+    block's warps (a float where a loop's trips differ between warps)."""
     rows = regions_of(kernel, tiling, d, causal, variant)
     main = next((r for r in rows if r.region == MAIN_LOOP), None)
     if main is None:
         return None
     nested = sorted((r for r in rows if r.region.startswith("inner_loop_")), key=lambda r: r.start)
-    if any(r.depth > main.depth + 1 for r in nested):
-        return None                      # loops within nested loops: not modelled
-    located = [_line_of(r.lines, kernel, tiling, d) for r in nested]
-    if any(where is None for where, _ in located):
-        return None
+    up = parents(main, nested)
+    main_file, _ = _line_numbers(main.lines)
+    control = {None: _first_for(main, main_file) if main_file else None}   # each loop's for line
+    located = []
+    for k, region in enumerate(nested):      # parents come before the loops they hold
+        holds = any(up[j] == k for j in range(len(nested)))
+        where, counts = (None, None) if holds else _line_of(region.lines, kernel, tiling, d)
+        if where is None:       # a loop written in the kernel, or one holding loops: its for line
+            enclosing = {control[j] for j in [*_chain(up, k), None]}
+            where, counts = _own_loop(region, enclosing, kernel, tiling, rows_per_trip, warp)
+        if where is None:
+            return None
+        control[k] = where[1]
+        located.append((where, counts))
     per_line = Counter(where for where, _ in located)
     taken: dict[tuple[str, int], int] = {}
     out = []
@@ -118,6 +141,84 @@ def inner_trips(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str 
         out.append(unrolled(counts[k], region, copy_kind(_source(where[0])[where[1] - 1])))
         taken[where] = k + 1
     return tuple(out)
+
+
+def parents(main, nested) -> list[int | None]:
+    """For each nested region (address order), the index of the nested region it sits in
+    (the innermost one holding its addresses), None for the main loop's own."""
+    out = []
+    for r in nested:
+        holders = [j for j, q in enumerate(nested)
+                   if q is not r and q.start <= r.start and r.end <= q.end and q.depth < r.depth]
+        out.append(max(holders, key=lambda j: nested[j].depth) if holders else None)
+    return out
+
+
+def _chain(up: list[int | None], k: int) -> list[int]:
+    """The nested regions holding region ``k``, innermost first."""
+    out, j = [], up[k]
+    while j is not None:
+        out.append(j)
+        j = up[j]
+    return out
+
+
+def _own_loop(region, enclosing: set, kernel: str, t: Tiling, rows_per_trip: int | None,
+              warp: int | None = None):
+    """((file, line), [trips]) of a loop written in the kernel: the first ``for`` statement
+    among its lines that is no ``enclosing`` loop's (for lines: a loop borrows its parents'
+    loop control)
+    -- ``range(tr)``, Algorithm 1's row loop: ``rows_per_trip``; ``range(tid, BR, T)``:
+    a thread's rows, ``warp_rows``; ``range(cols)``, ``range(BC)``: a row of S, Bc
+    iterations of one shared load each (full tiles), compiled u-fold as its u loads say --
+    (None, None) for any other."""
+    file, numbers = _line_numbers(region.lines)
+    if file is None:
+        return None, None
+    for line in sorted(numbers):
+        text = _source(file)[line - 1]
+        loop = _RANGE.search(text)
+        if not loop or line in enclosing or not text.lstrip().startswith("for "):
+            continue
+        bounds = loop.group(1).replace(" ", "")
+        if bounds == "tr":
+            return ((file, line), [rows_per_trip]) if rows_per_trip is not None else (None, None)
+        if bounds == "tid,BR,T":
+            return (file, line), [warp_rows(t.Br, t.threads_for(kernel), warp)]
+        if bounds in ("cols", "BC"):    # a row of S: one shared load an iteration, unrolled u-fold
+            u = max(1, region.lds32 + region.lds64 + region.lds128)
+            return (file, line), [-(-t.Bc // u)]
+        return None, None
+    return None, None
+
+
+def warp_rows(rows: int, threads: int, warp: int | None) -> float:
+    """Trips warp ``warp`` of a block of ``threads`` makes of ``range(tid, rows, threads)``
+    (a trip where any of its lanes has a row): ceil((rows - 32 warp) / threads), 0 for a warp
+    past the rows; None: the mean over the block's warps."""
+    if warp is None:
+        warps = -(-threads // 32)
+        return sum(warp_rows(rows, threads, w) for w in range(warps)) / warps
+    return max(0, -(-(rows - 32 * warp) // threads))
+
+
+def _first_for(region, file: str) -> int | None:
+    """The first ``for`` statement among a region's lines (its loop control)."""
+    f, numbers = _line_numbers(region.lines)
+    if f != file:
+        return None
+    return next((n for n in sorted(numbers) if _source(file)[n - 1].lstrip().startswith("for ")), None)
+
+
+def _line_numbers(lines: str) -> tuple[str | None, list[int]]:
+    if not lines:
+        return None, []
+    file, _, spans = lines.split(" ")[0].partition(":")
+    out = []
+    for part in spans.split(","):
+        bounds = [int(n) for n in part.split("-") if n]
+        out += list(range(bounds[0], bounds[-1] + 1)) if bounds else []
+    return file, out
 
 
 def _line_of(lines: str, kernel: str, t: Tiling, d: int):
@@ -141,7 +242,7 @@ def copy_kind(text: str) -> str | None:
     if call:
         return call.group(1) if call.group(1) in COPY_LOADS else None
     loop = _RANGE.search(text)
-    return "range" if loop and loop.group(1).replace(" ", "").startswith("tid,") else None
+    return "range" if loop and loop.group(1).replace(" ", "") in MATMUL_COPIES else None
 
 
 def unrolled(iterations: int, region, kind: str | None) -> int:

@@ -177,3 +177,20 @@ def test_global_loads_wait_an_l2_hit_and_spill_refills_an_l1_hit(rates):
     assert loop_cycles(ldl, 1, rates) == pytest.approx(N * l1, rel=0.05)
     assert loop_cycles(ldl, 1, rates, local_latency=l2) == pytest.approx(N * l2, rel=0.02)
     assert loop_cycles(ldg, 1, rates, global_latency=100.0) == pytest.approx(N * 100.0, rel=0.05)
+
+
+def test_warps_of_different_streams_run_their_own(rates):
+    """Streams: two warps of one block, an ALU chain of N and one of 2N, each ending at the
+    block's barrier: a trip takes the longer chain, then the barrier; equal streams give what
+    one shared stream does."""
+    from simulator.issue import Streams
+
+    chain = (op("LOP3", ["R0"], ["R0"]),)
+    bar = (op("BAR.SYNC", [], []),)
+    short, long = chain * N + bar, chain * (2 * N) + bar
+    two = loop_cycles(Streams((short, long)), 2, rates)
+    expected = 2 * N * rates.alu_latency_cycles + rates.barrier_cycles_at(SCHEDULERS * 2)
+    assert two == pytest.approx(expected, rel=0.05)
+    assert loop_cycles(Streams((short, short)), 2, rates) == pytest.approx(loop_cycles(short, 2, rates))
+    with pytest.raises(ValueError, match="2 streams for 3 warps"):
+        loop_cycles(Streams((short, short)), 3, rates)

@@ -235,3 +235,18 @@ def test_the_runtime_simulates_every_main_loop_it_knows_the_trips_of():
     assert forward >= 16 * 192 / r.mma_tf32_per_cycle
     assert simulated("flash_forward_v2", Tiling(128, 64)) > 0
     assert simulated("flash_forward_v1", Tiling(64, 64)) is None     # nested-loop trips unknown
+
+
+def test_algorithm_1s_row_loop_and_its_softmax_loops_are_counted_as_compiled():
+    from simulator.trips import inner_trips, warp_rows
+    # 64 x 64, d = 64, 256 threads: K, V copies (16 iterations, 4 a trip), the row loop
+    # (rows_per_trip), in it the Q copy, the 16 four-step passes of S = Q K^T, the softmax's
+    # rows (one a thread: warps 0 and 1 of 8, a mean of 0.25), its max (64 loads, 4 a trip) and
+    # exp (64, 8 a trip) loops, the 16 passes of P V and their empty remainder
+    t = Tiling(64, 64)
+    assert inner_trips("flash_forward_v1", t, 64, False) is None          # rows unknown
+    assert inner_trips("flash_forward_v1", t, 64, False, "", 32) == (4, 4, 32, 4, 16, 0.25, 16, 8, 16, 0)
+    assert inner_trips("flash_forward_v1", t, 64, False, "", 32, 1)[5] == 1
+    assert inner_trips("flash_forward_v1", t, 64, False, "", 32, 2)[5] == 0
+    assert [warp_rows(64, 256, w) for w in range(8)] == [1, 1, 0, 0, 0, 0, 0, 0]
+    assert warp_rows(300, 256, 0) == 2 and warp_rows(300, 256, 2) == 1 and warp_rows(64, 256, None) == 0.25
