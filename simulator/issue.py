@@ -79,8 +79,8 @@ LDS_LATENCY = 29
 #: (assumed ~23, as published for Volta-Hopper).
 SHFL_LATENCY = 23
 #: Global / local load latency presets (cycles; assumptions from published microbenchmarks):
-#: an L1 hit, an L2 hit, DRAM, for rates that did not measure the first two (calibrate's
-#: pointer chase: ``l1_hit_latency_cycles``, ``l2_hit_latency_cycles``).
+#: an L1 hit, an L2 hit, DRAM, for rates that did not measure them (calibrate's pointer chase:
+#: ``l1_hit_latency_cycles``, ``l2_hit_latency_cycles``, ``dram_latency_cycles``).
 L1_HIT_LATENCY = 33
 L2_HIT_LATENCY = 270
 DRAM_LATENCY = 500
@@ -383,6 +383,14 @@ def memory_latencies(r: MachineRates) -> tuple[float, float]:
     return (r.l2_hit_latency_cycles or L2_HIT_LATENCY, r.l1_hit_latency_cycles or L1_HIT_LATENCY)
 
 
+def global_load_latency(r: MachineRates, l2_miss: float) -> float:
+    """A global load's mean latency when a share ``l2_miss`` of its bytes come from DRAM: the
+    L2 hit latency, plus that share of DRAM's beyond it (measured, or the preset)."""
+    l2 = r.l2_hit_latency_cycles or L2_HIT_LATENCY
+    dram = r.dram_latency_cycles or DRAM_LATENCY
+    return l2 + min(1.0, max(0.0, l2_miss)) * (dram - l2)
+
+
 def _latency(o: Op, r: MachineRates, memory: tuple[float, float], mma_format: str) -> float:
     pipe = o.pipe
     if pipe == "hmma":
@@ -447,7 +455,7 @@ def _rates_key(r: MachineRates) -> tuple:
             tuple(sorted(r.lds_wavefronts_per_cycle.items())),
             tuple(sorted(r.sts_wavefronts_per_cycle.items())), tuple(sorted(r.barrier_cycles.items())),
             r.lds_latency_cycles, r.shfl_latency_cycles, r.l1_hit_latency_cycles,
-            r.l2_hit_latency_cycles,
+            r.l2_hit_latency_cycles, r.dram_latency_cycles,
             tuple(sorted((f, tuple(sorted(c.items()))) for f, c in r.mma_half_by_config.items())),
             tuple(sorted(r.mma_half_latency_cycles.items())))
 

@@ -102,9 +102,9 @@ class MachineRates:
     ``mma.sync.m16n8k16`` (fp32 accumulators, 4096 FLOP each) rates by (warps an SM, chains a
     warp), as ``mma_tf32_by_config``, and its dependent latency; empty for CSVs from before
     they were measured (then ``mma_at`` of a half format raises LookupError).
-    l1_hit_latency_cycles, l2_hit_latency_cycles: cycles of a dependent global load that hits
-    in L1 (ld.global.ca) / in L2 with L1 bypassed (ld.global.cg), one thread's pointer chase;
-    None for CSVs from before they were measured (2026-12-02).
+    l1_hit_latency_cycles, l2_hit_latency_cycles, dram_latency_cycles: cycles of a dependent
+    global load that hits in L1 (ld.global.ca) / in L2 with L1 bypassed (ld.global.cg) / misses
+    L2, one thread's pointer chase; None for CSVs from before they were measured (2026-12-02).
     launch_gap_s: GPU seconds from one queued empty kernel to the next (the launch overhead the
     GPU adds between back-to-back kernels).  host_launch_s: host seconds a numba launch of an
     empty kernel of one array argument; host_launch_per_array_arg_s: each further array argument.
@@ -145,6 +145,7 @@ class MachineRates:
     mma_half_latency_cycles: Mapping[str, float] = field(default_factory=dict)
     l1_hit_latency_cycles: float | None = None
     l2_hit_latency_cycles: float | None = None
+    dram_latency_cycles: float | None = None
 
     @property
     def ffma_flops_per_cycle(self) -> float:
@@ -284,6 +285,7 @@ def load_rates(path: str | Path = RATES_CSV) -> MachineRates:
         shfl_latency_cycles=values.get("shfl_latency_cycles"),
         l1_hit_latency_cycles=values.get("l1_hit_latency_cycles"),
         l2_hit_latency_cycles=values.get("l2_hit_latency_cycles"),
+        dram_latency_cycles=values.get("dram_latency_cycles"),
         lds_wavefronts_per_cycle=shared["lds"], sts_wavefronts_per_cycle=shared["sts"],
         **{name: (int(values[q]) if name == "sm_count" else values[q]) for name, q in _SCALARS.items()})
 

@@ -9,7 +9,8 @@ blocks an SM from ptxas's registers and the shared memory):
    the loops nested in it are known (``simulator.trips``), the
    issue simulator (``simulator.issue.loop_cycles``) gives the cycles the SM's schedulers need
    for one trip of each resident block: the resident warps interleaved on each scheduler,
-   dependency latencies (global loads at the L2 latency, spill refills at L1's or, where the
+   dependency latencies (global loads at the L2 latency, plus DRAM's beyond it for the share
+   of their bytes the L2 model sends to DRAM; spill refills at L1's or, where the
    spills do not fit beside the tiles in L1 (``simulator.local``), L2's), pipe rates and
    barriers, all at measured rates. Otherwise a
    throughput bound, one trip of one block costing the SM
@@ -55,6 +56,7 @@ from .hardware import Hardware
 from .occupancy import resources
 from .phases import Phase
 from .rates import RATES_CSV, MachineRates, load_rates
+from .sectors import SECTOR_BYTES, sector_traffic
 from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
 from .local import local_traffic, nested_runs, recorded_causal, rows_per_trip
@@ -226,8 +228,12 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     t_trip = cost(counts, _smem_wavefronts(p, w) / trips if trips else 0.0)
     share = occ.blocks_per_sm
     spills_miss = local_traffic(p, w, tiling, hw).missed_bytes > 0
+    # the share of the global loads' bytes DRAM serves (the L2 model's DRAM reads over the
+    # sector model's SM<->L2 reads): their latency between L2's and DRAM's
+    fetched = sector_traffic(p, w).missed * SECTOR_BYTES
+    l2_miss = (dram_bytes[0] / fetched) if dram_bytes and fetched else 0.0
     simulated = {k: _simulated_trip(kernel, variant, tiling, w, occ, r, fmt, spills_miss, k,
-                                    rows_per_trip(p)) for k in range(1, share + 1)}
+                                    rows_per_trip(p), l2_miss) for k in range(1, share + 1)}
     if all(c is not None for c in simulated.values()):
         trip_cycles = simulated.__getitem__      # k resident blocks: a trip of each, side by side
     else:
@@ -242,13 +248,13 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
 
 def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: MachineRates,
                     fmt: str = "tf32", spills_miss: bool = False, resident: int | None = None,
-                    rows: int | None = None):
+                    rows: int | None = None, l2_miss: float = 0.0):
     """Cycles of one main-loop trip of every resident block (``resident`` of them: None, as
     many as ``occ`` fits) by the issue simulator, or None
     where it cannot run (no recorded stream, nested loops of unknown trips, a band kernel
     never recorded: ``Workload.kernel_causal`` None). Global loads at the L2's latency, spill
     refills at L1's, or L2's where they miss L1 (``spills_miss``: ``simulator.local``)."""
-    from .issue import Streams, loop_cycles, loop_record, memory_latencies, stream_for
+    from .issue import Streams, global_load_latency, loop_cycles, loop_record, memory_latencies, stream_for
 
     causal = w.kernel_causal
     if causal is None:
@@ -274,7 +280,7 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
                        inner_trips(kernel, t, w.d, causal, variant, rows, 4 * (i // blocks)))
             for i in range(per_scheduler)))
     l2, l1 = memory_latencies(r)
-    return loop_cycles(stream, per_scheduler, r, global_latency=l2,
+    return loop_cycles(stream, per_scheduler, r, global_latency=global_load_latency(r, l2_miss),
                        local_latency=l2 if spills_miss else l1, blocks=blocks, mma_format=fmt)
 
 

@@ -332,9 +332,12 @@ def test_the_global_chase_visits_every_line_once_a_round():
         seen.append(at)
         at = int(links[at])
     assert at == 0 and len(set(s // mb.CHASE_STRIDE_WORDS for s in seen)) == len(seen) == 64
+    far = mb.chase_links(2**20, mb.DRAM_CHASE_STRIDE_WORDS)       # 4 KiB + 128 B apart
+    assert far[0] == mb.DRAM_CHASE_STRIDE_WORDS and far[far.size - 1] == mb.DRAM_CHASE_STRIDE_WORDS - 1
 
 
 def test_the_memory_latency_benchmarks_run_under_the_simulator():
     rows = mb.measure_memory_latency(mb.Bench(simulated=True, quick=True))
-    assert [r.quantity for r in rows] == ["l1_hit_latency_cycles", "l2_hit_latency_cycles"]
+    assert [r.quantity for r in rows] == ["l1_hit_latency_cycles", "l2_hit_latency_cycles",
+                                          "dram_latency_cycles"]
     assert all(r.value is None and r.unit == "cycles" for r in rows)

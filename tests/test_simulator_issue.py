@@ -194,3 +194,13 @@ def test_warps_of_different_streams_run_their_own(rates):
     assert loop_cycles(Streams((short, short)), 2, rates) == pytest.approx(loop_cycles(short, 2, rates))
     with pytest.raises(ValueError, match="2 streams for 3 warps"):
         loop_cycles(Streams((short, short)), 3, rates)
+
+
+def test_a_global_load_waits_dram_for_the_share_of_bytes_l2_misses(rates):
+    from simulator.issue import DRAM_LATENCY, L2_HIT_LATENCY, global_load_latency
+
+    l2 = rates.l2_hit_latency_cycles or L2_HIT_LATENCY
+    dram = rates.dram_latency_cycles or DRAM_LATENCY
+    assert global_load_latency(rates, 0.0) == l2 and global_load_latency(rates, 1.0) == dram
+    assert global_load_latency(rates, 0.25) == pytest.approx(l2 + 0.25 * (dram - l2))
+    assert global_load_latency(rates, 3.0) == dram and global_load_latency(rates, -1) == l2

@@ -39,6 +39,7 @@ HMMA's wait is longer than an instruction's stall field): part of the latency ou
 """
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import time
@@ -87,10 +88,14 @@ GLOBAL_UNROLL, GLOBAL_THREADS, GLOBAL_BLOCKS_PER_SM = 4, 512, 2
 L2_BYTES_READ = 16 * 2**20
 DRAM_BYTES = 2 * 2**30
 #: Global pointer chase: one thread's dependent loads, a line (32 words) apart, over 8 KB (L1,
-#: ld.global.ca) or 4 MiB (L2, ld.global.cg: L1 bypassed); one pass warms the caches first.
+#: ld.global.ca) or 4 MiB (L2, ld.global.cg: L1 bypassed), one pass warming the caches first;
+#: and over 1 GiB (DRAM: 4 KiB + 128 B apart, so each load opens another DRAM page while
+#: a 2 MiB translation serves 500 of them; the round, 262 143 loads, has left L2 long before
+#: a line comes back).
 CACHED, UNCACHED = 0, 1
 CHASE_STRIDE_WORDS = 32
 CHASE_BYTES = {CACHED: 8 * 2**10, UNCACHED: 4 * 2**20}
+DRAM_CHASE_BYTES, DRAM_CHASE_STRIDE_WORDS = 2**30, 1024 + 32
 #: Placement: threads a block, waves launched, how long each block spins.
 PLACEMENT_THREADS, PLACEMENT_WAVES, PLACEMENT_SPIN_NS = 128, 3, 50_000
 PLACEMENT_UNITS = {"placement_first_wave_blocks": "blocks", "placement_blocks_per_sm": "blocks",
@@ -393,9 +398,10 @@ def chase_kernel():
 
 @lru_cache(maxsize=None)
 def memory_chase_kernel():
-    """chase_memory(mode, data, links, iterations, out, timing): thread 0 of the block follows
-    the chain in ``data`` (each word the index of the next; ``links`` of them), first once
-    round (the caches warm), then ``iterations`` x 16 loads timed: mode CACHED by
+    """chase_memory(mode, data, start, links, iterations, out, timing): thread 0 of the block
+    follows the chain in ``data`` (each word the index of the next) from word ``start``, first
+    ``links`` loads untimed (a round of the chain: the caches warm), then ``iterations`` x 16
+    loads timed: mode CACHED by
     ld.global.ca (L1 hits), UNCACHED by ld.global.cg (L1 bypassed: L2 hits). A load's index
     comes from the one before, so each waits its latency (plus the index-to-address IMAD)."""
     p, mark = primitives(), _mark()
@@ -403,8 +409,8 @@ def memory_chase_kernel():
     unroll = OPS_PER_ITERATION["shared"]
 
     @cuda.jit
-    def chase_memory(mode, data, links, iterations, out, timing):
-        at = uint32(0)
+    def chase_memory(mode, data, start, links, iterations, out, timing):
+        at = uint32(start)
         lead = cuda.threadIdx.x == 0
         if lead:
             for _ in range(links):
@@ -695,7 +701,7 @@ def ptx_targets():
     for loads in (0, 1, 2):
         yield f"mma_lds loads={loads}", mma_lds_kernel(loads).py_func, f"({f32}, int64, {f32}, {table})"
     yield "chase", chase_kernel().py_func, f"(int64, int64, uint32[::1], {table})"
-    yield "chase_memory", memory_chase_kernel().py_func, f"(int64, uint32[::1], int64, int64, uint32[::1], {table})"
+    yield "chase_memory", memory_chase_kernel().py_func, f"(int64, uint32[::1], int64, int64, int64, uint32[::1], {table})"
     for ilp in (1, 8):
         yield f"pipe ilp={ilp}", pipe_kernel(ilp).py_func, f"(int64, {f32}, int64, {f32}, {table})"
     yield "shared", shared_kernel().py_func, f"(int64, int64, uint32[::1], {table})"
@@ -1073,28 +1079,40 @@ def measure_chase(bench: Bench) -> list[Measurement]:
     return rows
 
 
-def chase_links(nbytes: int) -> np.ndarray:
-    """The chain of ``memory_chase_kernel``: word i holds i + CHASE_STRIDE_WORDS (mod the
-    buffer), so every load touches a new 128-byte line and the chain visits each once a round."""
+def chase_links(nbytes: int, stride: int = CHASE_STRIDE_WORDS) -> np.ndarray:
+    """The chain of ``memory_chase_kernel``: word i holds i + ``stride`` (mod the buffer), so
+    every load touches a new 128-byte line (stride >= 32 words)."""
     words = np.arange(nbytes // 4, dtype=np.uint32)
-    return ((words + CHASE_STRIDE_WORDS) % words.size).astype(np.uint32)
+    return ((words + stride) % words.size).astype(np.uint32)
 
 
 def measure_memory_latency(bench: Bench) -> list[Measurement]:
-    """Latency (cycles) of a dependent global load that hits in L1 (8 KB chain, ld.global.ca)
-    and in L2 (4 MiB chain, ld.global.cg), one thread of one block."""
+    """Latency (cycles) of a dependent global load that hits in L1 (8 KB chain, ld.global.ca),
+    in L2 (4 MiB, ld.global.cg) and that misses L2 (1 GiB, no warm round: ld.global.cg), one
+    thread of one block."""
     kernel, rows = memory_chase_kernel(), []
-    for name, mode, what in (("l1_hit_latency_cycles", CACHED, "ld.global.ca"),
-                             ("l2_hit_latency_cycles", UNCACHED, "ld.global.cg (L1 bypassed)")):
-        nbytes = CHASE_BYTES[mode] if not bench.simulated else 4 * WARP * CHASE_STRIDE_WORDS
-        data = cuda.to_device(chase_links(nbytes))
-        links = nbytes // 4 // CHASE_STRIDE_WORDS
-        runs, rates = _throughput(bench, kernel, 1, 1, lambda n, m=mode: (m, data, links, n),
-                                  OPS_PER_ITERATION["shared"], 10, np.uint32)
+    for name, mode, nbytes, stride, warm, what in (
+            ("l1_hit_latency_cycles", CACHED, CHASE_BYTES[CACHED], CHASE_STRIDE_WORDS, True, "ld.global.ca"),
+            ("l2_hit_latency_cycles", UNCACHED, CHASE_BYTES[UNCACHED], CHASE_STRIDE_WORDS, True,
+             "ld.global.cg (L1 bypassed)"),
+            ("dram_latency_cycles", UNCACHED, DRAM_CHASE_BYTES, DRAM_CHASE_STRIDE_WORDS, False,
+             "ld.global.cg, every load a new DRAM page")):
+        if bench.simulated:
+            nbytes, stride = 4 * WARP * CHASE_STRIDE_WORDS, CHASE_STRIDE_WORDS
+        data = cuda.to_device(chase_links(nbytes, stride))
+        links = nbytes // 4 // stride if warm else 0
+        # cold: each launch starts a sixteenth of the buffer (64 MiB) past the last one's start,
+        # beyond what that one read (a 2 ms launch: < 10 000 loads, < 41 MiB)
+        launches, span = itertools.count(), nbytes // 4 // 16
+
+        def args(n, m=mode, warm=warm):
+            return m, data, 0 if warm else next(launches) % 16 * span, links, n
+        runs, rates = _throughput(bench, kernel, 1, 1, args, OPS_PER_ITERATION["shared"], 10, np.uint32)
         rows.append(bench.measurement(name, "cycles", "clock64, one thread, dependent chain", runs,
                                       [1 / r for r in rates], warps_per_sm=1, ilp=1,
-                                      detail=f"{what} pointer chase over {nbytes // 1024} KB, "
-                                             f"128 B apart (the index-to-address IMAD included)"))
+                                      detail=f"{what}: pointer chase over {nbytes // 1024} KB, "
+                                             f"{4 * stride} B apart (the index-to-address IMAD included)"))
+        del data
     return rows
 
 
