@@ -100,6 +100,22 @@ VALIDATION_3 = (
     Case("fa2", "fwd_bwd", 3, 12, 1536, 64, dtype="float16"),
     Case("fa2", "fwd_bwd", 2, 16, 2560, 128, causal=True, dtype="bfloat16"),
 )
+#: Held out from the model of 2026-12-02's end (Algorithm 1's loops, DRAM's share of the load
+#: latency): new shapes on kernels already compiled for the splits above.
+VALIDATION_4 = (
+    Case("fa2", "fwd_bwd", 2, 14, 3584, 64),
+    Case("fa2", "fwd_bwd", 6, 16, 768, 128),
+    Case("fa2", "fwd_bwd", 3, 10, 2560, 32, causal=True),
+    Case("fa2", "fwd_bwd", 1, 24, 5120, 64, causal=True),
+    Case("fa2_fma", "fwd_bwd", 2, 12, 2048, 128),
+    Case("fa1", "fwd", 1, 20, 1536, 64),
+    Case("standard", "fwd_bwd", 2, 12, 768, 128),
+    Case("fa2", "fwd_bwd", 2, 16, 3072, 128, causal=True, dtype="float16"),
+    Case("fa2", "fwd_bwd", 6, 8, 1024, 32, dtype="bfloat16"),
+)
+#: Every split measured on the GPU, by name.
+SPLITS = {"development": DEVELOPMENT, "validation": VALIDATION, "validation_2": VALIDATION_2,
+          "half": HALF, "validation_3": VALIDATION_3, "validation_4": VALIDATION_4}
 #: CPU mode: the model alone, at a few of the same configurations.
 CPU_CASES = DEVELOPMENT[:2] + VALIDATION[:2]
 
@@ -246,10 +262,7 @@ def repredict(kernels_csv: Path) -> list[dict]:
     measurement's device, date and commit go in ``measured_*`` columns."""
     from experiments.common.results import number, read_rows
 
-    splits = {c.label: name for name, cases in (("development", DEVELOPMENT), ("validation", VALIDATION),
-                                                ("validation_2", VALIDATION_2), ("half", HALF),
-                                                ("validation_3", VALIDATION_3))
-              for c in cases}
+    splits = {c.label: name for name, cases in SPLITS.items() for c in cases}
     raw = read_rows(kernels_csv)
     by_case: dict[str, list[dict]] = {}
     for r in raw:
@@ -281,8 +294,7 @@ def run(ctx: RunContext) -> list[dict]:
         if measured.exists():     # a GPU run's counters: predicted again by this model
             return repredict(measured)
         return collect(ctx, {"development": CPU_CASES})
-    return collect(ctx, {"development": DEVELOPMENT, "validation": VALIDATION,
-                         "validation_2": VALIDATION_2, "half": HALF, "validation_3": VALIDATION_3})
+    return collect(ctx, dict(SPLITS))
 
 
 def _print(rows: list[dict]) -> None:
