@@ -6,8 +6,7 @@ and FlashAttention (fa2; backward with atomics; in fp16 / bf16 the forward on te
 that format, the backward on widened inputs).  SDPA: MATH, EFFICIENT_ATTENTION, FLASH_ATTENTION
 and CUDNN_ATTENTION (the last two have no fp32 kernels: recorded "unsupported").  Every kernel is checked against float64 before it is
 timed.  FLOPs: 4 B H N^2 d forward, x3.5 forward + backward (backward = 2.5 x forward).
-Predicted: the simulator's time on the H200 (levels, else the roofline; none for the half
-backward, whose widening the model does not have).  CPU: predicted only -- or, where the results
+Predicted: the simulator's time on the H200 (levels, else the roofline).  CPU: predicted only -- or, where the results
 folder holds a GPU run's ``runtime.csv``, that run's timings beside this model's predictions
 (``experiments.common.repredict``).
 """
@@ -28,8 +27,6 @@ NS = [1024, 2048, 4096, 8192, 16384, 32768, 65536]
 QUICK_NS = [1024, 4096, 16384]
 OURS = ("standard", "fa2")
 HALF = ("float16", "bfloat16")
-UNMODELLED = ("not predicted: the backward widens half inputs to float32 first, conversion "
-              "kernels the model does not have")
 
 
 def batch(n: int) -> int:
@@ -41,11 +38,9 @@ PREDICTED_COLUMNS = ("predicted", "predicted_tflops", "model")
 
 
 def _predicted(case: Case) -> dict:
-    """The model's columns of our kernels' row for ``case`` (none for the half backward)."""
-    if case.dtype == "float32" or case.passes == "fwd":
-        ms = model.predict_case(case).time_s * 1e3
-        return {"predicted": ms, "predicted_tflops": tflops(case.flops, ms)}
-    return {"model": UNMODELLED}
+    """The model's columns of our kernels' row for ``case``."""
+    ms = model.predict_case(case).time_s * 1e3
+    return {"predicted": ms, "predicted_tflops": tflops(case.flops, ms)}
 
 
 def _predicted_again(row: dict) -> dict:

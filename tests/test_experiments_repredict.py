@@ -32,8 +32,6 @@ def _assert_measured_on_the_gpu(rows: list[dict]) -> None:
 
 
 def test_runtime_predicts_a_gpu_runs_timings_again(tmp_path):
-    from experiments.runtime import UNMODELLED
-
     ours = Case("fa2", "fwd", causal=True, **SMALL)
     half_backward = Case("fa2", "fwd_bwd", dtype="float16", **SMALL)
     common = {"H": 2, "N": 128, "d": 64, "B": 1, "unit": "ms", "measured_by": "CUDA events, median of 10"}
@@ -41,7 +39,7 @@ def test_runtime_predicts_a_gpu_runs_timings_again(tmp_path):
              "quantity": "runtime fwd", "predicted": STALE, "predicted_tflops": 1.0, "measured": 0.0123456789,
              "tflops": 3.21, "max_rel_error": 1e-6, **common},
             {"implementation": "ours fa2", "passes": "fwd_bwd", "causal": False, "dtype": "float16",
-             "flops": half_backward.flops, "quantity": "runtime fwd_bwd", "measured": 0.05, "model": UNMODELLED,
+             "flops": half_backward.flops, "quantity": "runtime fwd_bwd", "measured": 0.05, "model": "",
              **common},
             {"implementation": "torch SDPA MATH", "passes": "fwd", "causal": False, "dtype": "float32",
              "flops": ours.flops, "ms": 0.02, "tflops": 4.0, **SMALL, "unit": "ms"}]
@@ -51,7 +49,7 @@ def test_runtime_predicts_a_gpu_runs_timings_again(tmp_path):
     assert float(got[0]["predicted_tflops"]) == tflops(ours.flops, now)
     assert [r["measured"] for r in got] == ["0.0123456789", "0.05", ""]
     assert (got[0]["tflops"], got[0]["max_rel_error"], got[2]["ms"]) == ("3.21", "1e-06", "0.02")
-    assert got[1]["predicted"] == "" and got[1]["model"] == UNMODELLED      # the half backward: no model
+    assert float(got[1]["predicted"]) == model.predict_case(half_backward).time_s * 1e3   # the half kernels too
     assert got[2]["predicted"] == got[2]["model"] == ""                      # SDPA: never predicted
     _assert_measured_on_the_gpu(got)
     again = _run(tmp_path, "runtime", got, {})    # the rewritten CSV is the GPU run still
