@@ -99,8 +99,9 @@ def test_gpu_parts_are_skipped_and_said_so(results):
         assert all(not r.get("measured") for r in rows)
         assert all("skipped" in r["note"] and "no GPU" in r["note"] for r in rows)
         assert all(float(r["predicted"]) > 0 for r in rows if not r.get("model"))
-    assert all(r["model"].startswith("not predicted") for r in _rows(out, "runtime")
-               if r["dtype"] != "float32" and r["passes"] == "fwd_bwd")
+    half_backward = [r for r in _rows(out, "runtime")
+                     if r["dtype"] != "float32" and r["passes"] == "fwd_bwd" and r["implementation"].startswith("ours")]
+    assert half_backward and all(float(r["predicted"]) > 0 for r in half_backward)   # the half kernels are timed
     standard = [r for r in _rows(out, "memory") if r["method"] == "standard"]
     flash = [r for r in _rows(out, "memory") if r["method"] == "flash"]
     assert float(standard[-1]["predicted"]) > 10 * float(flash[-1]["predicted"])
