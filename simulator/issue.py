@@ -6,7 +6,8 @@ Input: the loop body's instructions with their registers (``Op``), recorded per 
 by tools/kernel_loops.py in ``kernel_loops.json.gz`` (``stream_for``); hand-built streams work
 alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cycle by cycle:
 
-- every warp issues its instructions in program order, the body ``trips`` times back to back
+- every warp issues its instructions in program order (its own stream where ``Streams`` gives
+  one per warp: nested loops whose trips differ between warps), the body ``trips`` times back to back
   (registers carry over, so loop-carried dependencies count); a scheduler issues at most one
   instruction a cycle, from the oldest ready warp (lowest index: ``policy="oldest"``) or the
   last one to issue while it stays ready (``policy="gto"``, greedy then oldest);
