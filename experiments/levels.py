@@ -260,6 +260,8 @@ def repredict(kernels_csv: Path) -> list[dict]:
     """Level rows of a GPU run's raw counters (its ``levels_kernels.csv``) beside this model's
     predictions: the model can change without a GPU and its errors be read again. The
     measurement's device, date and commit go in ``measured_*`` columns."""
+    from experiments.common.metadata import METADATA_COLUMNS
+    from experiments.common.repredict import measurement
     from experiments.common.results import number, read_rows
 
     splits = {c.label: name for name, cases in SPLITS.items() for c in cases}
@@ -267,7 +269,7 @@ def repredict(kernels_csv: Path) -> list[dict]:
     by_case: dict[str, list[dict]] = {}
     for r in raw:
         kernel = {k: (v if k == "name" else number(v)) for k, v in r.items()
-                  if k not in ("case", "algorithm", "launch") and k not in METADATA_KEYS}
+                  if k not in ("case", "algorithm", "launch") and k not in METADATA_COLUMNS}
         by_case.setdefault(r["case"], []).append(kernel)
     rows = []
     for label, kernels in by_case.items():
@@ -277,15 +279,10 @@ def repredict(kernels_csv: Path) -> list[dict]:
         case_rows, _ = rows_for(case, splits.get(label, "other"), counters)
         first = next(r for r in raw if r["case"] == label)
         for row in case_rows:
-            row.update({f"measured_{k}": first.get(k, "") for k in ("device", "date", "commit")})
+            row.update(measurement(first))
         rows += case_rows
     _print(rows)
     return rows
-
-
-#: Metadata columns of a results CSV (not counters).
-METADATA_KEYS = ("experiment", "device", "date", "python", "numpy", "numba", "numba_cuda", "torch",
-                 "commit", "command", "note")
 
 
 def run(ctx: RunContext) -> list[dict]:

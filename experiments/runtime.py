@@ -2,8 +2,8 @@
 
 fp32, fp16 and bf16, d = 64, 16 heads, B = max(1, 16384 / N) (16K tokens a batch, as the paper's
 benchmarks), N = 1K ... 64K; forward, and forward + backward.  Ours: standard attention (fp32)
-and FlashAttention (fa2; backward with atomics; in fp16 / bf16 the forward on tensor cores in
-that format, the backward on widened inputs).  SDPA: MATH, EFFICIENT_ATTENTION, FLASH_ATTENTION
+and FlashAttention (fa2; backward with atomics; in fp16 / bf16 the forward and the backward on
+tensor cores in that format).  SDPA: MATH, EFFICIENT_ATTENTION, FLASH_ATTENTION
 and CUDNN_ATTENTION (the last two have no fp32 kernels: recorded "unsupported").  Every kernel is checked against float64 before it is
 timed.  FLOPs: 4 B H N^2 d forward, x3.5 forward + backward (backward = 2.5 x forward).
 Predicted: the simulator's time on the H200 (levels, else the roofline).  CPU: predicted only -- or, where the results

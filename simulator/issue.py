@@ -387,7 +387,7 @@ def memory_latencies(r: MachineRates) -> tuple[float, float]:
 def global_load_latency(r: MachineRates, l2_miss: float) -> float:
     """A global load's mean latency when a share ``l2_miss`` of its bytes come from DRAM: the
     L2 hit latency, plus that share of DRAM's beyond it (measured, or the preset)."""
-    l2 = r.l2_hit_latency_cycles or L2_HIT_LATENCY
+    l2 = memory_latencies(r)[0]
     dram = r.dram_latency_cycles or DRAM_LATENCY
     return l2 + min(1.0, max(0.0, l2_miss)) * (dram - l2)
 

@@ -108,26 +108,14 @@ def _cost(c: dict[str, float], smem: float, warps_on_sm: float, warps_b: int, r:
     return max(t_smem, rest) + overlap * min(t_smem, rest) + barrier
 
 
-def makespan(durations: list[float], slots: int) -> float:
-    """Blocks of ``durations`` (in launch order) started on the first free of ``slots``."""
-    free = [0.0] * min(slots, len(durations))
-    heapq.heapify(free)
-    end = 0.0
-    for d in durations:
-        start = heapq.heappop(free)
-        end = max(end, start + d)
-        heapq.heappush(free, start + d)
-    return end
-
-
 def shared_makespan(work: list[float], sms: int, per_sm: int, trip_cycles) -> float:
     """Cycles until blocks of ``work`` trips each (launch order) are done on ``sms`` SMs of
     ``per_sm`` block slots, where k blocks resident on an SM each finish a trip in
     ``trip_cycles(k)`` cycles (they share its pipes: a block alone in the tail runs faster than
     one of a full SM). The first wave goes round the SMs (block b on SM b mod sms, as calibrate's
     placement found), then each freed slot takes the next block, SMs freed at one instant in
-    turn (one block each a round, again as the first wave). Equal to ``makespan`` when
-    ``trip_cycles(k)`` does not depend on k."""
+    turn (one block each a round, again as the first wave). Where ``trip_cycles(k)`` does not
+    depend on k, the greedy list schedule of the sms x per_sm slots."""
     queue = iter(enumerate(work))
     remaining: list[dict[int, float]] = [{} for _ in range(sms)]
     updated = [0.0] * sms

@@ -34,9 +34,10 @@ caller's ``rows_per_trip``), its softmax's ``range(tid, BR, T)`` a thread's rows
 column loops ``range(cols)``, ``range(BC)`` Bc each (over the u of them a compiled trip does:
 its shared loads, one an iteration; ptxas unrolls them 4- and 8-fold). A nested loop's trips are per trip of
 the loop it sits in (``parents``).
-Full tiles are assumed (a ragged last tile runs fewer); warps whose threads have no row of
-``range(tid, BR, T)`` are counted running it too (every warp runs the same stream). None
-where a loop's line is none of these: the caller then counts each nested loop once. Pure Python: reads the kernel sources as text, imports no numba.
+Full tiles are assumed (a ragged last tile runs fewer). ``range(tid, BR, T)`` runs different
+trips in different warps (``warp_rows``): per warp for the issue simulator's streams, their
+mean for instruction counts. None where a loop's line is none of these: the caller then counts
+each nested loop once. Pure Python: reads the kernel sources as text, imports no numba.
 """
 from __future__ import annotations
 
@@ -114,8 +115,7 @@ def inner_trips(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str 
         return None
     nested = sorted((r for r in rows if r.region.startswith("inner_loop_")), key=lambda r: r.start)
     up = parents(main, nested)
-    main_file, _ = _line_numbers(main.lines)
-    control = {None: _first_for(main, main_file) if main_file else None}   # each loop's for line
+    control = {None: _first_for(main, _line_numbers(main.lines)[0])}   # each loop's for line
     located = []
     for k, region in enumerate(nested):      # parents come before the loops they hold
         holds = any(up[j] == k for j in range(len(nested)))
@@ -211,6 +211,7 @@ def _first_for(region, file: str) -> int | None:
 
 
 def _line_numbers(lines: str) -> tuple[str | None, list[int]]:
+    """(file, every line number) of a region's ``lines`` ("file.py:3,7-9 ..."); (None, [])."""
     if not lines:
         return None, []
     file, _, spans = lines.split(" ")[0].partition(":")
@@ -225,10 +226,7 @@ def _line_of(lines: str, kernel: str, t: Tiling, d: int):
     """((file, line), trip counts) of the source a nested loop comes from: its largest line
     (an inlined call), else its first (a loop written in the kernel: the ``for`` statement);
     (None, None) if neither is a loop we know."""
-    if not lines:
-        return None, None
-    file, _, spans = lines.split(" ")[0].partition(":")
-    numbers = [int(n) for part in spans.split(",") for n in part.split("-") if n]
+    file, numbers = _line_numbers(lines)
     for line in (max(numbers), min(numbers)) if numbers else ():
         counts = _counts_at(_source(file)[line - 1], kernel, t, d)
         if counts is not None:

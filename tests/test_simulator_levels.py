@@ -11,7 +11,7 @@ from simulator.l2 import L2Phase
 from simulator.levels import LEVEL_NAMES, Levels, total
 from simulator.local import dirty_residue
 from simulator.rates import load_rates
-from simulator.runtime import makespan
+from simulator.runtime import shared_makespan
 from simulator.sectors import SECTOR_BYTES, row_sectors, sector_traffic
 
 
@@ -83,6 +83,8 @@ def test_dirty_residue_is_the_write_share_of_what_a_copy_leaves():
 
 
 def test_makespan_fills_slots_in_launch_order():
+    def makespan(work, slots):   # blocks whose speed no neighbour changes, a slot an SM
+        return shared_makespan(work, slots, 1, lambda k: 1.0)
     assert makespan([1.0] * 8, 4) == 2.0                   # two full waves
     assert makespan([1.0] * 9, 4) == 3.0                   # a tail of one block
     assert makespan([4.0, 1.0, 1.0, 1.0, 1.0], 2) == 4.0   # heavy first: the rest fill beside it
@@ -90,11 +92,10 @@ def test_makespan_fills_slots_in_launch_order():
 
 
 def test_shared_makespan_runs_a_lone_tail_block_at_its_own_speed():
-    from simulator.runtime import shared_makespan
     constant = lambda k: 1.0        # noqa: E731  (a trip's cycles whatever shares the SM)
     sharing = lambda k: float(k)    # noqa: E731  (k blocks split the SM's throughput)
     # blocks unaffected by sharing: the slots' makespan
-    assert shared_makespan([1.0] * 9, 2, 2, constant) == makespan([1.0] * 9, 4) == 3.0
+    assert shared_makespan([1.0] * 9, 2, 2, constant) == shared_makespan([1.0] * 9, 4, 1, constant) == 3.0
     # a full wave of 2 blocks an SM takes 2; the fifth block then runs alone: 1 more
     assert shared_makespan([1.0] * 5, 2, 2, sharing) == pytest.approx(3.0)
     # two tail blocks go one to each SM freed at that instant, not both to the first
