@@ -126,9 +126,10 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     3xTF32 split (errors at fp32 level, not bitwise fp32; infinite inputs become +-3.4e38);
     ``"fa2_fma"``: the same loop order in plain fp32 FFMA arithmetic; ``"fa1"``: the paper's
     Algorithm 1 order (outer loop over K/V blocks, O, l, m through HBM; for IO studies).
-    ``tiling``: a ``Tiling(Br, Bc)`` ("fa2": Br a multiple of 16, Bc of 8); default the fastest
-    measured on the H200 ("fa2": 256 x 32 for d <= 64, else 128 x 32; "fa2_fma": 128 x 64;
-    "fa1": 64 x 64), smaller where the head dim needs more shared memory.
+    ``tiling``: a ``Tiling(Br, Bc)`` ("fa2": Br a multiple of 16, Bc of 8; with dropout both
+    multiples of 16); default the fastest measured on the H200 ("fa2": 256 x 32 for d <= 64,
+    else 128 x 32; "fa2_fma": 128 x 64; "fa1": 64 x 64), smaller where the head dim needs more
+    shared memory or the sequence is short (with dropout, sides never below 16).
     ``window=(left, right)``: sliding-window attention, flash-attention's ``window_size``: row r
     sees keys c with r + diagonal - left <= c <= r + diagonal + right (-1: no bound on that
     side; ``diagonal`` None is N_k - N_q here too); with ``causal``, right must be 0 or -1.
@@ -164,7 +165,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     checks.flag("return_lse", return_lse)
     scale = checks.softmax_scale(softmax_scale, shp.d)
     kernel_name = forward_kernel(algorithm, shp.precision)
-    tiling = checks.tiling_for(tiling, (kernel_name,), shp.d, shp.N_q, shp.N_k)
+    tiling = checks.tiling_for(tiling, (kernel_name,), shp.d, shp.N_q, shp.N_k, mask.dropout)
 
     mem = memory.active()
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
@@ -369,7 +370,7 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
             f"dropout_p > 0 runs on algorithm='fa2', deterministic=False so far (got algorithm="
             f"{algorithm!r}, deterministic={deterministic})")
     diagonal = hi
-    tiling = checks.tiling_for(tiling, kernels, shp.d, shp.N_q, shp.N_k)
+    tiling = checks.tiling_for(tiling, kernels, shp.d, shp.N_q, shp.N_k, mask.dropout)
 
     mem = memory.active()
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d

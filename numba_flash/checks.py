@@ -14,6 +14,8 @@ from simulator.blocks import causal_diagonal
 from simulator.spec import Mask
 from simulator.tiling import Tiling
 
+from .reference import dropout_scale, dropout_threshold
+
 from . import precision
 from .launch import smem_limit_bytes
 from .memory import is_device_array
@@ -249,7 +251,8 @@ NO_DROPOUT = (0, 0, 0, np.float32(1.0))
 
 def dropout(p, seed) -> tuple:
     """The kernels' dropout arguments (seed_lo, seed_hi, keep_from, rp) for ``dropout_p`` = p, a
-    float in [0, 1), and ``dropout_seed``, an int in [0, 2^64) (needed when p > 0: the backward
+    float in [0, 1) (applied rounded to a multiple of 2^-16: ``reference.dropout_threshold``, and
+    rp = ``reference.dropout_scale``), and ``dropout_seed``, an int in [0, 2^64) (needed when p > 0: the backward
     must be given the same one); ``NO_DROPOUT`` for p = 0."""
     if isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real) or not 0.0 <= p < 1.0:
         raise ValueError(f"dropout_p must be a float in [0, 1), got {p!r}")
@@ -263,7 +266,7 @@ def dropout(p, seed) -> tuple:
     seed = _int("dropout_seed", seed, "an int in [0, 2**64)")
     if not 0 <= seed < 2 ** 64:
         raise ValueError(f"dropout_seed must be in [0, 2**64), got {seed}")
-    return (seed & 0xFFFFFFFF, seed >> 32, int(float(p) * 2 ** 32), np.float32(1.0 / (1.0 - float(p))))
+    return (seed & 0xFFFFFFFF, seed >> 32, dropout_threshold(float(p)), np.float32(dropout_scale(float(p))))
 
 
 def band(causal: bool, window, diagonal_value, n_q: int, n_k: int) -> tuple[Mask, int, int]:
@@ -291,14 +294,16 @@ def band(causal: bool, window, diagonal_value, n_q: int, n_k: int) -> tuple[Mask
     return spec.band(n_q, n_k, causal, window, diagonal_value)
 
 
-def tiling_for(value, kernels, d: int, n_q: int | None = None, n_k: int | None = None) -> Tiling:
+def tiling_for(value, kernels, d: int, n_q: int | None = None, n_k: int | None = None,
+               dropout: bool = False) -> Tiling:
     """The tiling to launch ``kernels`` with: ``value`` checked against the device's shared
-    memory, or, when None, the smallest of their defaults (``Tiling.kernel_default``, cut to
-    sequences of ``n_q`` queries and ``n_k`` keys); each kernel's shared-memory elements are
-    its own size (``simulator.tiling.ELEMENT_BYTES``)."""
+    memory (and, with ``dropout``, against dropout's tile sides: ``Tiling.check_dropout``), or,
+    when None, the smallest of their defaults (``Tiling.kernel_default``, cut to sequences of
+    ``n_q`` queries and ``n_k`` keys, with ``dropout`` sides dropout can use); each kernel's
+    shared-memory elements are its own size (``simulator.tiling.ELEMENT_BYTES``)."""
     limit = smem_limit_bytes()
     if value is None:
-        choices = [Tiling.kernel_default(kernel, d, None, limit, n_q, n_k) for kernel in kernels]
+        choices = [Tiling.kernel_default(kernel, d, None, limit, n_q, n_k, dropout) for kernel in kernels]
         return min(choices, key=lambda t: t.Br * t.Bc)
     if not isinstance(value, Tiling):
         raise TypeError(f"tiling must be a numba_flash.Tiling or None, got {type(value).__name__}")
@@ -307,4 +312,6 @@ def tiling_for(value, kernels, d: int, n_q: int | None = None, n_k: int | None =
                          f"tiling); the kernels launch at most {MAX_THREADS}: choose Br * Bc <= 16384")
     for kernel in kernels:
         value.check_fits(kernel, d, None, limit)
+    if dropout:
+        value.check_dropout()
     return value

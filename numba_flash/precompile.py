@@ -91,7 +91,7 @@ def _tilings(c: KernelConfig) -> tuple[Tiling | None, Tiling | None]:
     from .api import backward_kernels, forward_kernel
 
     def resolve(kernels):
-        return checks.tiling_for(c.tiling, kernels, c.d, c.n_q, c.n_k)
+        return checks.tiling_for(c.tiling, kernels, c.d, c.n_q, c.n_k, c.dropout)
 
     forward = backward = None
     if c.forward == "standard":

@@ -287,29 +287,50 @@ def philox4x32_10(counter, key) -> np.ndarray:
     return np.stack([x0, x1, x2, x3], axis=-1).astype(np.uint32)
 
 
+#: Dropout's randoms have 16 bits: p is applied as ``dropout_threshold(p)`` / 2^16.
+DROPOUT_BITS = 16
+
+
+def dropout_threshold(p: float) -> int:
+    """The 16-bit random a score must reach to be kept: round(p 2^16), at most 2^16 - 1 for p < 1
+    (so p < 1 keeps some scores), 2^16 for p >= 1 (none kept). The probability of keeping is
+    1 - threshold / 2^16: p rounded to a multiple of 2^-16 (0.1 -> 0.100006)."""
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be in [0, 1], got {p}")
+    full = 1 << DROPOUT_BITS
+    return full if p >= 1.0 else min(int(round(p * full)), full - 1)
+
+
+def dropout_scale(p: float) -> float:
+    """What dropout multiplies a kept probability by: 1 / (1 - p') for p' = p rounded as
+    ``dropout_threshold`` (the kept fraction's expectation), so E[mask x scale] = 1 exactly."""
+    return 1.0 / (1.0 - dropout_threshold(p) / (1 << DROPOUT_BITS))
+
+
 def dropout_factors(keep, p: float) -> np.ndarray:
-    """The factors dropout multiplies P by: 1 / (1 - p) where ``keep``, else 0 (float64)."""
-    return np.where(np.asarray(keep, bool), 1.0 / (1.0 - p), 0.0)
+    """The factors dropout multiplies P by: ``dropout_scale(p)`` where ``keep``, else 0 (float64)."""
+    return np.where(np.asarray(keep, bool), dropout_scale(p), 0.0)
 
 
 def dropout_keep(seed: int, bh: int, n_q: int, n_k: int, p: float) -> np.ndarray:
-    """Boolean (N_q, N_k) of the scores dropout keeps in batch-head ``bh`` (b H + h): score (r, c)
-    takes word 2 (r % 2) + c % 2 of Philox4x32-10 at counter (c // 2, r // 2, bh, 0) under key
-    (the low and high 32 bits of ``seed``) and is kept iff that word is at least p * 2^32
-    (probability 1 - p up to 2^-32), so the forward and the backward regenerate the same mask
-    from (seed, bh, r, c) without storing it. One Philox call covers a 2 x 2 block of scores:
-    the forward's fragments hold column pairs of a row, the backward's (transposed) row pairs
-    of a key, so either takes two words of each call."""
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"p must be in [0, 1], got {p}")
+    """Boolean (N_q, N_k) of the scores dropout keeps in batch-head ``bh`` (b H + h), so that the
+    forward and the backward regenerate the same mask from (seed, bh, r, c) without storing it.
+    Score (r, c) takes a 16-bit random from Philox4x32-10 under key (the low and high 32 bits of
+    ``seed``) at counter (4 (c // 16) + c % 8 // 2, 4 (r // 16) + r % 8 // 2, bh, r % 2): half c %
+    2 (low 16 bits first) of word 2 (r % 16 // 8) + c % 16 // 8; it is kept iff that is at least
+    ``dropout_threshold(p)``. One call thus covers 8 scores, rows r, r + 8 (r % 16 < 8) x keys c,
+    c + 1, c + 8, c + 9 (c % 16 < 8, even): what one lane holds of two 8-key tiles of an mma C
+    fragment, so the forward makes one call per 8 scores of a lane and the backward, whose
+    fragments hold the transposed tile, two (one per row parity, using half of each)."""
+    threshold = dropout_threshold(p)
     rows, cols = np.arange(n_q), np.arange(n_k)
     counter = np.zeros((n_q, n_k, 4), np.uint64)
-    counter[..., 0] = (cols // 2)[None, :]
-    counter[..., 1] = (rows // 2)[:, None]
+    counter[..., 0] = (4 * (cols // 16) + cols % 8 // 2)[None, :]
+    counter[..., 1] = (4 * (rows // 16) + rows % 8 // 2)[:, None]
     counter[..., 2] = bh
+    counter[..., 3] = (rows % 2)[:, None]
     words = philox4x32_10(counter, (seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF))
-    word = (2 * (rows % 2))[:, None] + (cols % 2)[None, :]
-    picked = np.take_along_axis(words, word[..., None], axis=-1)[..., 0].astype(np.uint64)
-    if p >= 1.0:
-        return np.zeros((n_q, n_k), bool)
-    return picked >= np.uint64(int(p * 2**32))
+    word = (2 * (rows % 16 // 8))[:, None] + (cols % 16 // 8)[None, :]
+    picked = np.take_along_axis(words, word[..., None], axis=-1)[..., 0].astype(np.uint32)
+    random16 = (picked >> (16 * (cols % 2)).astype(np.uint32)[None, :]) & np.uint32(0xFFFF)
+    return random16 >= threshold

@@ -32,6 +32,10 @@ MMA_KERNELS = {"flash_forward_tc": (MMA_ROWS, MMA_K, "Br"),
                "flash_forward_half": (MMA_ROWS, MMA_ROWS, "Br"),
                "flash_backward_tc": (MMA_ROWS, MMA_ROWS, "Bc"),
                "flash_backward_half": (MMA_ROWS, MMA_ROWS, "Bc")}
+#: Dropout (``spec.Mask.dropout``): each Philox call covers 8 scores of a block of 16 rows x 16
+#: keys (``numba_flash.reference.dropout_keep``) that the kernels' lanes must find inside one
+#: tile, so with dropout Br and Bc are multiples of DROPOUT_SIDE (``check_dropout``).
+DROPOUT_SIDE = 16
 #: The half-precision (fp16, bf16) mma's k: the depth of its fragments and of the tiles' columns.
 HALF_K = 16
 #: Depth of the k-chunks the standard-attention matmul streams through shared memory.
@@ -176,6 +180,20 @@ class Tiling:
                 f"tiling=Tiling(Br={self.Br}, Bc={self.Bc}) does not suit the tensor-core kernel "
                 f"({kernel}): choose Br a multiple of {br} and Bc a multiple of {bc}, "
                 f"{side} up to {1024 // WARP * MMA_ROWS}"
+            )
+
+    def suits_dropout(self) -> bool:
+        """Whether the kernels can apply dropout with this tiling (``DROPOUT_SIDE``)."""
+        return self.Br % DROPOUT_SIDE == 0 and self.Bc % DROPOUT_SIDE == 0
+
+    def check_dropout(self) -> None:
+        """Raise ValueError, naming ``tiling``, unless ``suits_dropout``."""
+        if not self.suits_dropout():
+            raise ValueError(
+                f"tiling=Tiling(Br={self.Br}, Bc={self.Bc}) cannot apply dropout (dropout_p > 0): "
+                f"its Philox calls cover blocks of {DROPOUT_SIDE} rows x {DROPOUT_SIDE} keys, so "
+                f"choose Br and Bc multiples of {DROPOUT_SIDE} (or tiling=None, whose default "
+                "with dropout is one)"
             )
 
     def head_cols_per_thread(self, d: int) -> int:
@@ -337,32 +355,36 @@ class Tiling:
     @classmethod
     def kernel_default(cls, kernel: str, d: int, dtype_bytes: int | None = None,
                        limit_bytes: int = H200_SMEM_PER_BLOCK, n_q: int | None = None,
-                       n_k: int | None = None) -> "Tiling":
+                       n_k: int | None = None, dropout: bool = False) -> "Tiling":
         """The tiling the kernels use when none is given: the fastest measured on the H200
         (``PREFERRED``, ``PREFERRED_WIDE_HEADS`` for d > 64; 64 x 64 otherwise), then square
         tiles halved until the tiles fit; for short sequences (``n_q``, ``n_k`` given), each
         side cut to ``fit_side`` of the sequence it tiles (``SMALL_N_SIDES``), so that a block
-        computes no more padding than the rounding needs."""
+        computes no more padding than the rounding needs. With ``dropout``, one that
+        ``suits_dropout`` (sides never cut below ``DROPOUT_SIDE``)."""
         first = cls(*(PREFERRED_WIDE_HEADS if d > 64 else PREFERRED).get(
             kernel, PREFERRED.get(kernel, (64, 64))))
         candidates = [first] + [cls(size, size) for size in (64, 32, 16, 8, 4, 2, 1)]
         if kernel in MMA_KERNELS:
             candidates = [t for t in candidates if t.suits_mma(kernel)]
+        if dropout:
+            candidates = [t for t in candidates if t.suits_dropout()]
         for tiling in candidates:
             if tiling.smem_bytes(kernel, d, dtype_bytes) <= limit_bytes:
-                return tiling.fitted(kernel, n_q, n_k)
+                return tiling.fitted(kernel, n_q, n_k, DROPOUT_SIDE if dropout else 1)
         raise ValueError(f"d={d} is too large for {kernel}: no tiling fits {limit_bytes} bytes")
 
-    def fitted(self, kernel: str, n_q: int | None, n_k: int | None) -> "Tiling":
+    def fitted(self, kernel: str, n_q: int | None, n_k: int | None, grain: int = 1) -> "Tiling":
         """This tiling with Br cut to ``fit_side(n_q)`` and Bc to ``fit_side(n_k)`` where that is
         smaller (None: that side unchanged). Smaller tiles need no more shared memory and keep
-        the mma multiples (``SMALL_N_SIDES`` gives the granularity of each side)."""
+        the mma multiples (``SMALL_N_SIDES`` gives the granularity of each side, at least
+        ``grain``: ``DROPOUT_SIDE`` with dropout)."""
         grain_r, grain_c = SMALL_N_SIDES.get(kernel, (None, None))
         br, bc = self.Br, self.Bc
         if grain_r and n_q is not None:
-            br = min(br, fit_side(n_q, grain_r))
+            br = min(br, fit_side(n_q, max(grain_r, grain)))
         if grain_c and n_k is not None:
-            bc = min(bc, fit_side(n_k, grain_c))
+            bc = min(bc, fit_side(n_k, max(grain_c, grain)))
         return type(self)(br, bc)
 
 

@@ -4,13 +4,15 @@ CUDA simulator: the mask the kernels apply is ``reference.dropout_keep``'s (retu
 float64 reference that applies that mask, within flash-attention's rule against a plain fp32
 implementation with the same mask (fp16 / bf16: a plain same-format one); the backward regenerates the forward's mask from the seed;
 one seed gives bitwise-equal results, another a different mask; the kept fraction is 1 - p
-within its binomial error; dropout adds no HBM traffic; bad input is refused before any launch."""
+within its binomial error; dropout adds no HBM traffic; bad input is refused before any launch;
+the default tiling of a tiny input suits dropout (Br, Bc multiples of 16)."""
 import math
 
 import numpy as np
 import pytest
 
 import numba_flash as nf
+from numba_flash import api, checks
 from numba_flash import reference as ref
 from numba_flash.instrument import count_traffic
 
@@ -128,3 +130,33 @@ def test_bad_dropout_input_is_refused_before_any_launch():
     o, lse = nf.flash_attention(q, k, v, return_lse=True)
     with pytest.raises(NotImplementedError, match="deterministic=False"):
         nf.flash_attention_backward(q, q, k, v, o, lse, dropout_p=0.1, dropout_seed=1, deterministic=True)
+
+
+def test_tiny_input_takes_a_default_tiling_dropout_can_use():
+    """N = 5 keys cut the fp32 forward's default to Tiling(16, 8) without dropout; with it, to
+    Tiling(16, 16) (a Philox call's scores lie in a 16 x 16 block), and the result is exact."""
+    assert checks.tiling_for(None, ("flash_forward_tc",), 8, 5, 5) == nf.Tiling(16, 8)
+    assert checks.tiling_for(None, ("flash_forward_tc",), 8, 5, 5, dropout=True) == nf.Tiling(16, 16)
+    q, k, v, do = _inputs(1, 1, 1, 5, 5, 8)
+    with nf.poison_outputs():
+        o, lse, keep = nf.flash_attention(q, k, v, return_lse=True, dropout_p=0.2, dropout_seed=4,
+                                          return_dropout_mask=True)
+        grads = nf.flash_attention_backward(do, q, k, v, o, lse, dropout_p=0.2, dropout_seed=4)
+    np.testing.assert_array_equal(keep[0, 0], ref.dropout_keep(4, 0, 5, 5, 0.2))
+    z = ref.dropout_factors(keep, 0.2)
+    f64 = [x.astype(np.float64) for x in (do, q, k, v)]
+    np.testing.assert_allclose(o, ref.attention_forward(*f64[1:], dropout=z)[0], rtol=1e-5, atol=1e-6)
+    for g, r in zip(grads, ref.attention_backward(*f64, dropout=z)):
+        np.testing.assert_allclose(g, r, rtol=1e-4, atol=1e-5)
+
+
+def test_an_explicit_tiling_dropout_cannot_use_is_refused_before_any_launch(monkeypatch):
+    q, k, v, _ = _inputs(1, 1, 1, 5, 5, 8)
+    nf.flash_attention(q, k, v, tiling=nf.Tiling(16, 8))                 # fine without dropout
+
+    def no_launch(*args, **kwargs):
+        raise AssertionError("launched")
+    monkeypatch.setattr(api, "launch", no_launch)
+    with pytest.raises(ValueError, match=r"tiling=Tiling\(Br=16, Bc=8\) cannot apply dropout .*"
+                                         r"choose Br and Bc multiples of 16"):
+        nf.flash_attention(q, k, v, dropout_p=0.1, dropout_seed=1, tiling=nf.Tiling(16, 8))

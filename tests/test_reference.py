@@ -177,6 +177,19 @@ def test_dropout_mask_is_a_function_of_seed_head_row_and_column():
     assert ref.dropout_keep(7, 0, 5, 9, 0.0).all() and not ref.dropout_keep(7, 0, 5, 9, 1.0).any()
     with pytest.raises(ValueError, match="p must be in"):
         ref.dropout_keep(7, 0, 5, 9, 1.5)
-    seed, bh = 1234 + 5 * 2**32, 3                   # one score by hand: (r, c) = (7, 10)
-    word = ref.philox4x32_10((10 // 2, 7 // 2, bh, 0), (1234, 5))[2 * (7 % 2) + 10 % 2]
-    assert ref.dropout_keep(seed, bh, 8, 11, 0.5)[7, 10] == (int(word) >= 2**31)
+    seed, bh = 1234 + 5 * 2**32, 3                   # scores by hand: (r, c) = (7, 10), (23, 41)
+    word = ref.philox4x32_10((4 * 0 + 1, 4 * 0 + 3, bh, 1), (1234, 5))[2 * 0 + 1]
+    assert ref.dropout_keep(seed, bh, 8, 11, 0.5)[7, 10] == ((int(word) & 0xFFFF) >= 2**15)
+    word = ref.philox4x32_10((4 * 2 + 0, 4 * 1 + 3, bh, 1), (1234, 5))[2 * 0 + 1]
+    assert ref.dropout_keep(seed, bh, 24, 42, 0.3)[23, 41] == (int(word) >> 16 >= round(0.3 * 2**16))
+
+
+def test_dropout_rounds_p_to_sixteen_bits_and_scales_by_the_rounded_keep_probability():
+    assert ref.dropout_threshold(0.1) == 6554 and ref.dropout_threshold(0.0) == 0
+    assert ref.dropout_threshold(1 - 2**-20) == 2**16 - 1 and ref.dropout_threshold(1.0) == 2**16
+    assert ref.dropout_scale(0.1) == 1 / (1 - 6554 / 2**16) and ref.dropout_scale(0.5) == 2.0
+    np.testing.assert_array_equal(ref.dropout_factors([True, False], 0.25), [4 / 3, 0.0])
+    # one call covers 8 scores: rows r, r + 8 x keys c, c + 1, c + 8, c + 9 share a counter
+    keep = [ref.dropout_keep(s, 0, 16, 16, 0.5) for s in range(64)]
+    same_call = np.array([[k[r, c] for r in (2, 10) for c in (4, 5, 12, 13)] for k in keep])
+    assert 0.2 < same_call.mean() < 0.8 and len({tuple(x) for x in same_call}) > 32   # distinct randoms

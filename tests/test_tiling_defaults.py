@@ -46,6 +46,18 @@ def test_cut_defaults_stay_launchable(kernel, d, n_q, n_k):
     assert cut.smem_bytes(kernel, d) <= H200_SMEM_PER_BLOCK
 
 
+@given(kernel=st.sampled_from(sorted(MMA_KERNELS)), d=st.integers(1, 256),
+       n_q=st.integers(1, 300), n_k=st.integers(1, 300))
+def test_dropout_defaults_suit_dropout(kernel, d, n_q, n_k):
+    """With dropout, the (cut) default's sides are multiples of 16 (``Tiling.suits_dropout``),
+    and no other than without dropout where that one already suits."""
+    plain = Tiling.kernel_default(kernel, d, n_q=n_q, n_k=n_k)
+    dropped = Tiling.kernel_default(kernel, d, n_q=n_q, n_k=n_k, dropout=True)
+    assert dropped.suits_dropout() and dropped.suits_mma(kernel)
+    assert dropped == plain or not plain.suits_dropout()
+    assert dropped.smem_bytes(kernel, d) <= H200_SMEM_PER_BLOCK
+
+
 def test_api_defaults_follow_the_sequence():
     assert checks.tiling_for(None, ("flash_forward_tc",), 24, 37, 37) == Tiling(64, 32)
     assert checks.tiling_for(None, ("flash_backward", "flash_backward_dq"), 24, 37, 37) == Tiling(64, 64)

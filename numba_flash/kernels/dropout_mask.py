@@ -1,12 +1,12 @@
 """The dropout mask the attention kernels apply, materialised (for ``return_dropout_mask``, a
 debugging option): keep[bh, r, c] = 1 where score (r, c) of batch-head bh is kept, from the same
-device function the kernels call (``tiles.dropout_words``), so it is their mask, not a copy."""
+device functions the kernels call (``tiles.dropout_words``, ``dropout_kept``), so it is their mask, not a copy."""
 from __future__ import annotations
 
-from numba import cuda, uint8, uint64
+from numba import cuda, uint8
 
 from ..kernel_cache import kernel_factory
-from .tiles import dropout_words
+from .tiles import dropout_kept, dropout_word, dropout_words
 
 
 @kernel_factory
@@ -19,5 +19,5 @@ def make_dropout_mask():
             r = (at // n_k) % n_q
             c = at % n_k
             words = dropout_words(seed_lo, seed_hi, bh, r, c)
-            keep[at] = uint8(1) if words[2 * (r % 2) + c % 2] >= uint64(keep_from) else uint8(0)
+            keep[at] = uint8(1) if dropout_kept(words[dropout_word(r, c)], c, keep_from) else uint8(0)
     return cuda.jit(dropout_mask)

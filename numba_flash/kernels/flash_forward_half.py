@@ -75,7 +75,10 @@ tools/tune_half.py; results/h200/tuning/tune_half_v*.csv):
         intended; checked under the simulator and by ptxas only, not measured on the GPU yet.
     v6  dropout (Mask.dropout, compile-time): P kept / (1 - p) or 0 before it is rounded for
         P V, l summed undropped, the mask from tiles.dropout_words (one Philox call per key
-        pair of a row), as flash_forward_fa2_tc v11. Simulator only; not measured yet.
+        pair of a row), as flash_forward_fa2_tc v11. H200, 2026-12-02 (tools/dropout_timing.py,
+        p = 0.1): fp16 d = 64 1.08 -> 3.85 ms (+257 %), d = 128 +158 %, causal d = 128 +143 %.
+    v7  dropout: one Philox call per 8 scores of a lane (16-bit randoms), applied after the row
+        statistics, as flash_forward_fa2_tc v12. Simulator only; not measured yet.
 """
 from __future__ import annotations
 
@@ -92,11 +95,11 @@ from ..launch import jit_options, smem_alignment
 from .half import half_ops
 from .half_tiles import make_tile_copy
 from .mma import warp_ops
-from .tiles import (LN2, NEG_INF, ONE, ZERO, dropout_words, key_block_range, masked, needs_mask,
-                    tile_major_block)
+from .tiles import (LN2, NEG_INF, ONE, ZERO, dropout_kept, dropout_words, key_block_range, masked,
+                    needs_mask, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 6
+VERSION = 7
 
 
 @kernel_factory
@@ -116,6 +119,8 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
     # window's work is about the same for every row block (plain order)
     HEAVY_LAST = UPPER and not LOWER
     BR, BC = tiling.Br, tiling.Bc
+    if DROPOUT:   # Philox blocks of 16 x 16 scores inside a tile (simulator.tiling.DROPOUT_SIDE)
+        tiling.check_dropout()
     T = tiling.threads_for("flash_forward_half")
     RW = tiling.rows_per_warp("flash_forward_half")
     MT = RW // 16                      # 16-row tiles of S and O a warp owns
@@ -177,6 +182,7 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
         l = cuda.local.array((MT, 2), float32)
         rescale = cuda.local.array((MT, 2), float32)
         a = cuda.local.array((MT, 4), uint32)       # registers: A fragments of Qi, one k step
+        wd = cuda.local.array(4, uint64)            # registers: a Philox call's words (dropout)
         for mt in static_range(MT):
             for e in static_range(2):
                 m[mt, e] = NEG_INF
@@ -244,16 +250,19 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
                             x = exp2(s[mt, n, 2 * hr + e] * qscale - m_sub)
                             s[mt, n, 2 * hr + e] = x
                             row_sum += x
-                    if DROPOUT:   # l sums the undropped P; P V takes P kept / (1 - p), or 0
-                        rr = row0 + r         # keys 2t, 2t + 1 of each 8: words 2 (rr % 2) + e
-                        for n in static_range(NT):
-                            w0, w1, w2, w3 = dropout_words(seed_lo, seed_hi, bh, rr, col0 + 8 * n + 2 * t)
-                            a0, a1 = (w2, w3) if rr % 2 else (w0, w1)
-                            s[mt, n, 2 * hr] = s[mt, n, 2 * hr] * rp if a0 >= uint64(keep_from) else ZERO
-                            s[mt, n, 2 * hr + 1] = s[mt, n, 2 * hr + 1] * rp if a1 >= uint64(keep_from) else ZERO
                     l[mt, hr] = alpha * l[mt, hr] + row_sum
                     m[mt, hr] = m_new
                     rescale[mt, hr] = alpha
+                if DROPOUT:   # l summed the undropped P; P V takes P kept / (1 - p), or 0: one
+                    # Philox call a pair of n tiles, as flash_forward_fa2_tc (word 2hr + n % 2, half e)
+                    for n in static_range(NT):
+                        if n % 2 == 0:
+                            wd[0], wd[1], wd[2], wd[3] = dropout_words(
+                                seed_lo, seed_hi, bh, row0 + wrow + 16 * mt + g, col0 + 8 * n + 2 * t)
+                        for hr in static_range(2):
+                            for e in static_range(2):
+                                kept = dropout_kept(wd[2 * hr + n % 2], e, keep_from)
+                                s[mt, n, 2 * hr + e] = s[mt, n, 2 * hr + e] * rp if kept else ZERO
                 # P as A fragments of 16-key steps: keys 16kk + 2t (+1) of rows g, g + 8, then + 8
                 for kk in static_range(PK):
                     p[mt, kk, 0] = pack2(s[mt, 2 * kk, 0], s[mt, 2 * kk, 1])

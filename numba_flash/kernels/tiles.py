@@ -99,11 +99,11 @@ _LOW32, _S32 = np.uint64(0xFFFFFFFF), np.uint64(32)
 
 
 @cuda.jit(device=True)
-def philox4x32_10(c0, c1, c2, k0, k1):
-    """The four 32-bit words (as uint64) of Philox4x32-10 at counter (c0, c1, c2, 0) under key
+def philox4x32_10(c0, c1, c2, c3, k0, k1):
+    """The four 32-bit words (as uint64) of Philox4x32-10 at counter (c0, c1, c2, c3) under key
     (k0, k1) -- ``reference.philox4x32_10``, whose known-answer tests it shares through
     ``dropout_words``."""
-    x0, x1, x2, x3 = c0, c1, c2, uint64(0)
+    x0, x1, x2, x3 = c0, c1, c2, c3
     for _ in range(10):
         p0 = _M0 * x0
         p1 = _M1 * x2
@@ -115,9 +115,27 @@ def philox4x32_10(c0, c1, c2, k0, k1):
 
 @cuda.jit(device=True)
 def dropout_words(seed_lo, seed_hi, bh, r, c):
-    """The Philox words of the 2 x 2 block of scores holding (r, c) of batch-head bh
-    (``reference.dropout_keep``): word 2 (r % 2) + c % 2 decides score (r, c)."""
-    return philox4x32_10(uint64(c // 2), uint64(r // 2), uint64(bh), uint64(seed_lo), uint64(seed_hi))
+    """The Philox words of the call holding score (r, c) of batch-head bh
+    (``reference.dropout_keep``): counter (4 (c // 16) + c % 8 // 2, 4 (r // 16) + r % 8 // 2,
+    bh, r % 2). A call holds 8 scores: rows r, r + 8 (r % 16 < 8, same parity) x keys c, c + 1,
+    c + 8, c + 9 (c % 16 < 8, even) -- an mma C fragment's share of two 8-key tiles, which one
+    lane holds whole in the forward (half of it in the transposed backward); score (r, c) takes
+    half c % 2 of word ``dropout_word(r, c)``."""
+    return philox4x32_10(uint64(4 * (c // 16) + c % 8 // 2), uint64(4 * (r // 16) + r % 8 // 2),
+                         uint64(bh), uint64(r % 2), uint64(seed_lo), uint64(seed_hi))
+
+
+@cuda.jit(device=True)
+def dropout_word(r, c):
+    """Which of ``dropout_words``' four words holds score (r, c): 2 (r % 16 // 8) + c % 16 // 8."""
+    return 2 * (r % 16 // 8) + c % 16 // 8
+
+
+@cuda.jit(device=True)
+def dropout_kept(word, c, keep_from):
+    """Whether the score in column c whose Philox word is ``word`` is kept: its 16-bit random,
+    half c % 2 of the word, is at least ``keep_from`` (p 2^16, rounded)."""
+    return ((word >> uint64(16 * (c % 2))) & uint64(0xFFFF)) >= uint64(keep_from)
 
 
 @cuda.jit(device=True)
