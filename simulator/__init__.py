@@ -5,10 +5,13 @@ numba); see docs/simulator.md."""
 from . import hardware, occupancy
 from .closed_forms import (
     HbmAccesses,
+    block_sparse_backward_accesses,
+    block_sparse_forward_accesses,
     flash_backward_accesses,
     flash_forward_v1_accesses,
     flash_forward_v2_accesses,
     proposition3_lower_bound,
+    proposition4_flash_forward,
     standard_backward_accesses,
     standard_forward_accesses,
     theorem2_flash_forward,
@@ -23,11 +26,12 @@ from .tiling import ModelTiling, Tiling
 from .workload import Workload
 
 __all__ = [
-    "ALGORITHMS", "BAND_ALGORITHMS", "Hardware", "HbmAccesses", "L2Phase", "L2Traffic", "ModelTiling",
-    "TensorTraffic", "Tiling", "TrafficReport", "Workload", "concurrent_blocks",
+    "ALGORITHMS", "BAND_ALGORITHMS", "Hardware", "HbmAccesses", "L2Phase", "L2Traffic",
+    "ModelTiling", "TensorTraffic", "Tiling", "TrafficReport", "Workload",
+    "block_sparse_backward_accesses", "block_sparse_forward_accesses", "concurrent_blocks",
     "default_tiling", "flash_backward_accesses", "flash_forward_v1_accesses",
     "flash_forward_v2_accesses", "hardware", "l2_traffic", "occupancy", "paper_tiling", "predict",
-    "predict_dram", "proposition3_lower_bound", "standard_backward_accesses",
-    "standard_forward_accesses", "theorem2_flash_forward", "theorem2_standard_forward",
-    "theorem5_flash_backward",
+    "predict_dram", "proposition3_lower_bound", "proposition4_flash_forward",
+    "standard_backward_accesses", "standard_forward_accesses", "theorem2_flash_forward",
+    "theorem2_standard_forward", "theorem5_flash_backward",
 ]

@@ -1,4 +1,5 @@
-"""The paper's I/O results (Theorem 2, Proposition 3, Theorem 5) with the constants of OUR loops.
+"""The paper's I/O results (Theorem 2, Propositions 3 and 4, Theorem 5) with the constants of OUR
+loops.
 
 All functions take a ``Workload`` (and an SRAM size ``M`` in elements, or a tiling) and return
 ``HbmAccesses(elements, bytes)`` summed over the B*H pairs.  Derived from
@@ -16,16 +17,28 @@ N_k = Nk:
   FA2 order (v2)     2 Nq d + 2 Tr Nk d + Nq
   backward, atomics  4 Nk d + 3 Nq d + Nq + Tc (4 Nq d + 2 Nq)
   backward, det.     4 Nk d + 5 Nq d + 3 Nq + Tc (2 Nq d + 2 Nq) + 2 Tr Nk d
+  block-sparse FA2   2 Nq d + Nq + 2 s Tr Nk d               (bq | Nq, bk | Nk; tiles Br x Bc)
+  block-sparse bwd   4 Nk d + 3 Nq d + Nq + s Tc (4 Nq d + 2 Nq)
 
 With Tc ~ 4 Nk d / M, Algorithm 1 makes ~ 4 Nq Nk d (3d + 4) / M = Theta(N^2 d^2 / M) accesses
 (Theorem 2) and the backward ~ 4 Nq Nk d (4d + 2) / M (Theorem 5).  The FA2 order re-reads K and
 V once per row block: 2 Nq Nk d / Br, which is Theta(N^2 d^2 / M) only while Br = M/4d, i.e. for
 M <= 4 d^2; beyond that the paper's Br = min(Bc, d) stays d and the count stays ~ 2 Nq Nk.
+
+Block-sparse (Proposition 4, the paper's Algorithm 5; ``Workload.block_mask``, s = the fraction
+of bq x bk blocks kept, ``Workload.block_fraction``): the kernels visit only the tiles of kept
+blocks, so exactly the terms that count visits of block pairs -- K, V re-read per row block;
+Q, dO, L, D and dQ per K/V block -- shrink by s, and the per-row and per-key terms stay:
+Theta(N d + s N^2 d^2 / M) (``proposition4_flash_forward``). These forms take the kernels'
+tiling (Br | bq, Bc | bk), as ``predict`` does; with the paper's Br = M/4d the FA2 form is
+2 Nq d + Nq + 8 s Nq Nk d^2 / M.
 """
 from __future__ import annotations
 
 import math
 from typing import NamedTuple
+
+import numpy as np
 
 from .blocks import band_extent, band_scores, ceil_div
 from .tiling import Tiling
@@ -104,6 +117,47 @@ def flash_backward_accesses(w: Workload, M: int, deterministic: bool = False) ->
     return _result(w, 4 * nk * d + 3 * nq * d + nq + tc * (4 * nq * d + 2 * nq))
 
 
+def _kept_blocks(w: Workload, tiling: Tiling) -> tuple:
+    """(kept (nq_blocks, nk_blocks) bools, q_a (nq_blocks,) queries, k_b (nk_blocks,) keys of
+    each block) of the workload's block mask; ValueError without one, or for tiles that do not
+    nest in the blocks."""
+    if w.block_mask is None:
+        raise ValueError("the block-sparse forms need Workload.block_mask")
+    if not tiling.suits_blocks(w.block_size):
+        raise ValueError(f"tiles {tiling.Br} x {tiling.Bc} do not nest in blocks of "
+                         f"{w.block_size}: choose Br | bq and Bc | bk")
+    (bq, bk), on = w.block_size, w.block_mask_array()
+    q = np.minimum(bq, w.N_q - bq * np.arange(on.shape[0], dtype=np.int64))
+    k = np.minimum(bk, w.N_k - bk * np.arange(on.shape[1], dtype=np.int64))
+    return on, q, k
+
+
+def block_sparse_forward_accesses(w: Workload, tiling: Tiling) -> HbmAccesses:
+    """The FA2-order forward with a block mask (``flash_forward_tc`` / ``_half``) under the
+    kernels' ``tiling``: 2 Nq d + Nq + 2 d sum over kept blocks (a, b) of ceil(q_a / Br) k_b,
+    q_a = min(bq, Nq - a bq) the block's queries, k_b = min(bk, Nk - b bk) its keys: each of
+    block a's ceil(q_a / Br) row blocks reads the k_b rows of K and of V of each kept block b
+    of its row (Bc | bk: the block's tiles hold exactly its keys). With bq | Nq and bk | Nk,
+    2 Nq d + Nq + 2 s Tr Nk d: ``flash_forward_v2_accesses``' form with its K, V term times s.
+    Exact without a band (tests hold it equal to ``predict``); an upper bound with one."""
+    on, q, k = _kept_blocks(w, tiling)
+    visits = ceil_div(q, tiling.Br) @ on.astype(np.int64) @ k     # sum of ceil(q_a/Br) k_b
+    return _result(w, 2 * w.N_q * w.d + w.N_q + 2 * w.d * int(visits))
+
+
+def block_sparse_backward_accesses(w: Workload, tiling: Tiling) -> HbmAccesses:
+    """The backward with a block mask (``flash_backward_tc``; dQ by atomics): 4 Nk d + 3 Nq d +
+    Nq + (4 d + 2) sum over kept blocks (a, b) of q_a ceil(k_b / Bc): each of block b's K/V
+    blocks reads Q, dO, L, D and adds into dQ (a read and a write) for the q_a rows of each
+    kept block a of its column (``block_sparse_forward_accesses``' notation). With bq | Nq and
+    bk | Nk, 4 Nk d + 3 Nq d + Nq + s Tc (4 Nq d + 2 Nq): ``flash_backward_accesses``' form
+    with its Tc times s. Exact without a band or GQA; an upper bound with them."""
+    on, q, k = _kept_blocks(w, tiling)
+    visits = q @ on.astype(np.int64) @ ceil_div(k, tiling.Bc)     # sum of q_a ceil(k_b/Bc)
+    nq, nk, d = w.N_q, w.N_k, w.d
+    return _result(w, 4 * nk * d + 3 * nq * d + nq + (4 * d + 2) * int(visits))
+
+
 # ---- leading orders -----------------------------------------------------------------------
 def theorem2_flash_forward(w: Workload, M: int, algorithm: str = "flash_forward_v1") -> HbmAccesses:
     """Leading term of the flash forward's accesses, ceilings dropped (Bc = M/4d).
@@ -116,6 +170,18 @@ def theorem2_flash_forward(w: Workload, M: int, algorithm: str = "flash_forward_
     if algorithm in FA2_ORDER:
         return _result(w, 2 * nq * nk * d / min(M / (4 * d), d))
     raise ValueError(f"algorithm must be 'flash_forward_v1' or one of {FA2_ORDER}, got {algorithm!r}")
+
+
+def proposition4_flash_forward(w: Workload, M: int) -> HbmAccesses:
+    """Proposition 4: block-sparse FlashAttention makes Theta(N d + s N^2 d^2 / M) accesses, s
+    the fraction of blocks kept (``Workload.block_fraction``; 1 without a block mask). Our
+    FA2-order forward with the paper's Br = min(M/4d, d), ceilings dropped: 2 Nq d + Nq (Q read,
+    O and L written once) + s 2 Nq Nk d / min(M/4d, d) (s times Theorem 2's leading term,
+    ``theorem2_flash_forward``): Theta(N d + s N^2 d^2 / M) for M <= 4 d^2, as there. (The
+    paper's Algorithm 5 is Algorithm 1's loop order, which our kernels do not run sparse.)"""
+    s = 1.0 if w.block_mask is None else w.block_fraction
+    lead = theorem2_flash_forward(w, M, "flash_forward_tc").elements / w.BH
+    return _result(w, 2 * w.N_q * w.d + w.N_q + s * lead)
 
 
 def theorem2_standard_forward(w: Workload, tiling: Tiling | None = None) -> HbmAccesses:
@@ -160,9 +226,14 @@ def proposition3_lower_bound(w: Workload, M: int) -> HbmAccesses:
     For M >= d^2 the pebbling term is >= U d^2 / ((4 + 2 sqrt 3) M) - M: Proposition 3's
     N^2 d^2 / M with constant 1/(4 + 2 sqrt 3) ~ 0.134.  (For M < d^2 it is ~ N^2 d / sqrt(M),
     below N^2 d^2 / M: a pointwise c N^2 d^2 / M bound does not hold for small M.)
+    Not for a block mask (ValueError): its kept blocks see fewer keys than the band's U and
+    extents count, so this would be no lower bound.
     """
     if M < w.d:
         raise ValueError(f"M={M} elements is below d={w.d}: Proposition 3 is stated for M >= d")
+    if w.block_mask is not None:
+        raise ValueError("proposition3_lower_bound bounds attention under its band only: the "
+                         "workload's block_mask hides more scores (give block_mask=None)")
     d = w.d
     mask, hi, lo = w.mask()
     edges = (w.N_q, w.N_k, mask.upper, mask.lower, hi, lo)

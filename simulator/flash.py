@@ -24,18 +24,31 @@ forward is per query head as without (every query head reads its K/V blocks, fro
 h // group); the backward's main kernel runs a block per (K/V head, block j), which loads
 K_j, V_j and stores dK_j, dV_j once (counts x B*H_kv) and loops over the group's query heads
 (the per-pair counts x B*H).
+
+Block-sparse (``Workload.block_mask``; the same four kernels): ``BlockGrid`` gets the tile
+mask (``blocks.sparse_tiles``) and its active pairs are the band's pairs whose tile the block
+mask keeps -- lists per row block and per K/V block (``row_lists``, ``column_lists``), no
+longer ranges. Every count above is a sum over active pairs (``nb``, ``na``, ``pair_sum``,
+``key_rows``) or per block (Q_i, O_i, L_i per row block; K_j, V_j, dK_j, dV_j per K/V block,
+also for an empty list), so it follows unchanged; block order as without (heaviest-first for
+an upper edge alone: row blocks from the last, K/V blocks from the first, by index). The
+kernels' lists themselves (CSR int arrays shared by every head) are not contract tensors and
+are not counted. Their compiled code is its own variant, ``SPARSE_VARIANT`` of
+``Phase.code``, for the recorded tables (resources, SASS, loops).
 """
 from __future__ import annotations
 
 import dataclasses
 
-from .blocks import BlockGrid
+from .blocks import BlockGrid, sparse_tiles
 from .phases import Phase, Plan, phase
 from .tiling import Tiling
 from .workload import Workload
 
 FORWARD_SCORE_FLOPS = 5
 BACKWARD_SCORE_FLOPS = 5
+#: ``Phase.code``'s variant of the kernels compiled for a block mask (``spec.Mask.sparse``).
+SPARSE_VARIANT = "sparse"
 
 
 def _mixed(w: Workload, per_query_head: dict, per_kv_head: dict | None = None) -> dict:
@@ -48,7 +61,17 @@ def _mixed(w: Workload, per_query_head: dict, per_kv_head: dict | None = None) -
 
 
 def _grid(w: Workload, t: Tiling) -> BlockGrid:
-    return BlockGrid(w.N_q, w.N_k, t.Br, t.Bc, w.causal, w.diagonal, w.window)
+    """The workload's blocks under tiling ``t``; with a block mask, its tiles (ValueError where
+    the tiles do not nest in the blocks)."""
+    tiles = None
+    if w.block_mask is not None:
+        tiles = sparse_tiles(w.block_mask_array(), w.block_size, w.N_q, w.N_k, t.Br, t.Bc)
+    return BlockGrid(w.N_q, w.N_k, t.Br, t.Bc, w.causal, w.diagonal, w.window, tiles)
+
+
+def _variant(w: Workload) -> str:
+    """The fa2 kernels' ``Phase.code`` variant: ``SPARSE_VARIANT`` with a block mask."""
+    return SPARSE_VARIANT if w.block_mask is not None else ""
 
 
 def _heaviest_first(w: Workload) -> bool:
@@ -105,7 +128,7 @@ def _fa2_on_tensor_cores(w: Workload, t: Tiling, kernel: str, name: str, q_read:
     heavy = _heaviest_first(w)
 
     main = dataclasses.replace(
-        plan.phases[0], name=name, kernel=kernel, code=(kernel, ""),
+        plan.phases[0], name=name, kernel=kernel, code=(kernel, _variant(w)),
         block_trips=tuple(int(n) for n in g.nb[::-1]) if heavy else plan.phases[0].block_trips,
         tile_major=heavy,
         sram_reads=_mixed(w, {"Q": pairs * q_read, "K": pairs * warps * t.Bc * kv_element,
@@ -264,7 +287,7 @@ def flash_backward_tc(w: Workload, t: Tiling) -> Plan:
     heavy = _heaviest_first(w)
     main = dataclasses.replace(
         main, name="main: dK, dV, dQ atomics (tensor cores)", kernel="flash_backward_tc",
-        code=("flash_backward_tc", ""), tile_major=heavy,
+        code=("flash_backward_tc", _variant(w)), tile_major=heavy,
         sram_reads=_mixed(w, {"Q": head_reads, "dO": head_reads,
                               "K": pairs * (t.Bc * d8 * 2 + products * t.Bc * 8 * 2),
                               "V": pairs * t.Bc * d8 * 2,
@@ -311,7 +334,7 @@ def flash_backward_half(w: Workload, t: Tiling) -> Plan:
     heavy = _heaviest_first(w)
     main = dataclasses.replace(
         main, name="main: dK, dV, dQ atomics (tensor cores, half)", kernel="flash_backward_half",
-        code=("flash_backward_half", ""), tile_major=heavy,
+        code=("flash_backward_half", _variant(w)), tile_major=heavy,
         hbm_reads=_renamed(main.hbm_reads, "dQ", "dQ_accum"),
         hbm_writes=_renamed(main.hbm_writes, "dQ", "dQ_accum"),
         sram_reads=_mixed(w, {"Q": head_reads, "dO": head_reads,

@@ -18,9 +18,9 @@ Assumptions (a model, not a cache simulation):
    counted: it passes through L2 without being reused.  GQA: the forward's query heads of one
    K/V head re-read the same K and V (``Phase.unit_share``), so ceil(units / group) of them
    count; the backward's units are K/V heads, each re-reading its group's Q, dO, L, D (dQ).
-   Windows: a unit still counts its head's whole K and V (forward) or Q, dO, ... (backward),
-   though its blocks read only their band's: an over-estimate, which lowers the hit fraction
-   only where the working set exceeds L2.
+   Windows and block masks: a unit still counts its head's whole K and V (forward) or Q, dO,
+   ... (backward), though its blocks read only their band's (kept blocks'): an over-estimate,
+   which lowers the hit fraction only where the working set exceeds L2.
 4. Hit fraction of re-reads = 1 if the working set fits in L2, else l2_bytes / working set
    (a smooth stand-in for LRU thrashing, which real hashed, partitioned L2s show only gradually).
 5. Compulsory traffic per tensor and launch = min(count, tensor size): every distinct element

@@ -80,7 +80,8 @@ def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
     on ``hardware`` (``simulator.occupancy`` raises: too much shared memory), and a band kernel
     compiled for a window's left side or grouped K/V heads (``Workload.kernel_causal`` None:
     the tables record causal and non-causal kernels only; its sectors, DRAM, L1 hit rate and
-    shared wavefronts are modelled). Without rates for ``hardware``
+    shared wavefronts are modelled), or a block-sparse kernel while its variant
+    (``simulator.flash.SPARSE_VARIANT``) is not in the tables (likewise). Without rates for ``hardware``
     (``simulator.runtime.rates_for``), time is NaN and no dirty residue is taken."""
     from .local import dirty_residue, local_traffic
     from .runtime import launch_seconds, rates_for

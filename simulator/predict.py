@@ -48,8 +48,9 @@ ALGORITHMS = {
 }
 
 
-#: The algorithms whose kernels take a band mask (a sliding window) and grouped K/V heads
-#: (``Workload.window``, ``Workload.kv_heads``); ``predict`` refuses such workloads elsewhere.
+#: The algorithms whose kernels take a band mask (a sliding window), grouped K/V heads and a
+#: block mask (``Workload.window``, ``kv_heads``, ``block_mask``); ``predict`` refuses such
+#: workloads elsewhere.
 BAND_ALGORITHMS = ("flash_forward_tc", "flash_forward_half", "flash_backward_tc",
                    "flash_backward_half")
 
@@ -64,11 +65,12 @@ def paper_tiling(sram_elements: int, d: int) -> Tiling:
 def default_tiling(algorithm: str, workload: Workload, hardware: Hardware) -> Tiling:
     """Flash algorithms: the paper's choice for M = hardware.smem_per_block / dtype_bytes
     elements, except on tensor cores (whose mma layout those sizes do not suit): the kernel's
-    default.  Standard algorithms: what the kernels' matmul uses, Tiling(64, 64)."""
-    if algorithm in ("flash_forward_tc", "flash_forward_half", "flash_backward_tc",
-                     "flash_backward_half"):
+    default (with a block mask, cut to nest in its blocks: ``Tiling.kernel_default``'s
+    ``block_size``).  Standard algorithms: what the kernels' matmul uses, Tiling(64, 64)."""
+    if algorithm in BAND_ALGORITHMS:
+        blocks = None if workload.block_mask is None else workload.block_size
         return Tiling.kernel_default(algorithm, workload.d, workload.dtype_bytes,
-                                     hardware.smem_per_block)
+                                     hardware.smem_per_block, block_size=blocks)
     if algorithm.startswith("standard"):
         return Tiling.kernel_default("standard_matmul", workload.d, workload.dtype_bytes,
                                      hardware.smem_per_block)
@@ -83,14 +85,21 @@ def predict(algorithm: str, workload: Workload, tiling: Tiling | None = None,
     ``Tiling.paper_default(M, d)`` with M = hardware.smem_per_block / workload.dtype_bytes
     elements, for the standard ones the kernels' Tiling(64, 64).
     hardware: default H200; it affects only the default tiling, the roofline and the L2 model.
-    A workload with a window or grouped K/V heads (``Workload.band_or_gqa``) runs only on
-    ``BAND_ALGORITHMS``; ValueError for the others.
+    A workload with a window, grouped K/V heads or a block mask (``Workload.band_or_gqa``)
+    runs only on ``BAND_ALGORITHMS``; ValueError for the others, and for a tiling whose tiles
+    do not nest in the block mask's blocks.
     Conventions: module docstring.
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}")
     if not isinstance(workload, Workload):
         raise ValueError(f"workload must be a Workload, got {type(workload).__name__}")
+    if workload.block_mask is not None and algorithm not in BAND_ALGORITHMS:
+        raise ValueError(f"{algorithm} has no block-sparse kernel (workload block_mask of "
+                         f"{workload.block_fraction:.0%} blocks kept, block_size="
+                         f"{workload.block_size}); block-sparse attention runs on "
+                         f"{', '.join(BAND_ALGORITHMS)} only (\"fa2\"): choose one of those or "
+                         "block_mask=None")
     if workload.band_or_gqa and algorithm not in BAND_ALGORITHMS:
         raise ValueError(f"{algorithm} has no sliding window nor grouped K/V heads (workload "
                          f"window={workload.window}, kv_heads={workload.kv_heads}, H={workload.H}); "

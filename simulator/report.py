@@ -209,6 +209,7 @@ class TrafficReport:
         window = None if w is None else w.window
         row["window_left"], row["window_right"] = window or (None, None)
         row["kv_heads"] = None if w is None else w.H_kv
+        row["block_fraction"] = None if w is None else w.block_fraction
         row["Br"] = None if self.tiling is None else self.tiling.Br
         row["Bc"] = None if self.tiling is None else self.tiling.Bc
         row["hardware"] = None if self.hardware is None else self.hardware.name
@@ -271,7 +272,9 @@ class TrafficReport:
                       + (" causal" if w.causal else "")
                       + (f" diagonal={w.diagonal}" if w.diagonal is not None else "")
                       + (f" window=({w.window[0]}, {w.window[1]})" if w.window is not None else "")
-                      + (f" kv_heads={w.kv_heads}" if w.kv_heads is not None else ""))
+                      + (f" kv_heads={w.kv_heads}" if w.kv_heads is not None else "")
+                      + (f" block-sparse s={w.block_fraction:.3g} ({w.block_size[0]} x "
+                         f"{w.block_size[1]} blocks)" if w.block_mask is not None else ""))
         if self.tiling is not None:
             title += f"  Br={self.tiling.Br} Bc={self.tiling.Bc}"
         return title

@@ -196,6 +196,11 @@ class Tiling:
                 "with dropout is one)"
             )
 
+    def suits_blocks(self, block_size: tuple[int, int]) -> bool:
+        """Whether every tile lies in one block of a block mask of ``block_size`` = (bq, bk)
+        scores: Br | bq and Bc | bk (``simulator.blocks.sparse_tiles``)."""
+        return block_size[0] % self.Br == 0 and block_size[1] % self.Bc == 0
+
     def head_cols_per_thread(self, d: int) -> int:
         """Columns of a (rows x d) output tile (O, dQ) each thread accumulates."""
         return math.ceil(d / self.threads_x)
@@ -355,24 +360,33 @@ class Tiling:
     @classmethod
     def kernel_default(cls, kernel: str, d: int, dtype_bytes: int | None = None,
                        limit_bytes: int = H200_SMEM_PER_BLOCK, n_q: int | None = None,
-                       n_k: int | None = None, dropout: bool = False) -> "Tiling":
+                       n_k: int | None = None, dropout: bool = False,
+                       block_size: tuple[int, int] | None = None) -> "Tiling":
         """The tiling the kernels use when none is given: the fastest measured on the H200
         (``PREFERRED``, ``PREFERRED_WIDE_HEADS`` for d > 64; 64 x 64 otherwise), then square
         tiles halved until the tiles fit; for short sequences (``n_q``, ``n_k`` given), each
         side cut to ``fit_side`` of the sequence it tiles (``SMALL_N_SIDES``), so that a block
         computes no more padding than the rounding needs. With ``dropout``, one that
-        ``suits_dropout`` (sides never cut below ``DROPOUT_SIDE``)."""
+        ``suits_dropout`` (sides never cut below ``DROPOUT_SIDE``). With ``block_size`` (a
+        block mask's (bq, bk)), each candidate's sides cut to their gcd with the block's, so
+        that the tiles nest in the blocks (``suits_blocks``; 256 x 32 becomes 128 x 32 in
+        128 x 128 blocks), the fitted sides only where they still nest."""
         first = cls(*(PREFERRED_WIDE_HEADS if d > 64 else PREFERRED).get(
             kernel, PREFERRED.get(kernel, (64, 64))))
         candidates = [first] + [cls(size, size) for size in (64, 32, 16, 8, 4, 2, 1)]
+        if block_size is not None:
+            candidates = [cls(math.gcd(t.Br, block_size[0]), math.gcd(t.Bc, block_size[1]))
+                          for t in candidates]
         if kernel in MMA_KERNELS:
             candidates = [t for t in candidates if t.suits_mma(kernel)]
         if dropout:
             candidates = [t for t in candidates if t.suits_dropout()]
         for tiling in candidates:
             if tiling.smem_bytes(kernel, d, dtype_bytes) <= limit_bytes:
-                return tiling.fitted(kernel, n_q, n_k, DROPOUT_SIDE if dropout else 1)
-        raise ValueError(f"d={d} is too large for {kernel}: no tiling fits {limit_bytes} bytes")
+                fitted = tiling.fitted(kernel, n_q, n_k, DROPOUT_SIDE if dropout else 1)
+                return tiling if block_size and not fitted.suits_blocks(block_size) else fitted
+        raise ValueError(f"d={d} is too large for {kernel}: no tiling fits {limit_bytes} bytes"
+                         + (f" and nests in blocks of {block_size}" if block_size else ""))
 
     def fitted(self, kernel: str, n_q: int | None, n_k: int | None, grain: int = 1) -> "Tiling":
         """This tiling with Br cut to ``fit_side(n_q)`` and Bc to ``fit_side(n_k)`` where that is

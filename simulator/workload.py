@@ -2,10 +2,15 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from .blocks import causal_diagonal
+import numpy as np
+
+from .blocks import causal_diagonal, ceil_div
 from .spec import Mask, band
+
+#: FlexAttention's block of a block mask: 128 queries x 128 keys.
+DEFAULT_BLOCK_SIZE = (128, 128)
 
 #: Element size in bytes -> the precision whose peak rate the roofline uses.
 PRECISION_OF_BYTES = {4: "fp32", 2: "fp16"}
@@ -24,8 +29,8 @@ _TENSOR_SHAPE = {
 def needs_band_kernels(mask: Mask, causal: bool) -> bool:
     """Whether ``mask`` (with its group) is more than ``causal`` alone or none: a lower edge, an
     upper edge that is not causal's (a window's right side), or grouped K/V heads -- what only
-    the "fa2" kernels (``simulator.predict.BAND_ALGORITHMS``) run."""
-    return mask.lower or mask.upper != causal or mask.group > 1
+    the "fa2" kernels (``simulator.predict.BAND_ALGORITHMS``) run; a block mask (``sparse``) too."""
+    return mask.lower or mask.upper != causal or mask.group > 1 or mask.sparse
 
 
 @dataclass(frozen=True)
@@ -42,6 +47,14 @@ class Workload:
     diagonal). The band as the kernels take it: ``mask()`` (``simulator.spec.band``).
     kv_heads: K/V heads per batch (GQA / MQA), a divisor of H; None is H. Query head h of a
     batch reads K/V head h // group, group = H / kv_heads (kv_heads = H is stored as None).
+    block_mask: None, or block-sparse attention (the paper's Algorithm 5): (ceil(N_q / bq),
+    ceil(N_k / bk)) booleans, block (a, b) of bq x bk scores kept or dropped (with the band:
+    a score is kept iff its block is and the band shows it); any 2-D array of bools, stored
+    as a tuple of tuples (``block_mask_array()`` gives it back in NumPy; left out of the repr,
+    ``block_fraction`` sums it up). An all-True mask is still block-sparse: the kernels run
+    their sparse variant, at the dense traffic.
+    block_size: (bq, bk), positive ints, default (128, 128) (FlexAttention's); given only
+    with a block mask. The kernels' tiles must nest in the blocks (Br | bq, Bc | bk).
     """
 
     B: int
@@ -54,6 +67,8 @@ class Workload:
     diagonal: int | None = None
     window: tuple[int, int] | None = None
     kv_heads: int | None = None
+    block_mask: tuple[tuple[bool, ...], ...] | None = field(default=None, repr=False)
+    block_size: tuple[int, int] = DEFAULT_BLOCK_SIZE
 
     def __post_init__(self):
         for name in ("B", "H", "N_q", "N_k", "d"):
@@ -89,6 +104,46 @@ class Workload:
                                  f"got {self.kv_heads!r}")
             if self.kv_heads == self.H:
                 object.__setattr__(self, "kv_heads", None)     # one K/V head per query head
+        self._check_blocks()
+
+    def _check_blocks(self) -> None:
+        """Validates ``block_size`` and ``block_mask``; stores them as tuples."""
+        size = self.block_size
+        if (not isinstance(size, (tuple, list)) or len(size) != 2
+                or not all(_is_int(x) and x >= 1 for x in size)):
+            raise ValueError("Workload.block_size must be a pair (bq, bk) of positive ints "
+                             f"(queries x keys of a block), got {size!r}")
+        size = (int(size[0]), int(size[1]))
+        object.__setattr__(self, "block_size", size)
+        if self.block_mask is None:
+            if size != DEFAULT_BLOCK_SIZE:
+                raise ValueError("Workload.block_size sizes the blocks of block_mask: give it "
+                                 "with a block_mask")
+            return
+        want = (ceil_div(self.N_q, size[0]), ceil_div(self.N_k, size[1]))
+        try:
+            on = np.asarray(self.block_mask)
+        except ValueError:                    # rows of different lengths
+            on = np.empty(0, dtype=object)
+        if on.dtype != np.bool_ or on.ndim != 2:
+            raise ValueError(f"Workload.block_mask must be a 2-D array of bools of shape {want} "
+                             f"(ceil(N_q / bq), ceil(N_k / bk)), got a "
+                             f"{type(self.block_mask).__name__} of dtype {on.dtype} with "
+                             f"{on.ndim} dimensions")
+        if on.shape != want:
+            raise ValueError(f"Workload.block_mask must have shape {want} (ceil(N_q / {size[0]}), "
+                             f"ceil(N_k / {size[1]}) for block_size={size}), got {on.shape}")
+        object.__setattr__(self, "block_mask", tuple(tuple(bool(x) for x in row) for row in on))
+
+    def block_mask_array(self) -> np.ndarray | None:
+        """``block_mask`` as a fresh (ceil(N_q / bq), ceil(N_k / bk)) bool array, or None."""
+        return None if self.block_mask is None else np.array(self.block_mask, dtype=bool)
+
+    @property
+    def block_fraction(self) -> float | None:
+        """s, the fraction of blocks the block mask keeps (Proposition 4's s); None without."""
+        on = self.block_mask_array()
+        return None if on is None else float(on.mean())
 
     @property
     def BH(self) -> int:
@@ -112,16 +167,17 @@ class Workload:
 
     def mask(self) -> tuple[Mask, int, int]:
         """(Mask, hi, lo) as the kernels take them: ``spec.band(N_q, N_k, causal, window,
-        diagonal)`` with ``group``: row r sees key c iff c <= r + hi (``upper``) and
-        r + lo <= c (``lower``)."""
+        diagonal)`` with ``group``, and ``sparse`` with a block mask: row r sees key c iff
+        c <= r + hi (``upper``) and r + lo <= c (``lower``) (and its block is kept)."""
         mask, hi, lo = band(self.N_q, self.N_k, self.causal, self.window, self.diagonal)
-        return dataclasses.replace(mask, group=self.group), hi, lo
+        return dataclasses.replace(mask, group=self.group,
+                                   sparse=self.block_mask is not None), hi, lo
 
     @property
     def band_or_gqa(self) -> bool:
         """Whether this workload needs the band kernels: a window's lower edge, an upper edge
-        that is not causal's (a window's right side alone), or grouped K/V heads. (A causal
-        window (-1, 0) is plain causal.)"""
+        that is not causal's (a window's right side alone), grouped K/V heads, or a block mask.
+        (A causal window (-1, 0) is plain causal.)"""
         return needs_band_kernels(self.mask()[0], self.causal)
 
     @property
@@ -138,7 +194,9 @@ class Workload:
         this workload: the mask's upper edge (a window's right side alone compiles as causal:
         hi is a run-time argument); None where the band kernels are compiled for a shape the
         tables never recorded -- a lower edge (a window's left side) or grouped K/V heads
-        (``Mask.group`` is compile-time) -- so that nothing derived from them is guessed."""
+        (``Mask.group`` is compile-time) -- so that nothing derived from them is guessed. (The
+        block-sparse kernels are their own variant, "sparse", of ``Phase.code``: keyed by
+        this upper edge like the others.)"""
         mask, _, _ = self.mask()
         if mask.lower or mask.group > 1:
             return None
