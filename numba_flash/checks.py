@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator import spec
-from simulator.blocks import causal_diagonal
+from simulator.blocks import BlockGrid, causal_diagonal, sparse_tiles
 from simulator.spec import Mask
 from simulator.tiling import Tiling
 
@@ -294,16 +294,64 @@ def band(causal: bool, window, diagonal_value, n_q: int, n_k: int) -> tuple[Mask
     return spec.band(n_q, n_k, causal, window, diagonal_value)
 
 
+#: FlexAttention's default block of a block mask (queries x keys).
+BLOCK_SIZE = (128, 128)
+
+
+def block_mask(value, block_size, n_q: int, n_k: int):
+    """(mask, (bq, bk)) for the API's ``block_mask`` (None: dense, returns (None, None)) and
+    ``block_size``: the mask as (ceil(N_q / bq), ceil(N_k / bk)) NumPy booleans (from NumPy,
+    nested lists or a torch tensor on any device), before any launch."""
+    if value is None:
+        return None, None
+    if not isinstance(block_size, (tuple, list)) or len(block_size) != 2:
+        raise TypeError(f"block_size must be a pair (queries, keys) of ints, got {block_size!r}")
+    bq, bk = (_int(f"block_size[{i}]", x) for i, x in enumerate(block_size))
+    if bq < 1 or bk < 1:
+        raise ValueError(f"block_size must be two positive ints, got {(bq, bk)}")
+    if hasattr(value, "detach"):              # a torch tensor, wherever it lives
+        value = value.detach().cpu().numpy()
+    on = np.asarray(value)
+    if on.dtype != np.bool_:
+        raise TypeError(f"block_mask must hold booleans (True: the block is computed), got "
+                        f"dtype {on.dtype}")
+    want = (-(-n_q // bq), -(-n_k // bk))
+    if on.shape != want:
+        raise ValueError(f"block_mask must have shape {want} (ceil(N_q / {bq}), ceil(N_k / {bk})) "
+                         f"for block_size={(bq, bk)}, got {on.shape}")
+    return on, (bq, bk)
+
+
+def block_lists(on, block_size, tiling: Tiling, n_q: int, n_k: int, causal: bool, window,
+                diagonal, by_key: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The block-sparse kernels' (ptr, idx) int64 lists for ``tiling``: the band's block pairs
+    whose tile the mask ``on`` keeps, per row block (forward) or per K/V block (``by_key``:
+    backward); ``simulator.blocks.BlockGrid``'s."""
+    grid = BlockGrid(n_q, n_k, tiling.Br, tiling.Bc, causal, diagonal, window,
+                     tiles=sparse_tiles(on, block_size, n_q, n_k, tiling.Br, tiling.Bc))
+    return grid.column_lists() if by_key else grid.row_lists()
+
+
 def tiling_for(value, kernels, d: int, n_q: int | None = None, n_k: int | None = None,
-               dropout: bool = False) -> Tiling:
+               dropout: bool = False, block_size: tuple[int, int] | None = None) -> Tiling:
     """The tiling to launch ``kernels`` with: ``value`` checked against the device's shared
-    memory (and, with ``dropout``, against dropout's tile sides: ``Tiling.check_dropout``), or,
-    when None, the smallest of their defaults (``Tiling.kernel_default``, cut to sequences of
-    ``n_q`` queries and ``n_k`` keys, with ``dropout`` sides dropout can use); each kernel's
-    shared-memory elements are its own size (``simulator.tiling.ELEMENT_BYTES``)."""
+    memory (with ``dropout``, against dropout's tile sides: ``Tiling.check_dropout``; with a
+    block mask's ``block_size``, each tile inside one block: ``Tiling.suits_blocks``), or, when
+    None, the smallest of their defaults (``Tiling.kernel_default``, cut to sequences of
+    ``n_q`` queries and ``n_k`` keys, with ``dropout`` sides dropout can use, nested in the
+    blocks); each kernel's shared-memory elements are its own size
+    (``simulator.tiling.ELEMENT_BYTES``)."""
     limit = smem_limit_bytes()
     if value is None:
-        choices = [Tiling.kernel_default(kernel, d, None, limit, n_q, n_k, dropout) for kernel in kernels]
+        try:
+            choices = [Tiling.kernel_default(kernel, d, None, limit, n_q, n_k, dropout, block_size)
+                       for kernel in kernels]
+        except ValueError as err:
+            if block_size is None:
+                raise
+            raise ValueError(f"block_size={tuple(block_size)}: no tiling of the kernels nests in "
+                             f"such blocks ({err}); choose block sides that are multiples of 16 "
+                             "(FlexAttention's default is 128 x 128)") from None
         return min(choices, key=lambda t: t.Br * t.Bc)
     if not isinstance(value, Tiling):
         raise TypeError(f"tiling must be a numba_flash.Tiling or None, got {type(value).__name__}")
@@ -314,4 +362,8 @@ def tiling_for(value, kernels, d: int, n_q: int | None = None, n_k: int | None =
         value.check_fits(kernel, d, None, limit)
     if dropout:
         value.check_dropout()
+    if block_size is not None and not value.suits_blocks(block_size):
+        raise ValueError(f"tiling={value!r} with block_size={tuple(block_size)}: every tile must "
+                         f"lie in one block, so Br must divide {block_size[0]} and Bc "
+                         f"{block_size[1]}")
     return value

@@ -47,7 +47,8 @@ class KernelConfig:
     ``tiling``: as passed to the API (None: its default); ``window``: a sliding window as passed
     to the API (its sides, not its size, decide the kernels); ``group``: query heads per K/V
     head (GQA / MQA; 1: none); ``dropout``: the kernels with dropout (any p > 0 and seed give
-    the same)."""
+    the same); ``block_size``: the block-sparse kernels for block masks of that block size
+    (None: dense; any mask gives the same kernels, the block size their tiling)."""
 
     d: int
     n_q: int
@@ -61,8 +62,11 @@ class KernelConfig:
     window: tuple[int, int] | None = None
     group: int = 1
     dropout: bool = False
+    block_size: tuple[int, int] | None = None
 
     def __post_init__(self):
+        if self.block_size is not None:
+            object.__setattr__(self, "block_size", tuple(self.block_size))
         if self.window is not None:
             object.__setattr__(self, "window", tuple(self.window))
         if not isinstance(self.group, int) or isinstance(self.group, bool) or self.group < 1:
@@ -91,7 +95,7 @@ def _tilings(c: KernelConfig) -> tuple[Tiling | None, Tiling | None]:
     from .api import backward_kernels, forward_kernel
 
     def resolve(kernels):
-        return checks.tiling_for(c.tiling, kernels, c.d, c.n_q, c.n_k, c.dropout)
+        return checks.tiling_for(c.tiling, kernels, c.d, c.n_q, c.n_k, c.dropout, c.block_size)
 
     forward = backward = None
     if c.forward == "standard":
@@ -118,6 +122,9 @@ def build(config: KernelConfig) -> dict:
     band = {} if c.window is None else {"window": c.window}
     if c.dropout:
         band.update(dropout_p=0.1, dropout_seed=0)
+    if c.block_size is not None:
+        bq, bk = c.block_size
+        band.update(block_mask=np.ones((-(-n_q // bq), -(-n_k // bk)), bool), block_size=c.block_size)
     before = dict(kernel_cache.STATS)
     report = {**asdict(c), "tiling": None if c.tiling is None else (c.tiling.Br, c.tiling.Bc),
               "forward_s": 0.0, "backward_s": 0.0, "error": ""}

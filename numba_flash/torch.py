@@ -52,7 +52,7 @@ from numba import cuda
 from . import api, memory, precision
 from .launch import on_stream
 
-__all__ = ["scaled_dot_product_attention", "dropout_seed"]
+__all__ = ["scaled_dot_product_attention", "block_sparse_attention", "dropout_seed"]
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _streams: dict = {}
@@ -117,6 +117,11 @@ def _from_numpy(x):
     return torch.from_numpy(x)
 
 
+def _sparse(block_mask: Optional[torch.Tensor], block_q: int, block_k: int) -> dict:
+    """The API's block-sparse arguments from an op's ``block_mask`` and block sides."""
+    return {} if block_mask is None else dict(block_mask=block_mask, block_size=(block_q, block_k))
+
+
 def _dropout(dropout_p: float, seed: Optional[torch.Tensor]) -> dict:
     """The API's dropout arguments from an op's ``dropout_p`` and its int64 ``seed`` tensor."""
     if not dropout_p:
@@ -129,17 +134,21 @@ def _dropout(dropout_p: float, seed: Optional[torch.Tensor]) -> dict:
 @torch.library.custom_op("numba_flash::attention_forward", mutates_args=())
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                       causal: bool, diagonal: int, dropout_p: float = 0.0,
-                      seed: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      seed: Optional[torch.Tensor] = None, block_mask: Optional[torch.Tensor] = None,
+                      block_q: int = 128, block_k: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
     """(o, lse) of FlashAttention: q (B, H, N_q, d), k and v (B, H, N_k, d) float32, float16 or
     bfloat16; o (B, H, N_q, d) in their dtype, lse (B, H, N_q) float32; row r sees key c iff
     ``not causal or c <= r + diagonal``; with ``dropout_p`` > 0, the mask of ``seed`` (an int64
-    scalar tensor: ``api.flash_attention``'s ``dropout_seed``)."""
+    scalar tensor: ``api.flash_attention``'s ``dropout_seed``); with ``block_mask`` (bool,
+    (ceil(N_q / block_q), ceil(N_k / block_k))), block-sparse (``api.flash_attention``'s)."""
     return _run(api.flash_attention, (q, k, v), causal=causal, softmax_scale=scale,
-                return_lse=True, diagonal=diagonal if causal else None, **_dropout(dropout_p, seed))
+                return_lse=True, diagonal=diagonal if causal else None, **_dropout(dropout_p, seed),
+                **_sparse(block_mask, block_q, block_k))
 
 
 @attention_forward.register_fake
-def _(q, k, v, scale, causal, diagonal, dropout_p=0.0, seed=None):
+def _(q, k, v, scale, causal, diagonal, dropout_p=0.0, seed=None, block_mask=None, block_q=128,
+      block_k=128):
     return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
@@ -147,32 +156,38 @@ def _(q, k, v, scale, causal, diagonal, dropout_p=0.0, seed=None):
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        o: torch.Tensor, lse: torch.Tensor, scale: float, causal: bool,
                        diagonal: int, dropout_p: float = 0.0,
-                       seed: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       seed: Optional[torch.Tensor] = None, block_mask: Optional[torch.Tensor] = None,
+                       block_q: int = 128,
+                       block_k: int = 128) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv), shaped like q, k, v, from the forward's saved o (B, H, N_q, d) and lse
     (B, H, N_q), for the upstream gradient do (B, H, N_q, d); P is recomputed, never stored,
-    and so is the dropout mask (from the forward's ``seed``)."""
+    and so is the dropout mask (from the forward's ``seed``); ``block_mask`` as the forward's."""
     return _run(api.flash_attention_backward, (do, q, k, v, o, lse), causal=causal,
-                softmax_scale=scale, diagonal=diagonal if causal else None, **_dropout(dropout_p, seed))
+                softmax_scale=scale, diagonal=diagonal if causal else None, **_dropout(dropout_p, seed),
+                **_sparse(block_mask, block_q, block_k))
 
 
 @attention_backward.register_fake
-def _(do, q, k, v, o, lse, scale, causal, diagonal, dropout_p=0.0, seed=None):
+def _(do, q, k, v, o, lse, scale, causal, diagonal, dropout_p=0.0, seed=None, block_mask=None,
+      block_q=128, block_k=128):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, scale, causal, diagonal, dropout_p, seed = inputs
+    q, k, v, scale, causal, diagonal, dropout_p, seed, block_mask, block_q, block_k = inputs
     o, lse = output
     ctx.mark_non_differentiable(lse)
-    ctx.save_for_backward(q, k, v, o, lse, seed)
+    ctx.save_for_backward(q, k, v, o, lse, seed, block_mask)
     ctx.scale, ctx.causal, ctx.diagonal, ctx.dropout_p = scale, causal, diagonal, dropout_p
+    ctx.block_q, ctx.block_k = block_q, block_k
 
 
 def _differentiate(ctx, do, _dlse):
-    q, k, v, o, lse, seed = ctx.saved_tensors
+    q, k, v, o, lse, seed, block_mask = ctx.saved_tensors
     dq, dk, dv = attention_backward(do.contiguous(), q, k, v, o, lse, ctx.scale, ctx.causal,
-                                    ctx.diagonal, ctx.dropout_p, seed)
-    return dq, dk, dv, None, None, None, None, None
+                                    ctx.diagonal, ctx.dropout_p, seed, block_mask, ctx.block_q,
+                                    ctx.block_k)
+    return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 def dropout_seed(generator: Optional[torch.Generator] = None) -> torch.Tensor:
@@ -259,3 +274,31 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     seed = dropout_seed() if dropout_p > 0 else None
     o, _ = attention_forward(q4, k4, v4, scale, bool(is_causal), 0, float(dropout_p), seed)
     return o.reshape(query.shape)
+
+
+def block_sparse_attention(query, key, value, block_mask, block_size=(128, 128), is_causal=False,
+                           scale=None):
+    """Block-sparse attention (FlashAttention's Algorithm 5) on our kernels, with autograd.
+
+    query (B, H, N_q, d), key and value (B, H_kv, N_k, d), H a multiple of H_kv (GQA / MQA);
+    float32, float16 or bfloat16 (one for all). ``block_mask``: booleans (a tensor, or anything
+    ``torch.as_tensor`` takes) of shape (ceil(N_q / bq), ceil(N_k / bk)) for blocks of
+    ``block_size`` = (bq, bk) scores, shared by every batch entry and head: the scores of a
+    block that is False are masked and its tiles never loaded (``api.flash_attention``'s
+    ``block_mask``); rows that keep no block give 0. ``is_causal``: top-left, as torch's SDPA.
+    Returns the output (B, H, N_q, d)."""
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            raise ValueError(f"{name} must be a 4-D torch.Tensor (B, H, N, d), got "
+                             f"{type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}")
+    if not isinstance(block_size, (tuple, list)) or len(block_size) != 2:
+        raise TypeError(f"block_size must be a pair (queries, keys) of ints, got {block_size!r}")
+    mask = torch.as_tensor(block_mask)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"block_mask must hold booleans, got {mask.dtype}")
+    d = query.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    o, _ = attention_forward(query.contiguous(), key.contiguous(), value.contiguous(), scale,
+                             bool(is_causal), 0, 0.0, None, mask.cpu(), int(block_size[0]),
+                             int(block_size[1]))
+    return o

@@ -9,6 +9,12 @@ contiguous column blocks ``first_i <= j < end_i`` (``key_block_ranges``, the ker
 ones. Both edges of either range are non-decreasing (the band's edges grow with the row).
 Sums over active block pairs are vectorised over i: only the last column block can be ragged,
 so a sum over a range of any ``f(rows_i, cols_j)`` needs two evaluations of ``f`` per i.
+
+Block-sparse attention (the paper's Algorithm 5, ``spec.Mask.sparse``): a block mask of
+(ceil(N_q / bq), ceil(N_k / bk)) booleans for blocks of bq x bk scores keeps the tiles inside
+its kept blocks (``sparse_tiles``: each Br x Bc tile must lie in one block, Br | bq, Bc | bk);
+the active pairs are then the band's pairs whose tile is kept, no longer a range per block.
+The kernels get them as lists (``BlockGrid.row_lists``, ``column_lists``).
 """
 from __future__ import annotations
 
@@ -71,6 +77,35 @@ def row_block_ranges(n_q: int, n_k: int, br: int, bc: int, upper: bool, lower: b
     return first, end
 
 
+def sparse_tiles(block_mask, block_size: tuple[int, int], n_q: int, n_k: int, br: int,
+                 bc: int) -> np.ndarray:
+    """(Tr, Tc) booleans: whether the Br x Bc tile (i, j) lies in a block that ``block_mask``
+    ((ceil(n_q / bq), ceil(n_k / bk)) booleans for blocks of ``block_size`` = (bq, bk) scores)
+    keeps. Raises ValueError for a mask of another shape or a tile that straddles two blocks
+    (br not dividing bq, or bc not dividing bk)."""
+    bq, bk = (int(x) for x in block_size)
+    if bq < 1 or bk < 1:
+        raise ValueError(f"block_size must be two positive ints, got {block_size!r}")
+    if bq % br or bk % bc:
+        raise ValueError(f"block_size {(bq, bk)} must be multiples of the kernel's tile "
+                         f"{br} x {bc} (each tile inside one block)")
+    on = np.asarray(block_mask)
+    want = (ceil_div(n_q, bq), ceil_div(n_k, bk))
+    if on.shape != want:
+        raise ValueError(f"block_mask must have shape {want} (ceil(N_q / {bq}), ceil(N_k / "
+                         f"{bk})), got {on.shape}")
+    rows = np.arange(ceil_div(n_q, br)) * br // bq
+    cols = np.arange(ceil_div(n_k, bc)) * bc // bk
+    return on.astype(bool)[rows[:, None], cols[None, :]]
+
+
+def _lists(active: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of a boolean matrix: (ptr (rows + 1,), idx) int64, row i's true columns ascending
+    at idx[ptr[i]:ptr[i + 1]]."""
+    ptr = np.concatenate([[0], np.cumsum(active.sum(axis=1))]).astype(np.int64)
+    return ptr, np.nonzero(active)[1].astype(np.int64)
+
+
 class BlockGrid:
     """Blocks of an ``n_q x n_k`` score matrix cut into ``br x bc`` tiles under the band of
     ``spec.band(n_q, n_k, causal, window, diagonal)`` (no mask: every pair active; ``causal``
@@ -80,10 +115,13 @@ class BlockGrid:
     the column-block range of each row block, ``nb`` (Tr,) its length (active column blocks
     per row block, 0 for an empty range); ``row_first``, ``row_end`` (Tc,) the row-block range
     of each column block, ``na`` (Tc,) its length. Also ``upper``, ``lower``, ``hi``, ``lo``.
+    ``tiles`` ((Tr, Tc) booleans, ``sparse_tiles``): block-sparse; the active pairs are the
+    band's pairs (i, first_i <= j < end_i) whose tile is true, ``nb`` and ``na`` count them.
     """
 
     def __init__(self, n_q: int, n_k: int, br: int, bc: int, causal: bool = False,
-                 diagonal: int | None = None, window: tuple[int, int] | None = None):
+                 diagonal: int | None = None, window: tuple[int, int] | None = None,
+                 tiles: np.ndarray | None = None):
         self.n_q, self.n_k, self.br, self.bc = n_q, n_k, br, bc
         self.tr, self.tc = ceil_div(n_q, br), ceil_div(n_k, bc)
         mask, self.hi, self.lo = band(n_q, n_k, causal, window, diagonal)
@@ -94,8 +132,31 @@ class BlockGrid:
         edges = (n_q, n_k, br, bc, self.upper, self.lower, self.hi, self.lo)
         self.first, self.end = key_block_ranges(*edges)
         self.row_first, self.row_end = row_block_ranges(*edges)
-        self.nb = np.maximum(self.end - self.first, 0)
-        self.na = np.maximum(self.row_end - self.row_first, 0)
+        self.tiles = None if tiles is None else np.asarray(tiles, bool)
+        if self.tiles is None:
+            self.nb = np.maximum(self.end - self.first, 0)
+            self.na = np.maximum(self.row_end - self.row_first, 0)
+        else:
+            if self.tiles.shape != (self.tr, self.tc):
+                raise ValueError(f"tiles must be ({self.tr}, {self.tc}), got {self.tiles.shape}")
+            active = self.active()
+            self.nb = active.sum(axis=1).astype(np.int64)
+            self.na = active.sum(axis=0).astype(np.int64)
+
+    def active(self) -> np.ndarray:
+        """(Tr, Tc) booleans: the active pairs (built on demand: Tr x Tc can be large)."""
+        j = np.arange(self.tc)
+        pairs = (self.first[:, None] <= j) & (j < self.end[:, None])
+        return pairs if self.tiles is None else pairs & self.tiles
+
+    def row_lists(self) -> tuple[np.ndarray, np.ndarray]:
+        """The K/V blocks each row block visits, as the sparse kernels take them: (ptr (Tr + 1,),
+        idx) int64, row block i's column blocks ascending at idx[ptr[i]:ptr[i + 1]]."""
+        return _lists(self.active())
+
+    def column_lists(self) -> tuple[np.ndarray, np.ndarray]:
+        """The row blocks each K/V block visits: (ptr (Tc + 1,), idx) int64, as ``row_lists``."""
+        return _lists(self.active().T)
 
     @property
     def active_pairs(self) -> int:
@@ -103,8 +164,10 @@ class BlockGrid:
         return int(self.nb.sum())
 
     def _last_active(self) -> np.ndarray:
-        """Per row block: whether its range holds the last (maybe ragged) column block."""
-        return (self.end == self.tc) & (self.nb > 0)
+        """Per row block: whether it visits the last (maybe ragged) column block."""
+        if self.tiles is None:
+            return (self.end == self.tc) & (self.nb > 0)
+        return self.tiles[:, -1] & (self.first < self.tc) & (self.end == self.tc)
 
     def pair_sum(self, f: Callable[[np.ndarray, int], np.ndarray]) -> int:
         """Sum over active pairs (i, j) of ``f(rows_i, cols_j)``; f is vectorised over rows."""
@@ -114,8 +177,10 @@ class BlockGrid:
         return int(np.sum(total))
 
     def key_rows(self) -> np.ndarray:
-        """Per row block: keys of its active column blocks (sum of cols_j over its range)."""
-        return np.where(self.nb > 0, np.minimum(self.end * self.bc, self.n_k) - self.first * self.bc, 0)
+        """Per row block: keys of its active column blocks (sum of cols_j over them)."""
+        if self.tiles is None:
+            return np.where(self.nb > 0, np.minimum(self.end * self.bc, self.n_k) - self.first * self.bc, 0)
+        return self.active().astype(np.int64) @ self.cols
 
     def active_rows(self) -> int:
         """Sum of rows_i over active pairs: query rows visited, counted once per (i, j)."""

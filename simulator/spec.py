@@ -19,6 +19,11 @@ and scaled by 1 / (1 - p), or dropped, as ``numba_flash.reference.dropout_keep(s
 N_k, p)`` decides from (seed, bh, r, c) alone -- so the backward regenerates the forward's mask.
 The row sums (the softmax's l) are of the undropped P: O = dropout(softmax(S)) V.
 
+Block-sparse (``sparse``, the paper's Algorithm 5): the kernels visit only the block pairs of
+lists given at run time (``simulator.blocks.BlockGrid.row_lists`` / ``column_lists``: for each
+row block the K/V blocks it visits, for each K/V block the row blocks), the band's active pairs
+whose tile the block mask keeps; the band's edge tiles are still masked element by element.
+
 This module imports nothing beyond the standard library: the simulator must run without numba.
 """
 from __future__ import annotations
@@ -34,9 +39,10 @@ class Mask:
     lower: bool = False
     group: int = 1
     dropout: bool = False
+    sparse: bool = False
 
     def __post_init__(self):
-        for name in ("upper", "lower", "dropout"):
+        for name in ("upper", "lower", "dropout", "sparse"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"Mask.{name} must be a bool, got {getattr(self, name)!r}")
         if not isinstance(self.group, int) or isinstance(self.group, bool) or self.group < 1:

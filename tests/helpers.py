@@ -162,12 +162,15 @@ def plain_backward(do, q, k, v, fmt, mask):
 
 
 def check_band(fmt, B, H, H_kv, n_q, n_k, d, causal=False, window=None, diagonal=None, tiling=None,
-          bwd_tiling=None, logit_scale=1.0, seed=0, backward=True):
+          bwd_tiling=None, logit_scale=1.0, seed=0, backward=True, block_mask=None, block_size=None):
     """Forward (o, lse) and backward (dq, dk, dv) of poisoned launches within the rule; rows
-    that see no key give o = 0 and lse = -inf."""
+    that see no key give o = 0 and lse = -inf. ``block_mask`` with ``block_size``: block-sparse,
+    the reference masking the same blocks."""
     rng = np.random.default_rng(seed)
     q, k, v, do = band_inputs(rng, fmt, B, H, H_kv, n_q, n_k, d, logit_scale)
     mask = dict(causal=causal, window=window, diagonal=diagonal)
+    if block_mask is not None:
+        mask.update(block_mask=block_mask, block_size=block_size)
     with nf.poison_outputs():
         o, lse = nf.flash_attention(q, k, v, **mask, tiling=tiling, return_lse=True)
     assert o.dtype == TYPES[fmt] and o.shape == q.shape and lse.dtype == np.float32

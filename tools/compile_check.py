@@ -34,10 +34,10 @@ H3 = "uint16[:,:,::1]"   # fp16 / bf16 patterns of the half-storage kernels
 SIGS = {
     "fa2": f"({A3}, {A3}, {A3}, {A3}, {A2}, float32, int64, int64, int64)",
     "fa2_tc": "(float32[::1], float32[::1], float32[::1], float32[::1], float32[::1], float32, int64, int64, int64, int64, "
-              "int64, int64, int64, float32)",
+              "int64, int64, int64, float32, int64[::1], int64[::1])",
     "alg1": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A2}, float32, int64, int64, int64)",
     "bwd_tc": "(" + ", ".join(["float32[::1]"] * 9) + ", float32, float32, int64, int64, int64, int64, "
-              "int64, int64, int64, float32)",
+              "int64, int64, int64, float32, int64[::1], int64[::1])",
     "bwd_kv": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, {A3}, {A3}, float32, float32, int64, int64, int64)",
     "bwd_dq": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, float32, float32, int64, int64, int64)",
     "row_dot": "(" + ", ".join(["float32[::1]"] * 4) + ", int64)",
@@ -50,10 +50,10 @@ SIGS = {
     "ds_half": f"({H3}, {H3}, {A2}, {H3}, int64)",
     # the tensor-core fp16 / bf16 kernels (flat views: 16-bit patterns, fp32 statistics)
     "fwd_half": "(" + ", ".join(["uint16[::1]"] * 4) + ", float32[::1], float32, int64, int64, int64, int64, "
-                "int64, int64, int64, float32)",
+                "int64, int64, int64, float32, int64[::1], int64[::1])",
     "bwd_half": "(" + ", ".join(["uint16[::1]"] * 4) + ", float32[::1], float32[::1], float32[::1], "
                 "uint16[::1], uint16[::1], float32, float32, int64, int64, int64, int64, int64, int64, "
-                "int64, float32)",
+                "int64, float32, int64[::1], int64[::1])",
     "convert_narrow": "(float32[::1], uint16[::1], int64)",
 }
 

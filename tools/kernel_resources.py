@@ -38,6 +38,9 @@ from numba_flash.kernels.flash_forward_fa2 import make_flash_forward_fa2
 from numba_flash.kernels.flash_forward_fa2_tc import make_flash_forward_fa2_tc
 from numba_flash.kernels.flash_forward_half import make_flash_forward_half
 from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
+from numba_flash.checks import BLOCK_SIZE
+from simulator.flash import SPARSE_VARIANT
+from simulator.spec import Mask
 from simulator.tiling import Tiling
 
 OUT = Path(__file__).resolve().parent.parent / "simulator" / "kernel_resources.csv"
@@ -63,10 +66,13 @@ class Config:
     causal: bool | None
     make: Callable[[Tiling | None], object]
     tiled: bool = True
+    block_size: tuple[int, int] | None = None   # block-sparse: the default tiling nested in these
 
     @property
     def tiling(self) -> Tiling | None:
-        return Tiling.kernel_default(self.kernel, self.d or 0) if self.tiled else None
+        if not self.tiled:
+            return None
+        return Tiling.kernel_default(self.kernel, self.d or 0, block_size=self.block_size)
 
 
 def configurations(head_dims) -> list[Config]:
@@ -83,6 +89,17 @@ def configurations(head_dims) -> list[Config]:
                              lambda t, d=d, c=causal: make_flash_forward_half(t, d, c, "float16", True)))
             tc.append(Config("flash_backward_half", "", "bwd_half", d, causal,
                              lambda t, d=d, c=causal: make_flash_backward_half(t, d, c, "float16", True)))
+            # block-sparse (Mask.sparse), at the tilings FlexAttention's 128 x 128 blocks leave
+            sparse = Mask(upper=causal, sparse=True)
+            tc += [Config(kernel, SPARSE_VARIANT, kind, d, causal,
+                          lambda t, d=d, m=sparse, f=factory: f(t, d, m), block_size=BLOCK_SIZE)
+                   for kernel, kind, factory in (
+                       ("flash_forward_tc", "fa2_tc", make_flash_forward_fa2_tc),
+                       ("flash_backward_tc", "bwd_tc", make_flash_backward_tc),
+                       ("flash_forward_half", "fwd_half",
+                        lambda t, d, m: make_flash_forward_half(t, d, m, "float16", True)),
+                       ("flash_backward_half", "bwd_half",
+                        lambda t, d, m: make_flash_backward_half(t, d, m, "float16", True)))]
             fma.append(Config("flash_forward_v2", "", "fa2", d, causal,
                               lambda t, d=d, c=causal: make_flash_forward_fa2(t, d, c)))
             fma.append(Config("flash_forward_v1", "", "alg1", d, causal,

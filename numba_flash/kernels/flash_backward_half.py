@@ -9,7 +9,8 @@ owning keys 16w .. 16w + 15 of the block)::
     dKj = dVj = 0                         (registers: C fragments of the warp's 16 keys)
     for each query head of the K/V head's group (GQA / MQA: GROUP of them; 1 without):
       for each row block i that sees Kj:  (row_block_range: rows outside the band neither
-                                           loaded nor computed; the same range each head)
+                                           loaded nor computed; the same range each head;
+                                           block-sparse: the i of block j's list only)
         wait for Qi, dOi, L_i, D_i; barrier
         the next step's Qi, dOi, L_i, D_i (the next row block of the head, else the first of
         the next head): HBM -> the other SRAM stage by cp.async (in flight)
@@ -79,7 +80,10 @@ results/h200/tuning/tune_half_bwd_v1_d*.csv; bench: results/h200/bench/bench_hal
         flash_backward_tc v9. H200, 2026-12-02 (tools/dropout_timing.py, p = 0.1): fp16 d = 64
         4.17 -> 9.63 ms (+131 %), d = 128 +78 %, causal d = 128 +71 %.
     v4  dropout: two Philox calls per 8 scores of a lane (was 4), 16-bit randoms, as
-        flash_backward_tc v10. Simulator only; not measured yet.
+        flash_backward_tc v10. H200, 2026-12-02 (tools/dropout_timing.py, p = 0.1): fp16
+        d = 64 4.17 -> 6.01 ms (+44 %), d = 128 +28 %, causal d = 128 +25 %.
+    v5  block-sparse (Mask.sparse): K/V block j visits the row blocks of its list, the
+        prefetch the list's next one, as flash_backward_tc v11.
 """
 from __future__ import annotations
 
@@ -98,25 +102,28 @@ from .tiles import (ZERO, dropout_kept, dropout_words, lse_base2, make_key_rows_
                     needs_mask, row_block_range, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 4
+VERSION = 5
 
 
 @kernel_factory
 def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: str,
                              vector: bool):
-    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo)`` on flat
+    """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo, seed_lo,
+    seed_hi, keep_from, rp, blk_ptr, blk_idx)`` on flat
     (1-D) views: q, do: (B*H, N_q, d) and k, v, dk, dv: (B*H_kv, N_k, d) uint16 patterns of
     ``dtype`` ("float16" or "bfloat16"), H_kv = H / mask.group (query head bh reads K/V head
     bh // group); lse, dvec (D): (B*H, N_q) float32; dq: (B*H, N_q, d) float32, zeros (the
     kernel adds scale dS K into it). ``mask``: a ``simulator.spec.Mask``, or a bool (causal or
     not); ``hi``, ``lo`` (int64, read only with ``mask.upper`` / ``mask.lower``, else pass 0):
-    row r sees key c iff c <= r + hi and r + lo <= c. ``scale`` the softmax scale and
+    row r sees key c iff c <= r + hi and r + lo <= c; dropout's four and block-sparse's two
+    arguments as ``make_flash_backward_tc``'s. ``scale`` the softmax scale and
     ``qscale`` = scale * log2(e), float32. ``vector``: d % 8 == 0 and q, k, v, do 16-byte
     aligned (tiles copied by cp.async). Launch with grid (Tc, B*H_kv),
     ``tiling.threads_for("flash_backward_half")`` threads and
     ``tiling.smem_bytes("flash_backward_half", d)`` bytes of dynamic shared memory."""
     mask = Mask.of(mask)
     UPPER, LOWER, GROUP, DROPOUT = mask.upper, mask.lower, mask.group, mask.dropout
+    SPARSE = mask.sparse
     BR, BC = tiling.Br, tiling.Bc
     if DROPOUT:   # Philox blocks of 16 x 16 scores inside a tile (simulator.tiling.DROPOUT_SIDE)
         tiling.check_dropout()
@@ -198,7 +205,7 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
                                                     pack_fragments))
 
     def flash_backward_half(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo,
-                            seed_lo, seed_hi, keep_from, rp):
+                            seed_lo, seed_hi, keep_from, rp, blk_ptr, blk_idx):
         # one block of dynamic shared memory, three views: 16-bit tiles, fp32 L and D, and
         # 4-byte words for the stores of dS^T
         smem = cuda.shared.array(0, uint16, alignment=ALIGN)
@@ -221,13 +228,17 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
         wkey = warp * 16              # this warp's first key of the Bc tile
         # the row blocks that see Kj, the same for each query head (the band does not depend
         # on the head)
-        first, end = row_block_range(col0, col0 + cols - 1, hi, lo, BR, n_q, UPPER, LOWER)
+        if SPARSE:                    # row blocks blk_idx[first..end - 1]
+            first, end = blk_ptr[j], blk_ptr[j + 1]
+        else:                         # row blocks first..end - 1
+            first, end = row_block_range(col0, col0 + cols - 1, hi, lo, BR, n_q, UPPER, LOWER)
 
         copy_kv(smem, KO, k, kvh * n_k + col0, cols, tid)
         copy_kv(smem, VO, v, kvh * n_k + col0, cols, tid)
         if first < end:
+            row_first = (blk_idx[first] if SPARSE else first) * BR
             load_row_block(smem, stats, uint64(0), q, do, lse, dvec,
-                           kvh * GROUP * n_q + first * BR, min(BR, n_q - first * BR), tid)
+                           kvh * GROUP * n_q + row_first, min(BR, n_q - row_first), tid)
         commit()
 
         s = cuda.local.array((NT, 4), float32)    # registers: S^T, then P^T (C fragments)
@@ -264,7 +275,8 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
         nb = max(0, end - first)      # row blocks a head
         for step in range(GROUP * nb):
             qh = step // nb if GROUP > 1 else 0
-            i = first + step - qh * nb
+            ii = first + step - qh * nb   # the step's place in the head's row blocks
+            i = blk_idx[ii] if SPARSE else ii
             bh = kvh * GROUP + qh     # query head (GQA: the group's heads in turn)
             row0 = i * BR
             rows = min(BR, n_q - row0)
@@ -274,9 +286,10 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
             # every warp done with the previous step (its stage and dS are free)
             cuda.syncthreads()
             if step + 1 < GROUP * nb:
-                nbh, nrow0 = bh, row0 + BR            # the head's next row block,
-                if GROUP > 1 and i + 1 == end:
-                    nbh, nrow0 = bh + 1, first * BR   # else the next head's first
+                nbh, nii = bh, ii + 1            # the head's next row block,
+                if GROUP > 1 and ii + 1 == end:
+                    nbh, nii = bh + 1, first     # else the next head's first
+                nrow0 = (blk_idx[nii] if SPARSE else nii) * BR
                 load_row_block(smem, stats, uint64(1) - stage, q, do, lse, dvec,
                                nbh * n_q + nrow0, min(BR, n_q - nrow0), tid)
                 commit()

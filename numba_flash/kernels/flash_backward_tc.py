@@ -7,7 +7,8 @@ Algorithm (per K/V head and K/V block j; grid Tc x B*H_kv, Bc/16 warps a block):
                                          (registers: warp w owns keys 16w..16w+15 of dK, dV)
     for each query head of the K/V head's group (GQA / MQA: GROUP of them; 1 without):
       for each row block i that sees Kj: (row_block_range: rows outside the band are neither
-                                          loaded nor computed; the range is the same each head)
+                                          loaded nor computed; the range is the same each head;
+                                          block-sparse: the i of block j's list only)
         load Qi (times scale*log2(e)), dOi -> SRAM as hi + lo, each twice (row-major and
                                          transposed); L_i (base 2), D_i -> SRAM
         S^T = Kj Qi^T                    (registers: mma C fragments, rows = keys, cols = queries)
@@ -128,7 +129,11 @@ same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py --back
         unchanged. H200, 2026-12-02 (tools/dropout_timing.py, p = 0.1): d = 64 16.5 -> 22.9 ms
         (+39 %), d = 128 +15 %, causal d = 128 +14 %.
     v10 dropout: two Philox calls per 8 scores of a lane (was 4), 16-bit randoms
-        (tiles.dropout_words). Simulator only; not measured yet.
+        (tiles.dropout_words). H200, 2026-12-02 (tools/dropout_timing.py, p = 0.1): d = 64
+        16.6 -> 18.3 ms (+10 %), d = 128 +4 %, causal d = 128 +4 %.
+    v11 block-sparse (Mask.sparse, compile-time; Algorithm 5): K/V block j visits the row
+        blocks of its list (simulator.blocks.BlockGrid.column_lists); kernels without it take
+        two more (unread) arguments.
 """
 from __future__ import annotations
 
@@ -147,24 +152,28 @@ from .tiles import (LN2, ONE, POS_INF, ZERO, dropout_kept, dropout_words, identi
                     scaled_element, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 10
+VERSION = 11
 
 
 @kernel_factory
 def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
     """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo, seed_lo,
-    seed_hi, keep_from, rp)`` on flat
+    seed_hi, keep_from, rp, blk_ptr, blk_idx)`` on flat
     (1-D) views of q, do, dq: (B*H, N_q, d); lse, dvec: (B*H, N_q); k, v, dk, dv: (B*H_kv, N_k,
     d), H_kv = H / mask.group (query head bh reads K/V head bh // group). ``mask``: a
     ``simulator.spec.Mask``, or a bool (causal or not); ``hi``, ``lo`` (int64, read only with
     ``mask.upper`` / ``mask.lower``, else pass 0): row r sees key c iff c <= r + hi and
     r + lo <= c. ``qscale`` = scale * log2(e), float32. With ``mask.dropout``: the forward's
     dropout mask regenerated from ``seed_lo``, ``seed_hi``, ``keep_from`` and ``rp``, as
-    ``make_flash_forward_fa2_tc`` takes them (else not read). dq must hold zeros (the kernel adds
-    into it). Launch with grid (Tc, B*H_kv), ``tiling.threads_for("flash_backward_tc")``
-    threads and ``tiling.smem_bytes("flash_backward_tc", d)`` bytes of dynamic shared memory."""
+    ``make_flash_forward_fa2_tc`` takes them (else not read). With ``mask.sparse``: K/V block j
+    visits the row blocks blk_idx[blk_ptr[j]:blk_ptr[j + 1]] (int64; ascending, inside the
+    band: ``BlockGrid.column_lists``), else those two are not read. dq must hold zeros (the
+    kernel adds into it). Launch with grid (Tc, B*H_kv),
+    ``tiling.threads_for("flash_backward_tc")`` threads and
+    ``tiling.smem_bytes("flash_backward_tc", d)`` bytes of dynamic shared memory."""
     mask = Mask.of(mask)
     UPPER, LOWER, GROUP, DROPOUT = mask.upper, mask.lower, mask.group, mask.dropout
+    SPARSE = mask.sparse
     BR, BC = tiling.Br, tiling.Bc
     if DROPOUT:   # Philox blocks of 16 x 16 scores inside a tile (simulator.tiling.DROPOUT_SIDE)
         tiling.check_dropout()
@@ -292,7 +301,7 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
         cuda.jit(device=True)(unrolled(f)) for f in (rows_times_tile_t, add_scores_times_tile))
 
     def flash_backward_tc(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo,
-                          seed_lo, seed_hi, keep_from, rp):
+                          seed_lo, seed_hi, keep_from, rp, blk_ptr, blk_idx):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
         # SRAM tiles: Kj at KO and Vj at VO for the whole kernel; Qi at QO and QTO, dOi at OO
         # and OTO, dS at SO, L at LO, D at DO for one i step
@@ -310,7 +319,10 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
         wkey = warp * 16        # this warp's first key of the Bc tile
         col0 = j * BC
         cols = min(BC, n_k - col0)
-        first, end = row_block_range(col0, col0 + cols - 1, hi, lo, BR, n_q, UPPER, LOWER)
+        if SPARSE:                    # row blocks blk_idx[first..end - 1]
+            first, end = blk_ptr[j], blk_ptr[j + 1]
+        else:                         # row blocks first..end - 1
+            first, end = row_block_range(col0, col0 + cols - 1, hi, lo, BR, n_q, UPPER, LOWER)
 
         load_pair_tile(smem, KO, k, kvh * n_k + col0, cols, tid)
         load_pair_tile(smem, VO, v, kvh * n_k + col0, cols, tid)
@@ -362,6 +374,8 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
         for step in range(GROUP * nb):
             qh = step // nb if GROUP > 1 else 0
             i = first + step - qh * nb
+            if SPARSE:
+                i = blk_idx[i]
             bh = kvh * GROUP + qh     # query head (GQA: the group's heads in turn)
             row0 = i * BR
             rows = min(BR, n_q - row0)

@@ -6,7 +6,8 @@ h // group under GQA / MQA)::
     load Qi (Br x d) HBM -> SRAM, times scale*log2(e), split into TF32 hi + lo parts
                                      (d > 64: kept in fp32, split at each fragment load)
     m = -inf, l = 0, O_acc = 0       (registers: warp w owns rows 16w..16w+15 of S, P and O)
-    for first(i) <= j < end(i):      (tiles.key_block_range: blocks outside the band skipped)
+    for first(i) <= j < end(i):      (tiles.key_block_range: blocks outside the band skipped;
+                                      block-sparse: the j of row block i's list only)
         Kj (fetched into registers during the last P V) -> SRAM as hi + lo; fetch Vj
         S = Qi Kj^T, masked          (registers: mma C fragments, 3 TF32 products per tile;
                                       the mask only on edge tiles: tiles.needs_mask)
@@ -103,8 +104,12 @@ TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward
         p = 0.1): d = 64 5.36 -> 8.27 ms (+54 %), d = 128 +27 %, causal d = 128 +23 %.
     v12 dropout: one Philox call per 8 scores of a lane (was 2 calls per 4, half of each
         thrown away): 16-bit randoms, the call's 8 covering the lane's fragment share of an
-        n-tile pair (tiles.dropout_words), applied after the row statistics. Checked under
-        the simulator only; not measured on the GPU yet.
+        n-tile pair (tiles.dropout_words), applied after the row statistics. H200,
+        2026-12-02 (tools/dropout_timing.py, p = 0.1): d = 64 5.32 -> 6.53 ms (+23 %), d = 128
+        +4 %, causal d = 128 +9 %.
+    v13 block-sparse (Mask.sparse, compile-time; Algorithm 5): row block i visits the K/V
+        blocks of its list (simulator.blocks.BlockGrid.row_lists), the prefetch fetches the
+        list's next block; kernels without it take two more (unread) arguments.
 """
 from __future__ import annotations
 
@@ -123,12 +128,13 @@ from .tiles import (LN2, NEG_INF, ONE, ZERO, dropout_kept, dropout_words, key_bl
                     scaled_element, sticky_max, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 12
+VERSION = 13
 
 
 @kernel_factory
 def make_flash_forward_fa2_tc(tiling: Tiling, d: int, mask: Mask | bool):
-    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k, hi, lo, seed_lo, seed_hi, keep_from, rp)`` on
+    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k, hi, lo, seed_lo, seed_hi, keep_from, rp,
+    blk_ptr, blk_idx)`` on
     flat (1-D) views of q, o:
     (B*H, N_q, d); k, v: (B*H_kv, N_k, d), H_kv = H / mask.group; lse: (B*H, N_q) -- flat, so
     that element offsets are affine in the compile-time d and the loads take immediate offsets;
@@ -139,11 +145,14 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, mask: Mask | bool):
     of the seed's 32-bit halves ``seed_lo``, ``seed_hi``) is at least ``keep_from`` (int64,
     ``reference.dropout_threshold(p)``), its P then times ``rp`` (float32,
     ``reference.dropout_scale(p)``); else these four are not read. ``mask``: a
-    ``Mask``, or a bool (causal: ``Mask(upper=mask)``). Launch with grid (Tr, B*H),
+    ``Mask``, or a bool (causal: ``Mask(upper=mask)``). With ``mask.sparse``: row block i visits
+    the K/V blocks blk_idx[blk_ptr[i]:blk_ptr[i + 1]] (int64; ascending, inside the band:
+    ``BlockGrid.row_lists``), else those two are not read. Launch with grid (Tr, B*H),
     ``tiling.threads_for("flash_forward_tc")`` threads and
     ``tiling.smem_bytes("flash_forward_tc", d)`` bytes of dynamic shared memory."""
     mask = Mask.of(mask)
     UPPER, LOWER, GROUP, DROPOUT = mask.upper, mask.lower, mask.group, mask.dropout
+    SPARSE = mask.sparse
     # upper only (causal): later row blocks visit more K/V blocks, so launch them first; a
     # window's work is about the same for every row block (plain order)
     HEAVY_LAST = UPPER and not LOWER
@@ -259,7 +268,7 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, mask: Mask | bool):
     store_k, store_vt = make_store(k_pair, kj_at), make_store(v_pair, vj_at)
 
     def flash_forward_fa2_tc(q, k, v, o, lse, qscale, n_q, n_k, hi, lo, seed_lo, seed_hi,
-                             keep_from, rp):
+                             keep_from, rp, blk_ptr, blk_idx):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
         # SRAM tiles: Qi at QO for the whole kernel; Kj at KO and Vj^T at VO for one j step
         i, bh = cuda.blockIdx.x, cuda.blockIdx.y
@@ -276,7 +285,10 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, mask: Mask | bool):
         wrow = (tid // 32) * 16       # this warp's first row of the Br tile
         row0 = i * BR
         rows = min(BR, n_q - row0)
-        first, end = key_block_range(row0, row0 + rows - 1, hi, lo, BC, n_k, UPPER, LOWER)
+        if SPARSE:                    # steps first <= jj < end: K/V block blk_idx[jj]
+            first, end = blk_ptr[i], blk_ptr[i + 1]
+        else:                         # steps first <= jj < end: K/V block jj
+            first, end = key_block_range(row0, row0 + rows - 1, hi, lo, BC, n_k, UPPER, LOWER)
         kv0 = (bh // GROUP) * n_k     # first row of this query head's K/V head
 
         load_q_tile(smem, q, bh * n_q + row0, rows, tid, qscale)
@@ -303,9 +315,11 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, mask: Mask | bool):
         vb_even = VO + uint64(g * LV + 4 * (t ^ (sw % 4)) + 16 * (sw // 4))
         vb_odd = VO + uint64(g * LV + 4 * (t ^ (sw % 4)) + 16 * (1 - sw // 4))
         if first < end:               # (no K/V at all: O = 0, L = -inf below)
-            fetch_k(buf, k, kv0 + first * BC, min(BC, n_k - first * BC), tid)
+            j0 = blk_idx[first] if SPARSE else first
+            fetch_k(buf, k, kv0 + j0 * BC, min(BC, n_k - j0 * BC), tid)
 
-        for j in range(first, end):
+        for jj in range(first, end):
+            j = blk_idx[jj] if SPARSE else jj
             col0 = j * BC
             cols = min(BC, n_k - col0)
             # every warp finished reading the previous Kj before the last barrier (it came
@@ -375,8 +389,9 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, mask: Mask | bool):
                             s[n, 2 * h + e] = s[n, 2 * h + e] * rp if kept else ZERO
             # the barrier above came after every warp's previous P V: Vj's SRAM is free
             store_vt(buf, smem, tid)
-            if j + 1 < end:
-                fetch_k(buf, k, kv0 + col0 + BC, min(BC, n_k - col0 - BC), tid)
+            if jj + 1 < end:
+                next0 = blk_idx[jj + 1] * BC if SPARSE else col0 + BC
+                fetch_k(buf, k, kv0 + next0, min(BC, n_k - next0), tid)
             # barrier: Vj complete before any warp reads fragments of it
             cuda.syncthreads()
             # P as A fragments, split once: slots (0, 1, 2, 3) = C slots (0, 2, 1, 3) of S, the

@@ -6,7 +6,8 @@ is not a multiple of 32: Tiling.rows_per_warp; K/V head h // group under GQA / M
 
     Qi, Kfirst, Vfirst: HBM -> SRAM by cp.async (one group), wait, barrier
     m = -inf, l = 0, O_acc = 0        (registers: each warp owns its rows of S, P and O)
-    for first(i) <= j < end(i):       (tiles.key_block_range: blocks outside the band skipped)
+    for first(i) <= j < end(i):       (tiles.key_block_range: blocks outside the band skipped;
+                                       block-sparse: the j of row block i's list only)
         (j > first) wait for Kj, Vj; barrier
         Kj+1, Vj+1: HBM -> the other SRAM stage by cp.async (in flight during this step)
         S = Qi Kj^T, masked           (fp32 C fragments; Qi and Kj fragments by ldmatrix; the
@@ -19,9 +20,10 @@ is not a multiple of 32: Tiling.rows_per_warp; K/V head h // group under GQA / M
                                            is the mma's fp32 accumulator)
     O = diag(1/l) O_acc rounded to the half format; L = (m + log2 l) ln 2 (fp32) -> HBM
 
-One barrier a step: K and V have two SRAM stages; block j lives in stage j % 2 (the first block
-too: stage first % 2); the copies into stage (j + 1) % 2 start after the barrier of step j,
-which every warp reaches only once it is done reading that stage in step j - 1. Products are in
+One barrier a step: K and V have two SRAM stages; step jj's block (j = jj, or the list's jj-th
+block-sparse) lives in stage jj % 2 (the first step too: stage first % 2); the copies into stage
+(jj + 1) % 2 start after the barrier of step jj, which every warp reaches only once it is done
+reading that stage in step jj - 1. Products are in
 the input's format with fp32 sums, as FlashAttention-2: S exact up to the fp32 sum, P rounded to
 the format once for P V, O once at the end; softmax statistics in fp32.
 
@@ -78,7 +80,10 @@ tools/tune_half.py; results/h200/tuning/tune_half_v*.csv):
         pair of a row), as flash_forward_fa2_tc v11. H200, 2026-12-02 (tools/dropout_timing.py,
         p = 0.1): fp16 d = 64 1.08 -> 3.85 ms (+257 %), d = 128 +158 %, causal d = 128 +143 %.
     v7  dropout: one Philox call per 8 scores of a lane (16-bit randoms), applied after the row
-        statistics, as flash_forward_fa2_tc v12. Simulator only; not measured yet.
+        statistics, as flash_forward_fa2_tc v12. H200, 2026-12-02 (tools/dropout_timing.py,
+        p = 0.1): fp16 d = 64 1.05 -> 2.04 ms (+94 %), d = 128 +59 %, causal d = 128 +45 %.
+    v8  block-sparse (Mask.sparse): row block i visits the K/V blocks of its list, the SRAM
+        stage alternating by step, as flash_forward_fa2_tc v13.
 """
 from __future__ import annotations
 
@@ -99,22 +104,26 @@ from .tiles import (LN2, NEG_INF, ONE, ZERO, dropout_kept, dropout_words, key_bl
                     needs_mask, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 7
+VERSION = 8
 
 
 @kernel_factory
 def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: str, vector: bool):
-    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k, hi, lo)`` on flat (1-D) uint16 views of
+    """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k, hi, lo, seed_lo, seed_hi, keep_from, rp,
+    blk_ptr, blk_idx)`` on flat (1-D) uint16 views of
     q, o: (B*H, N_q, d) and k, v: (B*H_kv, N_k, d), H_kv = H / mask.group, holding ``dtype``
     ("float16" or "bfloat16") values; query head bh reads K/V head bh // mask.group; lse:
     (B*H, N_q) float32; ``qscale`` = softmax scale * log2(e), float32; ``hi``, ``lo`` (int64,
     read only with ``mask.upper`` / ``mask.lower``, else 0): row r sees key c iff c <= r + hi
     and r + lo <= c (``simulator.spec``). ``mask``: a ``Mask``, or a bool (causal:
-    ``Mask(upper=mask)``). ``vector``: d % 8 == 0 and q, k, v 16-byte aligned (tiles copied by
-    cp.async). Launch with grid (Tr, B*H), ``tiling.threads_for("flash_forward_half")`` threads
-    and ``tiling.smem_bytes("flash_forward_half", d, 2)`` bytes of dynamic shared memory."""
+    ``Mask(upper=mask)``); dropout's four and block-sparse's two arguments as
+    ``make_flash_forward_fa2_tc``'s. ``vector``: d % 8 == 0 and q, k, v 16-byte aligned (tiles
+    copied by cp.async). Launch with grid (Tr, B*H),
+    ``tiling.threads_for("flash_forward_half")`` threads and
+    ``tiling.smem_bytes("flash_forward_half", d, 2)`` bytes of dynamic shared memory."""
     mask = Mask.of(mask)
     UPPER, LOWER, GROUP, DROPOUT = mask.upper, mask.lower, mask.group, mask.dropout
+    SPARSE = mask.sparse
     # upper only (causal): later row blocks visit more K/V blocks, so launch them first; a
     # window's work is about the same for every row block (plain order)
     HEAVY_LAST = UPPER and not LOWER
@@ -146,7 +155,8 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
 
     copy_q, copy_kv = (make_tile_copy(rows, T, d, D16, LD, vector, dtype) for rows in (BR, BC))
 
-    def flash_forward_half(q, k, v, o, lse, qscale, n_q, n_k, hi, lo, seed_lo, seed_hi, keep_from, rp):
+    def flash_forward_half(q, k, v, o, lse, qscale, n_q, n_k, hi, lo, seed_lo, seed_hi,
+                           keep_from, rp, blk_ptr, blk_idx):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN)
         i, bh = cuda.blockIdx.x, cuda.blockIdx.y
         if HEAVY_LAST:
@@ -162,12 +172,16 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
         wrow = (tid // 32) * RW       # this warp's first row of the Br tile (MT tiles of 16)
         row0 = i * BR
         rows = min(BR, n_q - row0)
-        first, end = key_block_range(row0, row0 + rows - 1, hi, lo, BC, n_k, UPPER, LOWER)
+        if SPARSE:                    # steps first <= jj < end: K/V block blk_idx[jj]
+            first, end = blk_ptr[i], blk_ptr[i + 1]
+        else:                         # steps first <= jj < end: K/V block jj
+            first, end = key_block_range(row0, row0 + rows - 1, hi, lo, BC, n_k, UPPER, LOWER)
         kv0 = (bh // GROUP) * n_k     # first row of this query head's K/V head
 
         copy_q(smem, QO, q, bh * n_q + row0, rows, tid)
-        if first < end:               # block j in stage j % 2, the first one too
-            st0, key0 = uint64(first % 2) * STAGE, first * BC
+        if first < end:               # step jj's block in stage jj % 2, the first one too
+            st0 = uint64(first % 2) * STAGE
+            key0 = (blk_idx[first] if SPARSE else first) * BC
             copy_kv(smem, KO + st0, k, kv0 + key0, min(BC, n_k - key0), tid)
             copy_kv(smem, VO + st0, v, kv0 + key0, min(BC, n_k - key0), tid)
         commit()
@@ -195,18 +209,20 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
         kb = KO + uint64((8 * (mi // 2) + ml) * LD + 8 * (mi % 2))
         vb = VO + uint64((8 * (mi % 2) + ml) * LD + 8 * (mi // 2))
 
-        for j in range(first, end):
+        for jj in range(first, end):
+            j = blk_idx[jj] if SPARSE else jj
             col0 = j * BC
             cols = min(BC, n_k - col0)
-            stage = uint64(j % 2) * STAGE
+            stage = uint64(jj % 2) * STAGE
             wait_all()
-            # barrier: Kj, Vj (j = first: and Qi) complete in SRAM; every warp done with step
-            # j - 1, so the other stage is free
+            # barrier: Kj, Vj (first step: and Qi) complete in SRAM; every warp done with step
+            # jj - 1, so the other stage is free
             cuda.syncthreads()
-            if j + 1 < end:
+            if jj + 1 < end:
                 nxt = STAGE - stage
-                copy_kv(smem, KO + nxt, k, kv0 + col0 + BC, min(BC, n_k - col0 - BC), tid)
-                copy_kv(smem, VO + nxt, v, kv0 + col0 + BC, min(BC, n_k - col0 - BC), tid)
+                next0 = blk_idx[jj + 1] * BC if SPARSE else col0 + BC
+                copy_kv(smem, KO + nxt, k, kv0 + next0, min(BC, n_k - next0), tid)
+                copy_kv(smem, VO + nxt, v, kv0 + next0, min(BC, n_k - next0), tid)
                 commit()
             for mt in static_range(MT):
                 for n in static_range(NT):
