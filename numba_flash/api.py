@@ -152,9 +152,10 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     kernels' tiles must lie inside blocks: the default tiling's sides are cut to their gcd with
     the block's; a given ``tiling`` must divide ``block_size``.
     """
-    key = None if dropout_p or block_mask is not None else plans.key("forward", (q, k, v), (
+    blocks_key = checks.block_mask_key(block_mask)
+    key = None if dropout_p or blocks_key is checks.UNKEYED else plans.key("forward", (q, k, v), (
         causal, softmax_scale, return_lse, algorithm, tiling, diagonal, window, dropout_p,
-        dropout_seed, return_dropout_mask))
+        dropout_seed, return_dropout_mask, blocks_key, block_size))
     plan = plans.get(key)
     if plan is not None:
         return plan(q, k, v)
@@ -381,9 +382,11 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     ``block_mask``, ``block_size``: the forward's (block-sparse; "fa2" without
     ``deterministic``): each K/V block visits only the row blocks the mask keeps.
     """
-    key = None if dropout_p or block_mask is not None else plans.key("backward", (do, q, k, v, o, lse), (
-        causal, softmax_scale, tiling, deterministic, algorithm, diagonal, window, dropout_p,
-        dropout_seed))
+    blocks_key = checks.block_mask_key(block_mask)
+    key = None if dropout_p or blocks_key is checks.UNKEYED else plans.key(
+        "backward", (do, q, k, v, o, lse), (causal, softmax_scale, tiling, deterministic, algorithm,
+                                           diagonal, window, dropout_p, dropout_seed, blocks_key,
+                                           block_size))
     plan = plans.get(key)
     if plan is not None:
         return plan(do, q, k, v, o, lse)

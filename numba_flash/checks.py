@@ -298,6 +298,26 @@ def band(causal: bool, window, diagonal_value, n_q: int, n_k: int) -> tuple[Mask
 BLOCK_SIZE = (128, 128)
 
 
+def block_mask_key(value):
+    """A hashable stand-in for a block mask's contents, for a launch plan's key (``plans.key``):
+    None for None; (shape, packed bits) for a host mask (NumPy, or a CPU torch tensor) of
+    booleans; ``UNKEYED`` for anything else (a device tensor, other dtypes: the checked path
+    reads and judges those)."""
+    if value is None:
+        return None
+    if hasattr(value, "is_cuda"):
+        if value.is_cuda:
+            return UNKEYED
+        value = value.numpy()
+    if not isinstance(value, np.ndarray) or value.dtype != np.bool_:
+        return UNKEYED
+    return value.shape, np.packbits(value).tobytes()
+
+
+#: ``block_mask_key`` of a mask no plan can key.
+UNKEYED = object()
+
+
 def block_mask(value, block_size, n_q: int, n_k: int):
     """(mask, (bq, bk)) for the API's ``block_mask`` (None: dense, returns (None, None)) and
     ``block_size``: the mask as (ceil(N_q / bq), ceil(N_k / bk)) NumPy booleans (from NumPy,

@@ -166,3 +166,16 @@ def test_torch_block_sparse_attention_with_autograd():
     o2, lse2 = nft.attention_forward(*args)
     torch.library.opcheck(nft.attention_backward, (torch.ones_like(o2), a, b, c, o2, lse2, 0.5,
                                                    False, 0, 0.0, None, on[:2, :2], 16, 16))
+
+
+def test_block_mask_keys_follow_the_contents():
+    """A launch plan's key for a mask: equal for equal contents, apart for other contents or
+    shapes; unkeyed (the checked path) for masks that are not host booleans."""
+    from numba_flash import checks
+
+    a = np.array([[True, False], [False, True]])
+    assert checks.block_mask_key(a) == checks.block_mask_key(a.copy())
+    assert checks.block_mask_key(a) != checks.block_mask_key(~a)
+    assert checks.block_mask_key(a) != checks.block_mask_key(a.reshape(1, 4))
+    assert checks.block_mask_key(None) is None
+    assert checks.block_mask_key(a.astype(np.int8)) is checks.UNKEYED
