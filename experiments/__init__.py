@@ -11,6 +11,7 @@ CSV's ``note`` column and printed.
 #: Experiment name -> module (imported only when the experiment runs), in the order ``all`` runs them.
 EXPERIMENTS = {
     "calibrate": "experiments.calibrate",
+    "block_sparse": "experiments.block_sparse",
     "fig2_left": "experiments.fig2_left",
     "fig2_middle": "experiments.fig2_middle",
     "io_scaling": "experiments.io_scaling",

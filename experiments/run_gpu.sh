@@ -47,6 +47,10 @@ run 50 run memory
 # sliding window and GQA against dense causal, 24 cases (quick); not yet run on a GPU (the
 # time limit is a guess): its windowed / grouped kernels build first, in parallel (warmup)
 run 300 run window
+# block-sparse against dense FlashAttention, 16 cases (quick): 241 s on the H200 on 2026-12-02
+# (inputs as numba device arrays), 107 s of it building its 8 configs' kernels into a cache
+# that held none of them; the full sweep (32 cases) needs ~400 s
+run 360 run block_sparse
 # ring attention: P = 1 on a one-GPU machine (P > GPUs skipped and said so); not yet run on a GPU
 run 200 run ring
 [ -n "${SKIP_TRAIN:-}" ] || run 200 run train_gpt

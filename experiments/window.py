@@ -31,14 +31,12 @@ H_kv = 2 / 1 (quick: H = 2, w = 4, 32, H_kv = 1, fp32 only); no time.
 """
 from __future__ import annotations
 
-import math
-
 from experiments.common import model, plotting
 from experiments.common.cases import Case, visible_scores
 from experiments.common.context import NO_GPU, RunContext
-from experiments.common.measure import failure_note, timing_or_note
-from experiments.common.timing import tflops
-from experiments.common.traffic import MeasuredTraffic, measure_traffic
+from experiments.common.measure import add_note, against_dense, time_rows, timing_or_note
+from experiments.common.model import Predicted
+from experiments.common.traffic import compared_columns, measure_traffic
 from simulator.blocks import BlockGrid
 
 NAME = "window"
@@ -90,33 +88,10 @@ def tile_scores(N: int, br: int, bc: int, window: tuple[int, int] | None) -> int
     return BlockGrid(N, N, br, bc, causal=True, window=window).active_scores()
 
 
-def _prediction(case: Case):
-    """(Prediction, predicted K+V read bytes, what the bytes and the time are) or the note
-    saying why the model has none.  ``model.predict_case`` takes the level model's SM<->L2
-    bytes and time where they are finite, else the tiled count and the roofline: say which."""
-    try:
-        prediction = model.predict_case(case)
-        reports = model.reports(case)
-    except Exception as exc:   # e.g. a simulator without windows / kv_heads yet
-        return f"not predicted: {failure_note(exc).removeprefix('failed: ')}"
-    kv = sum(r.hbm[n].reads * r.element_bytes(n) for r in reports for n in ("K", "V") if n in r.hbm)
-
-    def finite(value):
-        return value is not None and math.isfinite(value)
-
-    basis = {"predicted_bytes_by": "levels (SM<->L2 sectors)" if all(
-                 finite(r.sm_l2_read_bytes) and finite(r.sm_l2_write_bytes) for r in reports)
-             else "tiled count (levels NaN)",
-             "predicted_time_by": "runtime model" if all(finite(r.time_s) for r in reports)
-             else "roofline (runtime model NaN)"}
-    return prediction, float(kv), basis
-
-
-def _row(sweep: str, case: Case, got, predicted) -> dict:
+def _row(sweep: str, case: Case, got, predicted: Predicted | str) -> dict:
     tiling = model.effective_tiling(case)
     dense_scores = visible_scores(case.N, True)
-    ok = isinstance(got, MeasuredTraffic)
-    row = {
+    return {
         "sweep": sweep, "method": case.method, "passes": case.passes, "dtype": case.dtype,
         "B": case.B, "H": case.H, "kv_heads": case.kv_heads or case.H, "N": case.N, "d": case.d,
         "causal": case.causal,
@@ -127,57 +102,29 @@ def _row(sweep: str, case: Case, got, predicted) -> dict:
         "forward_tile_fraction": (tile_scores(case.N, tiling.Br, tiling.Bc, case.window)
                                   / tile_scores(case.N, tiling.Br, tiling.Bc, None)),
         "flops": case.flops, "band_flops": case.band_flops,
-        "quantity": "HBM read+write (SM<->L2)", "unit": "bytes",
-        "measured": got.total_bytes if ok else None, "measured_by": got.measured_by if ok else None,
-        "measured_read": got.read_bytes if ok else None, "measured_write": got.write_bytes if ok else None,
-        "measured_kv_read": got.kv_read_bytes if ok else None,
-        "dram_measured": got.dram_bytes if ok else None,
-        "label": case.label,
+        "quantity": "HBM read+write (SM<->L2)", "unit": "bytes", "label": case.label,
+        **compared_columns(got, predicted),
     }
-    notes = [] if ok else [got]
-    if isinstance(predicted, str):
-        notes.append(predicted)
-    else:
-        p, kv, basis = predicted
-        row.update(predicted=p.total_bytes, predicted_read=p.read_bytes, predicted_write=p.write_bytes,
-                   predicted_kv_read=kv, dram_predicted=p.dram_bytes, predicted_time_ms=p.time_s * 1e3,
-                   **basis)
-    row["note"] = "; ".join(n for n in notes if n)
-    return row
 
 
 def _add_times(ctx: RunContext, rows: list[dict], cases: list[Case]) -> None:
     """Time every case on the GPU (checked first; measure_traffic built the kernels), then
     each row against its dense case."""
-    times = {}
-    for case, row in ctx.progress(list(zip(cases, rows)), f"{NAME}: timing"):
-        result = timing_or_note(case, ctx)
-        if isinstance(result, str):
-            row["note"] = "; ".join(n for n in (row["note"], f"time: {result}") if n)
-            continue
-        timing, error = result
-        times[case] = timing.median_ms
-        row.update(time_ms=timing.median_ms, time_by=f"CUDA events, median of {timing.runs}",
-                   max_rel_error=error, band_tflops=tflops(case.band_flops, timing.median_ms))
-    for case, row in zip(cases, rows):
-        dense = times.get(dense_of(case))
-        if case in times and dense:
-            row["dense_time_ms"] = dense
-            row["time_vs_band"] = times[case] / (row["band_fraction"] * dense)
-            row["meets_target"] = row["time_vs_band"] <= TARGET
+    times = time_rows(ctx, NAME, cases, rows, "band_tflops", timing_of=timing_or_note)
+    against_dense(rows, cases, times, dense_of, "band_fraction", "time_vs_band", "dense_time_ms", TARGET)
 
 
 def run(ctx: RunContext) -> list[dict]:
     pairs = plan(ctx)
     cases = [case for _, case in pairs]
     measured = measure_traffic(ctx, NAME, cases)
-    rows = [_row(sweep, case, measured[case], _prediction(case)) for sweep, case in pairs]
+    rows = [_row(sweep, case, measured[case], model.predicted_or_note(case)) for sweep, case in pairs]
     if ctx.gpu:
         _add_times(ctx, rows, cases)
     else:
         note = ctx.skip(f"{NAME}: time and time_vs_band ({NO_GPU}); bytes counted at a tiny size")
         for row in rows:
-            row["note"] = "; ".join(n for n in (row["note"], note) if n)
+            add_note(row, note)
     return rows
 
 
@@ -197,9 +144,9 @@ def plot(rows: list[dict], path) -> None:
                 continue
             x = [r["w"] for r in pts]
             name = dtype.replace("float", "fp")
-            _curves(bytes_ax, x, pts, "predicted", "measured", f"C{i}", name)
+            plotting.measured_and_predicted(bytes_ax, x, pts, "predicted", "measured", f"C{i}", name)
             if timed:
-                _curves(time_ax, x, pts, "predicted_time_ms", "time_ms", f"C{i}", name)
+                plotting.measured_and_predicted(time_ax, x, pts, "predicted_time_ms", "time_ms", f"C{i}", name)
             target = [(xi, TARGET * r["band_fraction"] * r["dense_time_ms"]) for xi, r in zip(x, pts)
                       if r.get("dense_time_ms")]
             if target:
@@ -227,15 +174,6 @@ def _finish(ax, xlabel, ylabel, title, ticks: dict) -> None:
         ax.xaxis.set_minor_locator(NullLocator())
 
 
-def _curves(ax, x, pts, predicted_key, measured_key, color, name) -> None:
-    pred = [(xi, r[predicted_key]) for xi, r in zip(x, pts) if r.get(predicted_key) is not None]
-    if pred:
-        ax.plot(*zip(*pred), color=color, label=f"{name} predicted", **plotting.PREDICTED)
-    meas = [(xi, r[measured_key]) for xi, r in zip(x, pts) if r.get(measured_key) is not None]
-    if meas:
-        ax.plot(*zip(*meas), color=color, label=f"{name} measured", **plotting.MEASURED)
-
-
 def _plot_gqa(bytes_ax, time_ax, rows, dtypes, timed) -> None:
     """Dense causal against K/V heads (the H_kv = H point is the window sweep's dense case)."""
     dense = [r for r in rows if r["sweep"] == "gqa" or (r["sweep"] == "window" and r["window_left"] == -1)]
@@ -245,9 +183,9 @@ def _plot_gqa(bytes_ax, time_ax, rows, dtypes, timed) -> None:
             continue
         x = [r["kv_heads"] for r in pts]
         name = f"{dtype.replace('float', 'fp')} {passes}"
-        _curves(bytes_ax, x, pts, "predicted", "measured", f"C{i}", name)
+        plotting.measured_and_predicted(bytes_ax, x, pts, "predicted", "measured", f"C{i}", name)
         if timed:
-            _curves(time_ax, x, pts, "predicted_time_ms", "time_ms", f"C{i}", name)
+            plotting.measured_and_predicted(time_ax, x, pts, "predicted_time_ms", "time_ms", f"C{i}", name)
     ticks = {r["kv_heads"]: str(r["kv_heads"]) for r in dense}
     for ax, ylabel in ((bytes_ax, "SM<->L2 read + write (bytes)"), (time_ax, "time (ms)")):
         _finish(ax, "K/V heads H_kv (H query heads)", ylabel, "GQA / MQA, dense causal", ticks)

@@ -4,20 +4,25 @@ the simulator -- the same description for all four, so they cannot drift apart.
 
 FLOPs (written beside every timing): ``4 B H N_q N_k d`` for the forward pass, 2.5x that for the
 backward pass, half of it when causal (the paper's and flash-attention's benchmark convention).
-A sliding window is not discounted there; ``Case.band_flops`` counts the work the band really
-holds: 4 d per unmasked score forward, 2.5x that backward (``visible_scores``).
+A sliding window or a block mask is not discounted there; ``Case.band_flops`` counts the work
+the mask really leaves: 4 d per unmasked score forward, 2.5x that backward (``visible_scores``).
 
 Sliding windows (``window=(left, right)``, flash-attention's ``window_size``: row r sees keys
-r - left <= c <= r + right, -1 = unbounded side, causal ends it at r) and grouped K/V heads
-(``kv_heads``: GQA / MQA, H a multiple of it) run on method "fa2" only.
+r - left <= c <= r + right, -1 = unbounded side, causal ends it at r), grouped K/V heads
+(``kv_heads``: GQA / MQA, H a multiple of it) and block masks (``block_mask``: block-sparse
+FlashAttention, the paper's Algorithm 5; (ceil(N / bq), ceil(N / bk)) booleans for blocks of
+``block_size`` = (bq, bk) scores, default 128 x 128; ``band_flops`` counts the kept blocks'
+scores) run on method "fa2" only.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
 
 import numpy as np
 
-from simulator.blocks import band_scores
+from simulator.blocks import band_scores, ceil_div
 from simulator.spec import band
 from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_KERNELS,
                               HALF_FORWARD_KERNELS)
@@ -39,6 +44,8 @@ DTYPES = ("float32", "float16", "bfloat16")
 HALF_METHODS = ("standard", "fa1", "fa2")
 #: Bytes an element of each.
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+#: A block mask's default block (queries x keys): FlexAttention's, the API's default.
+BLOCK_SIZE = (128, 128)
 
 
 def attention_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool) -> float:
@@ -48,17 +55,30 @@ def attention_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool) -
     return total * (0.5 if causal else 1.0)
 
 
-def visible_scores(N: int, causal: bool, window: tuple[int, int] | None = None) -> int:
+def visible_scores(N: int, causal: bool, window: tuple[int, int] | None = None,
+                   block_mask=None, block_size: tuple[int, int] = BLOCK_SIZE) -> int:
     """Unmasked scores of one (batch, head) pair, N_q = N_k = N (diagonal 0): row r sees keys
-    max(0, r - left) <= c <= min(N - 1, r + right), right = 0 when causal, -1 = no bound."""
+    max(0, r - left) <= c <= min(N - 1, r + right), right = 0 when causal, -1 = no bound; with
+    a ``block_mask`` of ``block_size`` = (bq, bk) blocks, only those of the blocks it keeps
+    (each block's share of the band: the band of its rows and keys, its diagonal shifted by
+    the block's corner, a bq - b bk)."""
     mask, hi, lo = band(N, N, causal, window, None)
-    return band_scores(N, N, mask.upper, mask.lower, hi, lo)
+    if block_mask is None:
+        return band_scores(N, N, mask.upper, mask.lower, hi, lo)
+    bq, bk = block_size
+    total = 0
+    for a, b in zip(*np.nonzero(np.asarray(block_mask, bool))):
+        shift = int(a) * bq - int(b) * bk
+        total += band_scores(min(bq, N - a * bq), min(bk, N - b * bk), mask.upper, mask.lower,
+                             hi + shift, lo + shift)
+    return total
 
 
 def band_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool,
-               window: tuple[int, int] | None = None) -> float:
+               window: tuple[int, int] | None = None, block_mask=None,
+               block_size: tuple[int, int] = BLOCK_SIZE) -> float:
     """FLOPs of the unmasked scores only: 4 d each forward, x (1 + 2.5) with the backward."""
-    forward = 4.0 * d * B * H * visible_scores(N, causal, window)
+    forward = 4.0 * d * B * H * visible_scores(N, causal, window, block_mask, block_size)
     return forward * (1.0 + BACKWARD_FLOPS_FACTOR) if passes == "fwd_bwd" else forward
 
 
@@ -66,7 +86,10 @@ def band_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool,
 class Case:
     """One measured call pattern.  ``tiling`` is (Br, Bc) or None for the kernels' default;
     ``dtype``: the inputs' format (float16 / bfloat16: HALF_METHODS); ``window``: (left, right)
-    or None; ``kv_heads``: K/V heads (None: H); both method "fa2" only, not deterministic."""
+    or None; ``kv_heads``: K/V heads (None: H); ``block_mask``: (ceil(N / bq), ceil(N / bk))
+    booleans (any 2-D array; stored as a tuple of tuples, left out of the repr) for blocks of
+    ``block_size`` (None: 128 x 128; given only with a mask); all three method "fa2" only,
+    not deterministic."""
 
     method: str
     passes: str
@@ -80,6 +103,8 @@ class Case:
     dtype: str = "float32"
     window: tuple[int, int] | None = None
     kv_heads: int | None = None
+    block_mask: tuple[tuple[bool, ...], ...] | None = field(default=None, repr=False)
+    block_size: tuple[int, int] | None = None
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -94,7 +119,25 @@ class Case:
             raise ValueError(f"passes must be one of {PASSES}, got {self.passes!r}")
         if self.tiling is not None:
             object.__setattr__(self, "tiling", tuple(self.tiling))
+        self._check_blocks()
         self._check_band_and_heads()
+
+    def _check_blocks(self):
+        """Normalise and check ``block_mask`` and ``block_size`` (stored as tuples)."""
+        if self.block_mask is None:
+            if self.block_size is not None:
+                raise ValueError("block_size sizes the blocks of block_mask: give it with a block_mask")
+            return
+        size = tuple(BLOCK_SIZE if self.block_size is None else self.block_size)
+        if len(size) != 2 or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in size):
+            raise ValueError(f"block_size must be (bq, bk), positive ints, got {self.block_size!r}")
+        on = np.asarray(self.block_mask)
+        want = (ceil_div(self.N, size[0]), ceil_div(self.N, size[1]))
+        if on.dtype != np.bool_ or on.shape != want:
+            raise ValueError(f"block_mask must be {want} booleans (ceil(N / bq), ceil(N / bk)) for "
+                             f"block_size={size}, got {on.shape} of {on.dtype}")
+        object.__setattr__(self, "block_size", size)
+        object.__setattr__(self, "block_mask", tuple(tuple(bool(x) for x in row) for row in on))
 
     def _check_band_and_heads(self):
         """Normalise and check ``window`` and ``kv_heads`` ((-1, -1) and H are None: the same call)."""
@@ -111,8 +154,9 @@ class Case:
             if not isinstance(kv_heads, int) or isinstance(kv_heads, bool) or kv_heads < 1 or self.H % kv_heads:
                 raise ValueError(f"kv_heads must divide H={self.H}, got {kv_heads!r}")
             kv_heads = None if kv_heads == self.H else kv_heads
-        if (window is not None or kv_heads is not None) and (self.method != "fa2" or self.deterministic):
-            raise ValueError(f"window and kv_heads run on method 'fa2' (not deterministic), got "
+        if ((window is not None or kv_heads is not None or self.block_mask is not None)
+                and (self.method != "fa2" or self.deterministic)):
+            raise ValueError(f"window, kv_heads and block_mask run on method 'fa2' (not deterministic), got "
                              f"{self.method!r}{' deterministic' if self.deterministic else ''}")
         object.__setattr__(self, "window", window)
         object.__setattr__(self, "kv_heads", kv_heads)
@@ -132,6 +176,9 @@ class Case:
             parts.append(f"window{self.window[0]}_{self.window[1]}")
         if self.kv_heads is not None:
             parts.append(f"kv{self.kv_heads}")
+        if self.block_mask is not None:   # the mask's bits, row by row, packed as hex
+            bits = np.packbits(self.block_mask_array.ravel()).tobytes().hex()
+            parts.append(f"blocks{self.block_size[0]}x{self.block_size[1]}_{bits}")
         return "/".join(parts)
 
     @classmethod
@@ -147,8 +194,17 @@ class Case:
         window = next((tuple(int(x) for x in re.fullmatch(r"window(-?\d+)_(-?\d+)", f).groups())
                        for f in flags if f.startswith("window")), None)
         kv_heads = next((int(f[2:]) for f in flags if re.fullmatch(r"kv\d+", f)), None)
+        blocks = next((re.fullmatch(r"blocks(\d+)x(\d+)_([0-9a-f]*)", f).groups()
+                       for f in flags if f.startswith("blocks")), None)
+        sparse = {}
+        if blocks is not None:
+            bq, bk, bits = int(blocks[0]), int(blocks[1]), blocks[2]
+            shape = (ceil_div(N, bq), ceil_div(N, bk))
+            on = np.unpackbits(np.frombuffer(bytes.fromhex(bits), np.uint8))[:math.prod(shape)]
+            sparse = dict(block_mask=on.astype(bool).reshape(shape), block_size=(bq, bk))
         return cls(method, passes, B, H, N, d, causal="causal" in flags, tiling=tiling,
-                   deterministic="deterministic" in flags, dtype=dtype, window=window, kv_heads=kv_heads)
+                   deterministic="deterministic" in flags, dtype=dtype, window=window,
+                   kv_heads=kv_heads, **sparse)
 
     @property
     def flops(self) -> float:
@@ -157,8 +213,20 @@ class Case:
 
     @property
     def band_flops(self) -> float:
-        """FLOPs of the scores the mask leaves (causal and window counted exactly)."""
-        return band_flops(self.B, self.H, self.N, self.d, self.passes, self.causal, self.window)
+        """FLOPs of the scores the mask leaves (causal, window and block mask counted exactly)."""
+        return band_flops(self.B, self.H, self.N, self.d, self.passes, self.causal, self.window,
+                          self.block_mask, self.block_size or BLOCK_SIZE)
+
+    @cached_property
+    def block_mask_array(self) -> np.ndarray | None:
+        """``block_mask`` as (ceil(N / bq), ceil(N / bk)) NumPy booleans (made once: the API
+        takes it on every call), or None."""
+        return None if self.block_mask is None else np.array(self.block_mask, dtype=bool)
+
+    @property
+    def block_fraction(self) -> float | None:
+        """s, the fraction of blocks the block mask keeps (Proposition 4's); None without one."""
+        return None if self.block_mask is None else float(self.block_mask_array.mean())
 
     @property
     def shape(self) -> tuple[int, int, int, int]:
@@ -171,9 +239,12 @@ class Case:
         return (self.B, self.kv_heads or self.H, self.N, self.d)
 
     def mask_kwargs(self) -> dict:
-        """The API's mask arguments: causal, and window only when set (the methods without
-        windows take no ``window``)."""
-        return {"causal": self.causal, **({"window": self.window} if self.window is not None else {})}
+        """The API's mask arguments: causal, and window and block_mask / block_size only when
+        set (the methods without them take neither)."""
+        kwargs = {"causal": self.causal, **({"window": self.window} if self.window is not None else {})}
+        if self.block_mask is not None:
+            kwargs.update(block_mask=self.block_mask_array, block_size=self.block_size)
+        return kwargs
 
     def simulator_algorithms(self) -> list[str]:
         """The ``simulator.predict`` algorithms whose traffic this case's calls add up to."""

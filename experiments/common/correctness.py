@@ -5,8 +5,10 @@ blocks of heads and query rows so that it fits in memory at any N: for each bloc
 S = scale q k^T, P = softmax(S) (full rows: every key is there), o = P v; and for the backward
 pass dP = dO v^T, dS = P * (dP - rowsum(dO * o)), dq = scale dS k, with dk += scale dS^T q and
 dv += P^T dO summed over the row blocks.  A sliding window masks the scores outside the band
-as the causal mask does; grouped K/V heads (GQA / MQA) are repeated over their query heads for
-the reference, and dk, dv summed back over each group.  Without torch: ``numba_flash.reference``.
+as the causal mask does, and so does a block mask the scores of the blocks it drops (rows left
+with no key: o = 0 and no gradient, the kernels' convention); grouped K/V heads (GQA / MQA) are
+repeated over their query heads for the reference, and dk, dv summed back over each group.
+Without torch: ``numba_flash.reference``.
 The error of a tensor is ``max|out - ref| / max|ref|``; a case fails loudly (``MismatchError``)
 when any output's error exceeds the tolerance.
 
@@ -61,17 +63,21 @@ def _as_torch(t, dtype):
     return torch.as_tensor(t, device="cuda")
 
 
-def _visible(rs, N, causal, window):
+def _visible(rs, N, causal, window, blocks=None):
     """(rows, N) booleans: row r sees key c (causal: c <= r; window (left, right): r - left <= c
-    <= r + right, -1 unbounded); None when every row sees every key."""
+    <= r + right, -1 unbounded; ``blocks`` = (mask, bq, bk): block (r // bq, c // bk) kept);
+    None when every row sees every key."""
     import torch
 
     left, right = (-1, -1) if window is None else window
-    if not causal and left < 0 and right < 0:
+    if not causal and left < 0 and right < 0 and blocks is None:
         return None
     rows = torch.arange(rs.start, rs.stop, device="cuda")[:, None]
     cols = torch.arange(N, device="cuda")[None, :]
     ok = torch.ones((rs.stop - rs.start, N), dtype=torch.bool, device="cuda")
+    if blocks is not None:
+        on, bq, bk = blocks
+        ok &= on[rows // bq, cols // bk]
     if causal:
         ok &= cols <= rows
     if right >= 0:
@@ -83,7 +89,7 @@ def _visible(rs, N, causal, window):
 
 def _block_attention(x, hs, rs, scale, mask, N, grads, dtype):
     """The block's o (and ds, p, do) in ``dtype`` arithmetic, as described in the module
-    docstring (float64: the reference); ``mask``: (causal, window)."""
+    docstring (float64: the reference); ``mask``: (causal, window, blocks) (``_visible``)."""
     import torch
 
     q, k, v = (x[n][hs, rs].to(dtype) if n == "q" else x[n][hs].to(dtype) for n in ("q", "k", "v"))
@@ -91,8 +97,11 @@ def _block_attention(x, hs, rs, scale, mask, N, grads, dtype):
     visible = _visible(rs, N, *mask)
     if visible is not None:
         s = s.masked_fill(~visible, float("-inf"))
-    p = torch.softmax(s.float() if dtype != torch.float64 else s, dim=-1).to(dtype)
+    p = torch.softmax(s.float() if dtype != torch.float64 else s, dim=-1)
     del s
+    if visible is not None:   # a row that sees no key: softmax's NaN -> 0, so o = 0
+        p = p.masked_fill(~visible.any(-1, keepdim=True), 0.0)
+    p = p.to(dtype)
     o = p @ v
     if not grads:
         return o, None
@@ -119,7 +128,9 @@ def _torch_errors(case: Case, inputs: dict, outputs: dict) -> tuple[dict[str, fl
     scale = 1.0 / math.sqrt(d)
     fmt = getattr(torch, case.dtype)
     half = case.dtype != "float32"
-    mask = (case.causal, case.window)
+    blocks = None if case.block_mask is None else (
+        torch.as_tensor(case.block_mask_array, device="cuda"), *case.block_size)
+    mask = (case.causal, case.window, blocks)
 
     def heads_of_q(name, t):   # K/V heads repeated over their query heads
         t = torch.as_tensor(t, device="cuda")

@@ -10,8 +10,9 @@ from .context import RunContext
 
 
 def kernel_config(case: Case):
-    """The ``numba_flash.KernelConfig`` of a case's calls (its window's sides and its group of
-    query heads per K/V head decide kernels too)."""
+    """The ``numba_flash.KernelConfig`` of a case's calls (its window's sides, its group of
+    query heads per K/V head and a block mask's block size decide kernels too; the mask
+    itself does not)."""
     from numba_flash import KernelConfig
 
     backward = None
@@ -20,7 +21,7 @@ def kernel_config(case: Case):
     return KernelConfig(d=case.d, n_q=case.N, causal=case.causal, forward=case.method,
                         backward=backward, deterministic=case.deterministic,
                         tiling=case.tiling_object(), dtype=case.dtype, window=case.window,
-                        group=case.H // (case.kv_heads or case.H))
+                        group=case.H // (case.kv_heads or case.H), block_size=case.block_size)
 
 
 def build_kernels(ctx: RunContext, name: str, cases: list[Case]) -> None:

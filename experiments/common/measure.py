@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .cases import Case, device_inputs, run_case
 from .correctness import MismatchError, check_case
-from .timing import INPUT_SETS, QUICK_REPEATS, REPEATS, Timing, time_cuda
+from .timing import INPUT_SETS, QUICK_REPEATS, REPEATS, Timing, tflops, time_cuda
 
 
 def checked_timing(case: Case, quick: bool) -> tuple[Timing, float]:
@@ -40,3 +40,42 @@ def timing_or_note(case: Case, ctx) -> tuple[Timing, float] | str:
         return f"MISMATCH: {exc}"
     except Exception as exc:
         return failure_note(exc)
+
+
+def add_note(row: dict, note: str) -> None:
+    """Append ``note`` to the row's ``note`` column ("; " between notes)."""
+    row["note"] = "; ".join(n for n in (row.get("note", ""), note) if n)
+
+
+def time_rows(ctx, name: str, cases: list[Case], rows: list[dict], tflops_column: str,
+              timing_of=timing_or_note) -> dict[Case, float]:
+    """Time every case on the GPU (``timing_of(case, ctx)``: ``timing_or_note``, checked first; a
+    parameter, so that an experiment's tests can fake it), one row each: its ``time_ms``,
+    ``time_by``, ``max_rel_error`` and, in ``tflops_column``, the TFLOP/s of the scores its mask
+    leaves (``Case.band_flops``), or a note; returns the median times by case."""
+    times = {}
+    for case, row in ctx.progress(list(zip(cases, rows)), f"{name}: timing"):
+        result = timing_of(case, ctx)
+        if isinstance(result, str):
+            add_note(row, f"time: {result}")
+            continue
+        timing, error = result
+        times[case] = timing.median_ms
+        row.update({"time_ms": timing.median_ms, "time_by": f"CUDA events, median of {timing.runs}",
+                    "max_rel_error": error, tflops_column: tflops(case.band_flops, timing.median_ms)})
+    return times
+
+
+def against_dense(rows: list[dict], cases: list[Case], times: dict, dense_of, share: str,
+                  ratio_column: str, dense_column: str, target: float | None = None) -> None:
+    """Each row whose case and dense case (``dense_of(case)``) both have a time in ``times``
+    gets the dense time (``dense_column``) and ``ratio_column`` = time / (row[share] x dense
+    time), the share being the row's fraction of the dense work; with ``target``, also
+    ``meets_target`` = ratio <= target."""
+    for case, row in zip(cases, rows):
+        dense = times.get(dense_of(case))
+        if case in times and dense:
+            row[dense_column] = dense
+            row[ratio_column] = times[case] / (row[share] * dense)
+            if target is not None:
+                row["meets_target"] = row[ratio_column] <= target

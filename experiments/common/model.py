@@ -1,5 +1,5 @@
 """The one place the experiments touch the simulator's API (so a rename there is a one-line
-change here): predictions for a case, hardware specs, and Theorem 2 / Proposition 3.
+change here): predictions for a case, hardware specs, and Theorem 2 / Propositions 3 and 4.
 
 Tilings: a case with a tiling is predicted with it.  Without one, ``kernels`` (the default)
 predicts the tiling our kernels launch with when given none -- per call, the smallest of
@@ -61,29 +61,32 @@ def hardware(name: str = MEASURED_GPU):
 
 
 def workload(case: Case, dtype_bytes: int | None = None):
-    """The case's Workload, of ``dtype_bytes`` elements (None: its dtype's); its ``window`` and
-    ``kv_heads`` are passed only when set."""
+    """The case's Workload, of ``dtype_bytes`` elements (None: its dtype's); its ``window``,
+    ``kv_heads`` and ``block_mask`` / ``block_size`` are passed only when set."""
     from simulator import Workload
 
     dtype_bytes = dtype_bytes or DTYPE_BYTES[case.dtype]
-    band = {name: value for name, value in (("window", case.window), ("kv_heads", case.kv_heads))
+    band = {name: value for name, value in (("window", case.window), ("kv_heads", case.kv_heads),
+                                            ("block_mask", case.block_mask), ("block_size", case.block_size))
             if value is not None}
     return Workload(B=case.B, H=case.H, N_q=case.N, N_k=case.N, d=case.d, dtype_bytes=dtype_bytes,
                     causal=case.causal, **band)
 
 
-def kernel_tiling(algorithm: str, d: int, n: int):
+def kernel_tiling(algorithm: str, d: int, n: int, block_size: tuple[int, int] | None = None):
     """The tiling numba_flash launches ``algorithm``'s kernels with when given none, for
-    sequences of ``n`` queries and keys (the defaults are cut to short sequences)."""
+    sequences of ``n`` queries and keys (the defaults are cut to short sequences, and with a
+    block mask's ``block_size`` to nest in its blocks)."""
     from simulator.tiling import Tiling
 
-    return min((Tiling.kernel_default(k, d, n_q=n, n_k=n) for k in KERNELS_OF[algorithm]),
-               key=lambda t: t.Br * t.Bc)
+    return min((Tiling.kernel_default(k, d, n_q=n, n_k=n, block_size=block_size)
+                for k in KERNELS_OF[algorithm]), key=lambda t: t.Br * t.Bc)
 
 
 def effective_tiling(case: Case):
     """The tiling the case's forward kernel runs with."""
-    return case.tiling_object() or kernel_tiling(case.simulator_algorithms()[0], case.d, case.N)
+    return case.tiling_object() or kernel_tiling(case.simulator_algorithms()[0], case.d, case.N,
+                                                 case.block_size)
 
 
 def reports(case: Case, dtype_bytes: int | None = None, gpu: str = MEASURED_GPU, tiling: str = "kernels") -> list:
@@ -93,7 +96,7 @@ def reports(case: Case, dtype_bytes: int | None = None, gpu: str = MEASURED_GPU,
     def chosen(algorithm):
         if case.tiling is not None:
             return case.tiling_object()
-        return kernel_tiling(algorithm, case.d, case.N) if tiling == "kernels" else None
+        return kernel_tiling(algorithm, case.d, case.N, case.block_size) if tiling == "kernels" else None
 
     return [simulator.predict(a, workload(case, dtype_bytes), tiling=chosen(a), hardware=hardware(gpu))
             for a in case.simulator_algorithms()]
@@ -118,6 +121,55 @@ def predict_case(case: Case, dtype_bytes: int | None = None, gpu: str = MEASURED
                                        total.l2.dram_bytes),
                       flops=float(total.flops),
                       time_s=level(total.time_s, total.roofline_seconds))
+
+
+@dataclass(frozen=True)
+class Predicted:
+    """A case's prediction (``predict_case``), its calls' reports, and what its numbers are:
+    the level model's SM<->L2 bytes and runtime model's time where finite for every call, else
+    the tiled count and the roofline (``bytes_by``, ``time_by`` say which)."""
+
+    prediction: Prediction
+    reports: list
+    bytes_by: str
+    time_by: str
+
+    def read_bytes_of(self, names) -> float:
+        """Bytes the tiled count reads from the tensors ``names`` (e.g. K and V), over all calls."""
+        return float(sum(r.hbm[n].reads * r.element_bytes(n) for r in self.reports for n in names if n in r.hbm))
+
+    @property
+    def tiled_elements(self) -> int:
+        """Elements read and written by the tiled count (every tensor, every call)."""
+        return sum(t.reads + t.writes for r in self.reports for t in r.hbm.values())
+
+    def columns(self) -> dict:
+        """The CSV's predicted columns (``predicted_kv_read``: the tiled count's K and V reads)."""
+        p = self.prediction
+        return dict(predicted=p.total_bytes, predicted_read=p.read_bytes, predicted_write=p.write_bytes,
+                    predicted_kv_read=self.read_bytes_of(("K", "V")), dram_predicted=p.dram_bytes,
+                    predicted_time_ms=p.time_s * 1e3, predicted_bytes_by=self.bytes_by,
+                    predicted_time_by=self.time_by)
+
+
+def predicted_or_note(case: Case) -> Predicted | str:
+    """``Predicted`` for the case, or the note saying why the model has none."""
+    from .measure import failure_note
+
+    try:
+        prediction = predict_case(case)
+        parts = reports(case)
+    except Exception as exc:   # e.g. a simulator without windows / kv_heads / block masks yet
+        return f"not predicted: {failure_note(exc).removeprefix('failed: ')}"
+
+    def finite(value):
+        return value is not None and math.isfinite(value)
+
+    levels = all(finite(r.sm_l2_read_bytes) and finite(r.sm_l2_write_bytes) for r in parts)
+    runtime = all(finite(r.time_s) for r in parts)
+    return Predicted(prediction, parts,
+                     "levels (SM<->L2 sectors)" if levels else "tiled count (levels NaN)",
+                     "runtime model" if runtime else "roofline (runtime model NaN)")
 
 
 def touched_tensors(case: Case) -> list[list[str]]:
@@ -151,6 +203,27 @@ def theorem2_bytes(case: Case, M: int) -> float:
     if case.method == "standard":
         return float(closed_forms.theorem2_standard_forward(w, effective_tiling(case)).bytes)
     return float(closed_forms.theorem2_flash_forward(w, M, case.simulator_algorithms()[0]).bytes)
+
+
+def proposition4_bytes(case: Case, M: int) -> float:
+    """Proposition 4's Theta(N d + s N^2 d^2 / M) for the case's forward pass (s its block
+    mask's kept fraction, 1 without one), with our FA2-order loop's constants."""
+    from simulator import closed_forms
+
+    return float(closed_forms.proposition4_flash_forward(workload(case), M).bytes)
+
+
+def block_sparse_form_elements(case: Case) -> float:
+    """The closed forms' exact count (elements) of a block-sparse case's calls, each at the
+    tiling it runs with: ``block_sparse_forward_accesses`` (+ ``block_sparse_backward_accesses``
+    for fwd_bwd; the tensor-core backward's form, dQ summed in place)."""
+    from simulator import closed_forms
+
+    w = workload(case)
+    forms = (closed_forms.block_sparse_forward_accesses, closed_forms.block_sparse_backward_accesses)
+    tilings = [case.tiling_object() or kernel_tiling(a, case.d, case.N, case.block_size)
+               for a in case.simulator_algorithms()]
+    return float(sum(form(w, t).elements for form, t in zip(forms, tilings)))
 
 
 def proposition3_bytes(case: Case, M: int) -> float:

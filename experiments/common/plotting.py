@@ -49,3 +49,15 @@ def save(fig, path: Path, footnote: str = "") -> None:
     fig.tight_layout(rect=(0, 0.05 if footnote else 0, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def measured_and_predicted(ax, x, pts: list[dict], predicted_key: str, measured_key: str, color,
+                           name: str) -> None:
+    """One series of rows against ``x``: the prediction as a line, the measurement as markers
+    (each only at the points that have it)."""
+    pred = [(xi, r[predicted_key]) for xi, r in zip(x, pts) if r.get(predicted_key) is not None]
+    if pred:
+        ax.plot(*zip(*pred), color=color, label=f"{name} predicted", **PREDICTED)
+    meas = [(xi, r[measured_key]) for xi, r in zip(x, pts) if r.get(measured_key) is not None]
+    if meas:
+        ax.plot(*zip(*meas), color=color, label=f"{name} measured", **MEASURED)

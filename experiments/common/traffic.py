@@ -38,6 +38,29 @@ class MeasuredTraffic:
         return cls(c.l2_read_bytes, c.l2_write_bytes, BY_NCU, c.dram_bytes, c.gpu_time_ms, c.kernels)
 
 
+def measured_columns(got: MeasuredTraffic | str) -> dict:
+    """The CSV's measured columns of one case (None where it was not measured: ``got`` is the
+    note saying why)."""
+    ok = isinstance(got, MeasuredTraffic)
+    return {"measured": got.total_bytes if ok else None, "measured_by": got.measured_by if ok else None,
+            "measured_read": got.read_bytes if ok else None, "measured_write": got.write_bytes if ok else None,
+            "measured_kv_read": got.kv_read_bytes if ok else None,
+            "dram_measured": got.dram_bytes if ok else None}
+
+
+def compared_columns(got: MeasuredTraffic | str, predicted) -> dict:
+    """``measured_columns``, then the prediction's (``model.Predicted.columns``; ``predicted``
+    a ``model.predicted_or_note`` answer), and the ``note`` naming what is missing."""
+    row = measured_columns(got)
+    notes = [] if isinstance(got, MeasuredTraffic) else [got]
+    if isinstance(predicted, str):
+        notes.append(predicted)
+    else:
+        row.update(predicted.columns())
+    row["note"] = "; ".join(n for n in notes if n)
+    return row
+
+
 def measure_traffic(ctx: RunContext, name: str, cases: list[Case]) -> dict[Case, MeasuredTraffic | str]:
     """Traffic of each case, or the note saying why it could not be measured."""
     if ctx.gpu:
