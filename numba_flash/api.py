@@ -179,8 +179,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     kernel_name = forward_kernel(algorithm, shp.precision)
     tiling = checks.tiling_for(tiling, (kernel_name,), shp.d, shp.N_q, shp.N_k, mask.dropout,
                                block_size)
-    blocks = _device_lists(checks.block_lists(on, block_size, tiling, shp.N_q, shp.N_k, causal,
-                                              window, diagonal, by_key=False)) if mask.sparse else _no_lists()
+    lists = checks.block_lists(on, block_size, tiling, shp.N_q, shp.N_k, causal, window, diagonal,
+                               by_key=False) if mask.sparse else None
     diagonal = hi
 
     mem = memory.active()
@@ -191,7 +191,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     if algorithm == "fa2" and memory.torch_fast_path(mem, q, k, v):
         B, H, n_q, d = shp.B, shp.H, shp.N_q, shp.d
         plan = _OnTensors(_forward_launches(shp, tiling, mask, hi, lo, scale, grid, threads, smem, drop,
-                                            blocks),
+                                            _tensor_lists(lists, q)),
                           [((B, H, n_q, d), None), ((B, H, n_q), "float32")], (0, 1) if return_lse else 0,
                           aligned=3, d=d)
         out = plans.remember(key, plan)(q, k, v)
@@ -201,7 +201,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     L = mem.output((B, H, n_q), F32, "L", like=q)
     if algorithm == "fa2":   # the tensor-core kernels take flat views (see their factories)
         args = tuple(x.reshape(x.size) for x in (Q, K, V, O, L))
-        _forward_launches(shp, tiling, mask, hi, lo, scale, grid, threads, smem, drop, blocks)(
+        _forward_launches(shp, tiling, mask, hi, lo, scale, grid, threads, smem, drop,
+                          _device_lists(lists))(
             launch, d % 8 == 0 and _aligned16(Q, K, V), *args)
     elif algorithm == "fa2_fma":
         launch(make_flash_forward_fa2(tiling, d, causal), grid, threads, smem,
@@ -251,7 +252,8 @@ def _forward_launches(shp, tiling, mask, hi, lo, scale, grid, threads, smem, dro
     """The "fa2" forward's launch as ``launches(run, vector, q, k, v, o, lse)`` on flat arrays
     (``vector``: 16-byte aligned q, k, v of d a multiple of 8, for the half kernels' 16-byte
     loads), through ``run(kernel, grid, threads, smem, *args)``; ``drop``: the kernels' dropout
-    arguments (``checks.dropout``), ``blocks`` their block lists (``_device_lists``)."""
+    arguments (``checks.dropout``), ``blocks`` their block lists (``_device_lists`` or
+    ``_tensor_lists``)."""
     def launches(run, vector, q, k, v, o, lse):
         run(_forward_kernel_fa2(tiling, shp.d, mask, shp, vector), grid, threads, smem,
             q, k, v, o, lse, F32(scale * LOG2E), shp.N_q, shp.N_k, hi, lo, *drop, *blocks)
@@ -259,22 +261,33 @@ def _forward_launches(shp, tiling, mask, hi, lo, scale, grid, threads, smem, dro
 
 
 def _device_lists(lists) -> tuple:
-    """The block-sparse kernels' (ptr, idx) on the device. Not a tensor of the traffic
-    contract: like the scalar arguments, never routed through ``memory`` (nor counted)."""
-    return tuple(cuda.to_device(x) for x in lists)
-
-
-_NO_LISTS: dict = {}
-
-
-def _no_lists() -> tuple:
-    """The (unread) block-list arguments of kernels without a block mask: one int64 zero on
-    the current device, made once a device."""
+    """The block-sparse kernels' (ptr, idx) (``checks.block_lists``) as numba device arrays, or
+    for None (no block mask) their unread stand-ins: one int64 zero on the current device,
+    made once a device. Not tensors of the traffic contract: like the scalar arguments, never
+    routed through ``memory`` (nor counted)."""
+    if lists is not None:
+        return tuple(cuda.to_device(x) for x in lists)
     device = 0 if memory.simulator_enabled() else cuda.get_current_device().id
-    if device not in _NO_LISTS:
+    if ("numba", device) not in _NO_LISTS:
         zero = cuda.to_device(np.zeros(1, np.int64))
-        _NO_LISTS[device] = (zero, zero)
-    return _NO_LISTS[device]
+        _NO_LISTS["numba", device] = (zero, zero)
+    return _NO_LISTS["numba", device]
+
+
+def _tensor_lists(lists, like) -> tuple:
+    """``_device_lists`` as torch int64 tensors on ``like``'s device, for the launches on
+    tensors (``_OnTensors``: ``launch.launch_tensors`` and plans take tensors)."""
+    torch = sys.modules["torch"]
+    if lists is not None:
+        return tuple(torch.as_tensor(x, device=like.device) for x in lists)
+    if ("torch", like.device) not in _NO_LISTS:
+        zero = torch.zeros(1, dtype=torch.int64, device=like.device)
+        _NO_LISTS["torch", like.device] = (zero, zero)
+    return _NO_LISTS["torch", like.device]
+
+
+#: The unread block lists of each device, per array kind (``_device_lists``, ``_tensor_lists``).
+_NO_LISTS: dict = {}
 
 
 class _OnTensors:
@@ -414,8 +427,8 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
             f"dropout_p > 0 runs on algorithm='fa2', deterministic=False so far (got algorithm="
             f"{algorithm!r}, deterministic={deterministic})")
     tiling = checks.tiling_for(tiling, kernels, shp.d, shp.N_q, shp.N_k, mask.dropout, block_size)
-    blocks = _device_lists(checks.block_lists(on, block_size, tiling, shp.N_q, shp.N_k, causal,
-                                              window, diagonal, by_key=True)) if mask.sparse else _no_lists()
+    lists = checks.block_lists(on, block_size, tiling, shp.N_q, shp.N_k, causal, window, diagonal,
+                               by_key=True) if mask.sparse else None
     diagonal = hi
 
     mem = memory.active()
@@ -425,13 +438,14 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     if tc and memory.torch_fast_path(mem, do, q, k, v, o, lse):
         # (inputs do, q, k, v, o, lse; outputs dq, dk, dv, then the fp32 workspaces)
         workspaces = [((bh * n_q,), "float32")] + ([((bh * n_q * d,), "float32")] if shp.half else [])
-        plan = _OnTensors(_backward_tc_launches(shp, tiling, mask, hi, lo, scale, drop, blocks),
+        plan = _OnTensors(_backward_tc_launches(shp, tiling, mask, hi, lo, scale, drop,
+                                                _tensor_lists(lists, q)),
                           [(tuple(x.shape), None) for x in (q, k, v)] + workspaces, (0, 1, 2),
                           aligned=4, d=d)
         return plans.remember(key, plan)(do, q, k, v, o, lse)
     if kernels == ("flash_backward_half",):
         return _backward_half(mem, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale, drop,
-                              blocks)
+                              _device_lists(lists))
     dO, Q, K, V, O = _widened(mem, shp, q, dO=do, Q=q, K=k, V=v, O=o)
     L = mem.input(lse, "L")
     dQ = mem.output((B, H, n_q, d), F32, "dQ", like=q)
@@ -439,7 +453,7 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     dV = mem.output((B, h_kv, n_k, d), F32, "dV", like=q)
     D = mem.output((bh, n_q), F32, "D", like=q)
     if kernels == ("flash_backward_tc",):   # takes flat views, as the tensor-core forward
-        _backward_tc_launches(shp, tiling, mask, hi, lo, scale, drop, blocks)(
+        _backward_tc_launches(shp, tiling, mask, hi, lo, scale, drop, _device_lists(lists))(
             launch, False, *(x.reshape(x.size) for x in (dO, Q, K, V, O, L, dQ, dK, dV, D)))
         return _narrowed(mem, shp, q, dQ=dQ, dK=dK, dV=dV)
     fq, fk, fv = _flat(Q, n_q, d), _flat(K, n_k, d), _flat(V, n_k, d)
@@ -466,7 +480,7 @@ def _backward_tc_launches(shp, tiling, mask, hi, lo, scale, drop, lists):
     dQ (fp32: dq itself; half: the workspace dQacc) zeroed; the kernel (a block per K/V block
     of a K/V head); in half precision dq = dQacc rounded to the format. ``vector``: 16-byte
     aligned do, q, k, v of d a multiple of 8 (the half kernel's 16-byte loads). ``drop``: the
-    kernels' dropout arguments (``checks.dropout``), ``lists`` their block lists (``_device_lists``)."""
+    kernels' dropout arguments (``checks.dropout``), ``lists`` their block lists (``_device_lists`` or ``_tensor_lists``)."""
     n_q, n_k, d, bh = shp.N_q, shp.N_k, shp.d, shp.B * shp.H
     grid = (tiling.Tc(n_k), bh // mask.group)
     scalars = (F32(scale), F32(scale * LOG2E), n_q, n_k, hi, lo)

@@ -105,7 +105,8 @@ class Replay:
     or views of them) and replayed by ``replay(*data_pointers)`` with one data pointer per slot,
     in the slots' order. ``launches`` gets a view of each slot and must pass those objects
     themselves as array arguments: slots are told apart by identity, so two that alias (one
-    tensor given twice) still get their own pointers."""
+    tensor given twice) still get their own pointers. Array arguments that are no slot (the
+    block lists of ``api``) keep their pointers, and the replay keeps them alive."""
 
     def __init__(self, launches, *slots):
         # (a view each: one tensor passed as two slots becomes two objects, one per slot)
@@ -137,11 +138,16 @@ class _Packed:
         handle = getattr(cukernel, "handle", None) or cukernel._handle
         self._function = ctypes.c_void_p(int(handle))
         self._values, self._pointers = [], []     # ctypes values; (value, slot) of each data pointer
+        self._constants = []      # array arguments that are no slot, kept alive with the launch
         for ty, arg in zip(argument_types, args):
             if isinstance(ty, types.Array):
                 n, itemsize = arg.numel(), arg.element_size()
                 data = ctypes.c_void_p(arg.data_ptr())
-                self._pointers.append((data, next(i for i, s in enumerate(slots) if s is arg)))
+                slot = next((i for i, s in enumerate(slots) if s is arg), None)
+                if slot is None:      # not a call's tensor (a block list): the same every replay
+                    self._constants.append(arg)
+                else:
+                    self._pointers.append((data, slot))
                 self._values += [ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_int64(n),
                                  ctypes.c_int64(itemsize), data, ctypes.c_int64(n), ctypes.c_int64(itemsize)]
             elif ty == types.float32:
