@@ -169,7 +169,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     on, block_size = checks.block_mask(block_mask, block_size, shp.N_q, shp.N_k)
     mask = Mask(band.upper, band.lower, shp.group, dropout=drop != checks.NO_DROPOUT,
                 sparse=on is not None)
-    if algorithm != "fa2" and (needs_band_kernels(mask, causal) or mask.sparse):
+    if algorithm != "fa2" and needs_band_kernels(mask, causal):
         raise ValueError(f"algorithm={algorithm!r} has no sliding window, grouped K/V heads nor "
                          "block mask: pass algorithm='fa2' (or window=None, block_mask=None and "
                          "k, v with q's heads)")
@@ -416,8 +416,8 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     deterministic = checks.flag("deterministic", deterministic)
     scale = checks.softmax_scale(softmax_scale, shp.d)
     kernels = backward_kernels(algorithm, deterministic, shp.precision)
-    if kernels not in (("flash_backward_tc",), ("flash_backward_half",)) and (
-            needs_band_kernels(mask, causal) or mask.sparse):
+    if kernels not in (("flash_backward_tc",), ("flash_backward_half",)) and needs_band_kernels(
+            mask, causal):
         raise ValueError(f"algorithm={algorithm!r}, deterministic={deterministic} has no sliding "
                          "window, grouped K/V heads nor block mask: pass algorithm='fa2', "
                          "deterministic=False (or window=None, block_mask=None and k, v with q's "
@@ -502,7 +502,7 @@ def _backward_tc_launches(shp, tiling, mask, hi, lo, scale, drop, lists):
     return launches
 
 
-def _backward_half(mem, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale, drop, blocks):
+def _backward_half(mem, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale, drop, lists):
     """``flash_attention_backward`` on tensor cores in the inputs' half format: dq accumulated
     in an fp32 workspace ("dQ_accum", as flash-attention's dq_accum) and rounded once."""
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
@@ -514,7 +514,7 @@ def _backward_half(mem, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale, d
     dK = mem.output((B, H // mask.group, n_k, d), np.uint16, "dK", like=q)
     dV = mem.output((B, H // mask.group, n_k, d), np.uint16, "dV", like=q)
     vector = d % 8 == 0 and _aligned16(dO, Q, K, V)
-    _backward_tc_launches(shp, tiling, mask, hi, lo, scale, drop, blocks)(
+    _backward_tc_launches(shp, tiling, mask, hi, lo, scale, drop, lists)(
         launch, vector, *(x.reshape(x.size) for x in (dO, Q, K, V, O, L, dQ, dK, dV, D, dQacc)))
     return tuple(precision.as_format(mem.result(x, shp.on_host), shp.precision) for x in (dQ, dK, dV))
 
