@@ -6,6 +6,7 @@
     python -m experiments run fig2_left io_scaling [--device gpu|cpu] [--quick] [--out DIR]
     python -m experiments run all              # (or --all) every experiment, validation last
     python -m experiments bench [--quick] [--out DIR]
+    python -m experiments kernels NAME... [bench] [--tests] [--quick] [--list]  # build them all first
 
 Each experiment writes ``DIR/<name>/<name>.csv`` and ``.png`` (DIR defaults to ``results``).
 A failing experiment is reported and the others still run; the exit status is then 1.
@@ -54,7 +55,49 @@ def _parser() -> argparse.ArgumentParser:
     common(bench)
     bench.add_argument("--dtype", nargs="+", choices=("float32", "float16", "bfloat16"), default=None,
                        help="input formats to bench (default: all three)")
+    kernels = sub.add_parser("kernels", help="build, in one parallel warm-up, every kernel the named "
+                             "experiments (and the bench, the GPU tests) launch, into the disk cache")
+    kernels.add_argument("names", nargs="*", help="experiments, 'bench' or 'all' (default: all and bench)")
+    kernels.add_argument("--quick", action="store_true", help="the --quick runs' kernels")
+    kernels.add_argument("--tests", action="store_true", help="and the GPU tests' (tests/gpu_kernels.py)")
+    kernels.add_argument("--dtype", nargs="+", choices=("float32", "float16", "bfloat16"), default=None,
+                         help="the bench's input formats (default: all three)")
+    kernels.add_argument("--list", action="store_true", help="print the configs; build nothing")
+    kernels.add_argument("--processes", type=int, default=None, help="default: one per core")
     return parser
+
+
+def _kernels(args) -> int:
+    """``python -m experiments kernels``: list the configs, then build them in parallel."""
+    from experiments.common.kernels import listed_configs
+
+    names = args.names if args.names and "all" not in args.names else [*EXPERIMENTS, "bench"]
+    unknown = [n for n in names if n not in EXPERIMENTS and n != "bench"]
+    if unknown:
+        raise SystemExit(f"unknown experiment(s): {', '.join(unknown)}; see 'python -m experiments list'")
+    jobs = [(EXPERIMENTS.get(n, BENCH), n) for n in names]
+    configs = listed_configs(jobs, args.quick, tuple(args.dtype or ()))
+    if args.tests:
+        from tests.gpu_kernels import CONFIGS
+        configs = list(dict.fromkeys([*CONFIGS, *configs]))
+    import numba_flash
+    from numba_flash.precompile import distinct
+
+    every, configs = len(configs), distinct(configs)
+    if args.list:
+        for config in configs:
+            print(config)
+        print(f"{len(configs)} configs building the kernels of {every}")
+        return 0
+    start = time.perf_counter()
+    rows = numba_flash.warmup(configs, args.processes)
+    errors = [row for row in rows if row["error"]]
+    for row in errors:
+        print(f"warm-up failed: {row['forward']}/{row['backward']} {row['dtype']} d={row['d']} "
+              f"N={row['n_q']}: {row['error']}")
+    print(f"{len(configs)} configs built in {time.perf_counter() - start:.0f} s "
+          f"({sum(r['compiled'] for r in rows)} kernels compiled, {sum(r['loaded'] for r in rows)} loaded)")
+    return 1 if errors else 0
 
 
 def _command(argv: list[str]) -> str:
@@ -87,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:12s} {_summary(module_name)}")
         print(f"{'bench':12s} (subcommand) {_summary(BENCH)}")
         return 0
+    if args.action == "kernels":
+        return _kernels(args)
     if args.action == "run":
         names = list(EXPERIMENTS) if args.all or not args.names or "all" in args.names else args.names
         unknown = [n for n in names if n not in EXPERIMENTS]

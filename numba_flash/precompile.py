@@ -109,6 +109,34 @@ def _tilings(c: KernelConfig) -> tuple[Tiling | None, Tiling | None]:
     return forward, backward
 
 
+def distinct(configs) -> list[KernelConfig]:
+    """``configs`` without those whose every kernel another of them builds, in their order. A
+    pass's kernels are keyed by its algorithm, the tiling the API resolves for it at the
+    config's N (the binaries depend on that, not on N itself) and the spec's other parameters,
+    so that, e.g., a forward-only config is dropped beside the forward + backward one of the
+    same kernels, and configs that differ only in N collapse to one."""
+    def passes(c: KernelConfig) -> frozenset:
+        try:
+            forward, backward = _tilings(c)
+        except ValueError:        # a tiling that does not fit: kept, for build to report
+            return frozenset({("unresolved", c)})
+        spec = (c.d, c.causal, c.dtype, c.window, c.group, c.dropout, c.block_size)
+        keys = set()
+        if c.forward:
+            keys.add(("forward", c.forward, forward, spec))
+        if c.backward:
+            keys.add(("backward", c.backward, c.deterministic, backward, spec))
+        return frozenset(keys)
+
+    keyed = [(passes(c), i, c) for i, c in enumerate(configs)]
+    built, kept = set(), []
+    for keys, i, c in sorted(keyed, key=lambda row: (-len(row[0]), row[1])):
+        if not keys <= built:
+            kept.append((i, c))
+            built |= keys
+    return [c for _, c in sorted(kept, key=lambda row: row[0])]
+
+
 def build(config: KernelConfig) -> dict:
     """Run ``config``'s calls once in this process (compiling, or loading from the disk cache,
     every kernel they launch) on (1, 1, WARMUP_N, d) zeros with the tilings of the config's N;

@@ -18,11 +18,12 @@ SHAPES = [
     ("float32", 1, 2, 2, 300, 301, 128, False, (-1, 5)),      # right side only
     ("float16", 2, 8, 4, 1024, 1024, 128, False, (64, 64)),
 ]
+#: The kernels this test launches (tests/gpu_kernels.py builds them with the rest)
+KERNELS = [nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, dtype=fmt, window=window, group=H // H_kv)
+           for fmt, _, H, H_kv, n_q, n_k, d, causal, window in SHAPES]
 
 
 def test_band_forward_and_backward_against_reference():
-    nf.warmup([nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, dtype=fmt, window=window,
-                               group=H // H_kv)
-               for fmt, _, H, H_kv, n_q, n_k, d, causal, window in SHAPES])
+    nf.warmup(KERNELS)
     for fmt, B, H, H_kv, n_q, n_k, d, causal, window in SHAPES:
         check_band(fmt, B, H, H_kv, n_q, n_k, d, causal, window)

@@ -17,12 +17,14 @@ SHAPES = [("float32", 1, 4, 4, 4099, 4099, 64, False, (128, 128), 0.3),
           ("float16", 2, 4, 2, 1000, 1023, 128, True, (128, 128), 0.5),
           ("bfloat16", 1, 2, 1, 255, 97, 111, False, (64, 32), 0.6),
           ("float32", 1, 2, 2, 300, 301, 40, True, (32, 64), 0.5)]
+#: The kernels this test launches (tests/gpu_kernels.py builds them with the rest)
+KERNELS = [nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, dtype=fmt, group=H // H_kv, block_size=bs)
+           for fmt, _, H, H_kv, n_q, n_k, d, causal, bs, _ in SHAPES]
+KERNELS.append(nf.KernelConfig(d=64, n_q=1000, dtype="float16", backward=None, block_size=(128, 128)))  # plans
 
 
 def test_block_sparse_forward_and_backward_against_reference():
-    nf.warmup([nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, dtype=fmt, group=H // H_kv,
-                               block_size=bs)
-               for fmt, _, H, H_kv, n_q, n_k, d, causal, bs, _ in SHAPES])
+    nf.warmup(KERNELS)
     for fmt, B, H, H_kv, n_q, n_k, d, causal, bs, keep in SHAPES:
         rng = np.random.default_rng(5)
         t = TYPES[fmt]

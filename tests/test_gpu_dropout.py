@@ -17,11 +17,13 @@ pytestmark = pytest.mark.gpu
 # (format, B, H, H_kv, N_q, N_k, d, causal, p)
 SHAPES = [("float32", 1, 4, 4, 4099, 4099, 64, True, 0.1), ("float16", 2, 4, 2, 1000, 1023, 128, True, 0.2),
           ("bfloat16", 1, 2, 1, 255, 97, 111, False, 0.5), ("float32", 1, 2, 2, 300, 301, 40, False, 0.3)]
+#: The kernels this test launches (tests/gpu_kernels.py builds them with the rest)
+KERNELS = [nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, dtype=fmt, group=H // H_kv, dropout=True)
+           for fmt, _, H, H_kv, n_q, n_k, d, causal, _ in SHAPES]
 
 
 def test_dropout_forward_and_backward_against_reference():
-    nf.warmup([nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, dtype=fmt, group=H // H_kv, dropout=True)
-               for fmt, _, H, H_kv, n_q, n_k, d, causal, _ in SHAPES])
+    nf.warmup(KERNELS)
     for fmt, B, H, H_kv, n_q, n_k, d, causal, p in SHAPES:
         rng = np.random.default_rng(3)
         t = TYPES[fmt]

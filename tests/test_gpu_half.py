@@ -17,19 +17,22 @@ SHAPES = [
     ("float16", 1, 2, 17, 300, 8, False),
     ("float16", 2, 4, 1024, 1024, 128, False),
 ]
+#: The kernels these tests launch (tests/gpu_kernels.py builds them with the rest)
+KERNELS = [nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, dtype=fmt)
+           for fmt, _, _, n_q, n_k, d, causal in SHAPES + [("float16", 1, 1, 300, 301, 64, False),
+                                                           ("bfloat16", 1, 1, 300, 301, 40, True),
+                                                           ("float16", 1, 2, 97, 255, 24, True)]]
 
 
 def test_half_forward_against_reference():
-    nf.warmup([nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, dtype=fmt)
-               for fmt, _, _, n_q, n_k, d, causal in SHAPES])
+    nf.warmup(KERNELS)
     for fmt, B, H, n_q, n_k, d, causal in SHAPES:
         check_half_forward(fmt, B, H, n_q, n_k, d, causal)
     check_half_forward("float16", 1, 1, 300, 301, 64, False, logit_scale=30.0)
 
 
 def test_half_backward_against_reference():
-    nf.warmup([nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, dtype=fmt)
-               for fmt, _, _, n_q, n_k, d, causal in SHAPES])   # (already built by the forward test)
+    nf.warmup(KERNELS)   # (already built by the forward test)
     for fmt, B, H, n_q, n_k, d, causal in SHAPES:
         check_half_backward(fmt, B, H, n_q, n_k, d, causal)
     check_half_backward("bfloat16", 1, 1, 300, 301, 40, True, logit_scale=30.0)

@@ -72,3 +72,41 @@ def test_build_runs_windowed_grouped_calls():
 def test_command_line_names_windows_and_groups():
     args = precompile._parse(["--d", "128", "--window", "1024", "0", "--group", "4"])
     assert args.window == [1024, 0] and args.group == 4
+
+
+def test_distinct_drops_configs_whose_kernels_another_builds():
+    both = nf.KernelConfig(d=64, n_q=4096)
+    forward_only = nf.KernelConfig(d=64, n_q=4096, backward=None)
+    causal = nf.KernelConfig(d=64, n_q=4096, causal=True, backward=None)
+    other_algorithms = nf.KernelConfig(d=64, n_q=4096, forward="fa1", backward="fa2_fma")
+    longer = nf.KernelConfig(d=64, n_q=16384)
+    shorter = nf.KernelConfig(d=64, n_q=100)
+    same_tilings = precompile._tilings(longer) == precompile._tilings(both)
+    assert precompile._tilings(shorter) != precompile._tilings(both)
+    kept = precompile.distinct([forward_only, causal, both, other_algorithms, longer, shorter])
+    assert kept == [causal, both, other_algorithms] + ([] if same_tilings else [longer]) + [shorter]
+
+
+def test_distinct_keeps_configs_it_cannot_resolve_for_build_to_report():
+    too_big = nf.KernelConfig(d=64, n_q=2048, forward="fa2_fma", backward=None, tiling=nf.Tiling(64, 256))
+    assert precompile.distinct([too_big, too_big]) == [too_big]
+
+
+def test_listing_run_stops_each_experiment_at_its_kernels(monkeypatch):
+    """``python -m experiments kernels``: the configs an experiment's GPU run would build,
+    found on a machine without one (nothing launched); experiments that build as they run are
+    passed over, one that ran to its end without building is an error."""
+    import sys
+    import types
+
+    from experiments.common.kernels import listed_configs
+
+    configs = listed_configs([("experiments.fig2_middle", "fig2_middle"), ("experiments.calibrate", "calibrate")],
+                             quick=True)
+    assert configs and len(set(configs)) == len(configs)
+    assert all(isinstance(c, nf.KernelConfig) and c.forward in ("fa2", "fa1", "standard", "fa2_fma") for c in configs)
+    fake = types.ModuleType("fake_experiment")
+    fake.run = lambda ctx: []
+    monkeypatch.setitem(sys.modules, "fake_experiment", fake)
+    with pytest.raises(RuntimeError, match="without building kernels"):
+        listed_configs([("fake_experiment", "fake")], quick=True)

@@ -55,6 +55,9 @@ class RunContext:
     dtypes: tuple = ()   # bench: the input formats to run (empty: all)
     skipped: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    #: a list: a listing run (``python -m experiments kernels``); the experiment stops where it
+    #: would build its kernels and appends their configs here (common.kernels.build_kernels)
+    listed: list | None = None
 
     @property
     def gpu(self) -> bool:

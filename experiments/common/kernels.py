@@ -3,7 +3,9 @@ parallel processes into numba_flash's disk cache (``numba_flash.warmup``), so th
 runs and ncu's child processes load them instead of compiling one after another."""
 from __future__ import annotations
 
+import tempfile
 import time
+from pathlib import Path
 
 from .cases import BACKWARD_ALGORITHM, Case
 from .context import RunContext
@@ -24,8 +26,17 @@ def kernel_config(case: Case):
                         group=case.H // (case.kv_heads or case.H), block_size=case.block_size)
 
 
+class KernelsListed(Exception):
+    """What ``build_kernels`` raises in a listing run (``ctx.listed`` a list), once it has
+    appended the configs there: the experiment stops before it launches anything."""
+
+
 def build_kernels(ctx: RunContext, name: str, cases: list[Case]) -> None:
-    """On the GPU, build the kernels of ``cases`` (each config once); print what it took."""
+    """On the GPU, build the kernels of ``cases`` (each config once); print what it took. In a
+    listing run, append their configs to ``ctx.listed`` and raise ``KernelsListed``."""
+    if ctx.listed is not None:
+        ctx.listed.extend(kernel_config(case) for case in cases)
+        raise KernelsListed(name)
     if not ctx.gpu:
         return
     import numba_flash
@@ -38,3 +49,32 @@ def build_kernels(ctx: RunContext, name: str, cases: list[Case]) -> None:
     print(f"  {name}: kernels of {len(configs)} configs built in {time.perf_counter() - start:.0f} s "
           f"({sum(r['compiled'] for r in rows)} compiled, {sum(r['loaded'] for r in rows)} loaded)"
           + "".join(f"\n    warm-up failed: {e}" for e in errors))
+
+
+#: Experiments whose kernels are built as they run, not through ``build_kernels`` (a listing
+#: run would run them whole): the machine rates, the ring's processes, the GPT's model, the
+#: validation of other experiments' CSVs.
+BUILT_AS_THEY_RUN = ("calibrate", "ring", "train_gpt", "validation")
+
+
+def listed_configs(jobs: list[tuple[str, str]], quick: bool, dtypes: tuple = ()) -> list:
+    """The distinct ``KernelConfig``s that the experiments of ``jobs`` ((module, name) pairs, as
+    the CLI runs them) would build in a GPU run, found without a GPU: each experiment runs in a
+    listing context up to its first ``build_kernels`` (its only one, but for window and
+    block_sparse, whose timing reuses the kernels their traffic built)."""
+    import importlib
+
+    listed: list = []
+    for module_name, name in jobs:
+        if name in BUILT_AS_THEY_RUN:
+            continue
+        with tempfile.TemporaryDirectory() as out:
+            ctx = RunContext(device="gpu", quick=quick, out=Path(out), command="", dtypes=dtypes,
+                             listed=listed)
+            try:
+                importlib.import_module(module_name).run(ctx)
+            except KernelsListed:
+                continue
+        raise RuntimeError(f"{name}: ran without building kernels through build_kernels; "
+                           f"add it to BUILT_AS_THEY_RUN")
+    return list(dict.fromkeys(listed))
