@@ -9,7 +9,7 @@
 # Each experiment runs in its own process under its own time limit, so one that overruns or
 # crashes costs only its own CSV; validation runs last over whatever the others wrote.  The
 # results folder and the log are packed into DEST/results.tar.gz (plus the log beside it), the
-# kernel cache, with PACK_KERNELS=1, into DEST/kc.tar.xz.000, ... (carried back in as .kc/).
+# kernel cache (unless SKIP_PACK=1) into DEST/kc.tar.xz.000, ... (carry them back in as .kc/).
 set -u
 dest=${1:?usage: run_gpu.sh DEST [--full]}
 mode=--quick
@@ -62,8 +62,8 @@ run 200 run ring
 [ -n "${SKIP_TRAIN:-}" ] || run 200 run train_gpt
 run 20 run validation
 tar -C "$(dirname "$results")" -czf "$dest/results.tar.gz" "$(basename "$results")"
-# packing the cache is asked for (PACK_KERNELS=1): on 2026-12-02 the 192 kernels above took
-# 839 MB (PTX kept beside each cubin), more than a device call carries, and xz ran out the call
-[ -z "${PACK_KERNELS:-}" ] || python3 -m numba_flash.precompile --pack "$dest/kc.tar.xz" --part-mib 15 2>&1 | tee -a "$log"
+# (on 2026-12-02 the 192 kernels above took 839 MB on disk; --pack, then one-thread lzma at
+# preset 9, did not finish in the ~100 s left of that call: it now runs xz on every core)
+[ -n "${SKIP_PACK:-}" ] || python3 -m numba_flash.precompile --pack "$dest/kc.tar.xz" --part-mib 15 2>&1 | tee -a "$log"
 cp "$log" "$dest/run_gpu.log"
 grep -E "^### |FAILED|FAILURE|MISMATCH|Traceback" "$log" | tail -40

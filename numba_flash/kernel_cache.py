@@ -115,17 +115,28 @@ def pack(path, part_bytes: int | None = None, stale: bool = False) -> list[Path]
     """The cache's kernels (those of these kernel sources; ``stale``: every entry) as one
     xz-compressed tar, ``path``, or split into pieces ``path.000``, ``path.001``, ... of at most
     ``part_bytes`` each (to carry a cache between machines whose transfers cap a file's size);
-    returns the files written. The cache compresses about 28-fold (numba's serialised kernels)."""
+    returns the files written. The cache compresses about 28-fold (numba's serialised kernels).
+    Compressed by ``xz -T0`` (every core) where it is on the PATH, else by Python's one-thread
+    lzma: a GPU session's cache is near a gigabyte (192 kernels, 839 MB on 2026-12-02), which
+    one thread at xz's top preset did not pack inside the minutes left of a device call."""
     import io
+    import lzma
+    import shutil
+    import subprocess
     import tarfile
 
     path = Path(path)
     keep = entries() if stale else [e for e in entries() if f"-{_source_tag()}-" in e.name]
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:xz", preset=9) as tar:
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
         for entry in keep:
             tar.add(entry, arcname=entry.name)
-    data = buffer.getvalue()
+    xz = shutil.which("xz")
+    if xz:
+        data = subprocess.run([xz, "-T0", "-6", "-c"], input=buffer.getvalue(), capture_output=True,
+                              check=True).stdout
+    else:
+        data = lzma.compress(buffer.getvalue(), preset=6)
     if part_bytes is None:
         path.write_bytes(data)
         return [path]

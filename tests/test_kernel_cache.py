@@ -188,6 +188,24 @@ def test_pack_and_unpack_carry_this_sources_kernels_in_pieces(cache, tmp_path, m
         kernel_cache.unpack(tmp_path / "missing.tar.xz")
 
 
+@pytest.mark.parametrize("xz_on_path", [True, False])
+def test_pack_compresses_with_or_without_the_xz_tool(cache, tmp_path, monkeypatch, xz_on_path):
+    import shutil
+    import tarfile
+
+    if xz_on_path and not shutil.which("xz"):
+        pytest.skip("no xz on this machine's PATH")
+    if not xz_on_path:
+        monkeypatch.setattr(shutil, "which", lambda name: None)
+    cache.mkdir(parents=True)
+    names = {f"make_a-{kernel_cache._source_tag()}-{k}{kernel_cache.SUFFIX}" for k in range(2)}
+    for name in names:
+        (cache / name).write_bytes(name.encode() * 50)
+    (archive,) = kernel_cache.pack(tmp_path / "kc.tar.xz")
+    with tarfile.open(archive, mode="r:xz") as tar:       # a plain .tar.xz either way
+        assert set(tar.getnames()) == names
+
+
 def test_unpack_takes_nothing_but_top_level_kernel_files(cache, tmp_path):
     import io
     import tarfile
