@@ -16,6 +16,8 @@ kernels of experiments/common/microbench.py (which says how each is timed):
 - __syncthreads() cycles, blocks of 4, 8, 16 warps; launch overhead: GPU seconds between queued
   empty kernels, host seconds a numba launch (and per extra array argument);
 - the dirty bytes L2 still holds when a streaming kernel ends (ncu; experiments/common/l2_residue.py);
+- SM<->L2 read sectors per 32 bytes copied HBM -> SRAM by cp.async (16 and 4 bytes) and by
+  register loads (ncu; experiments/common/copy_sectors.py: why the half kernels' loads count 1.5x);
 - block placement for grids of 1, 2, 4 blocks an SM: summary rows here, and the block -> SM map
   of every block in ``<out>/calibrate/placement.csv`` (``block``, ``smid``, ``start_rank``,
   ``start_ns``, ``end_ns``, ``first_wave``).
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from experiments.common import l2_residue, microbench, plotting
+from experiments.common import copy_sectors, l2_residue, microbench, plotting
 from experiments.common.context import NO_GPU, RunContext
 from experiments.common.metadata import run_metadata
 from experiments.common.results import write_rows
@@ -57,6 +59,7 @@ def run(ctx: RunContext) -> list[dict]:
     placement_rows, raw = microbench.measure_placement(bench)
     rows += [row(m) for m in placement_rows]
     rows += [row(m) for m in l2_residue.measure(not simulated)]
+    rows += [row(m) for m in copy_sectors.measure(not simulated)]
     if raw:
         write_rows(ctx.folder(NAME) / PLACEMENT_CSV, raw, run_metadata(NAME, ctx.device, ctx.command))
     return rows

@@ -9,6 +9,7 @@ import pytest
 from numba import config
 
 from experiments import calibrate
+from experiments.common import copy_sectors
 from experiments.common import microbench as mb
 from experiments.common.context import RunContext
 from experiments.common.metadata import METADATA_COLUMNS
@@ -115,7 +116,9 @@ def test_the_gpu_branch_host_code_on_simulated_kernels(monkeypatch, tmp_path):
     rows = calibrate.run(ctx)
     unmeasured = {r["quantity"]: r["note"] for r in rows if r["value"] is None}
     assert unmeasured == {"placement_coresident_stride": "no co-resident blocks",   # blocks run one by one
-                          "l2_dirty_residue_bytes": "simulator: not a measurement"}  # ncu: a real GPU
+                          "l2_dirty_residue_bytes": "simulator: not a measurement",  # ncu: a real GPU
+                          **{f"copy_sectors_{mode}": "simulator: not a measurement"
+                             for mode in copy_sectors.MODES}}
     gap = next(r for r in rows if r["quantity"] == "launch_gap_s")
     assert gap["note"] == "in 3 of 3 repeats the GPU ran out of queued launches"
     assert next(r for r in rows if r["quantity"] == "sm_count")["value"] == 2
@@ -341,3 +344,34 @@ def test_the_memory_latency_benchmarks_run_under_the_simulator():
     assert [r.quantity for r in rows] == ["l1_hit_latency_cycles", "l2_hit_latency_cycles",
                                           "dram_latency_cycles"]
     assert all(r.value is None and r.unit == "cycles" for r in rows)
+
+
+@SIM_ONLY
+def test_the_copy_kernel_copies_every_word_in_each_mode():
+    """copy_sectors' kernel under the simulator: each mode lands the words it should (out is the
+    XOR, per thread, of the word it saw at the end of each round of the ring)."""
+    size = copy_sectors.BLOCK_BYTES
+    outs = copy_sectors.run_copies(size)
+    words = np.arange(size // 4, dtype=np.uint32)
+    step = 4 * copy_sectors.THREADS
+    ring_steps = copy_sectors.RING_WORDS // step
+    last = [s for s in range(size // 4 // step) if s % ring_steps == ring_steps - 1]
+    for mode, out in enumerate(outs):
+        for t in (0, 5, copy_sectors.THREADS - 1):
+            seen = [words[s * step + 4 * t: s * step + 4 * t + 4] for s in last]
+            if mode == copy_sectors.CG16:
+                expect = [w[0] & 0xFFFF for w in seen]                 # the low half of the first word
+            elif mode == copy_sectors.LDG_CG4:
+                expect = [w[0] ^ w[1] ^ w[2] ^ w[3] for w in seen]     # the load's XOR, stored
+            else:
+                expect = [w[0] for w in seen]
+            assert out[t] == np.bitwise_xor.reduce(np.array(expect, np.uint32)), (copy_sectors.MODES[mode], t)
+
+
+def test_copy_sector_rows_are_sectors_over_bytes():
+    kernels = [{"name": "copy_sectors", "xbar_ld_sectors": f * 2**20 / 32, "l2_read_sectors": 1.0}
+               for f in (1.5, 1.0, 1.0, 1.0)]
+    rows = copy_sectors.rows_from(kernels, 2**20)
+    assert [r.quantity for r in rows] == [f"copy_sectors_{m}" for m in copy_sectors.MODES]
+    assert [r.value for r in rows] == [1.5, 1.0, 1.0, 1.0] and rows[0].unit == "ratio"
+    assert '"l2_read_sectors": 1.0' in rows[0].detail
