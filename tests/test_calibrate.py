@@ -117,6 +117,7 @@ def test_the_gpu_branch_host_code_on_simulated_kernels(monkeypatch, tmp_path):
     unmeasured = {r["quantity"]: r["note"] for r in rows if r["value"] is None}
     assert unmeasured == {"placement_coresident_stride": "no co-resident blocks",   # blocks run one by one
                           "l2_dirty_residue_bytes": "simulator: not a measurement",  # ncu: a real GPU
+                          "l2_dirty_residue_sweep_bytes": "simulator: not a measurement",
                           **{f"copy_sectors_{mode}": "simulator: not a measurement"
                              for mode in copy_sectors.MODES}}
     gap = next(r for r in rows if r["quantity"] == "launch_gap_s")
@@ -375,3 +376,16 @@ def test_copy_sector_rows_are_sectors_over_bytes():
     assert [r.quantity for r in rows] == [f"copy_sectors_{m}" for m in copy_sectors.MODES]
     assert [r.value for r in rows] == [1.5, 1.0, 1.0, 1.0] and rows[0].unit == "ratio"
     assert '"l2_read_sectors": 1.0' in rows[0].detail
+
+
+def test_residue_sweep_rows_follow_the_childs_launch_order():
+    from experiments.common import l2_residue
+
+    configs = [(size, reads) for size in l2_residue.SWEEP_SIZES for _, reads in l2_residue.SWEEP_KINDS]
+    kernels = [{"dram_write_bytes": size - 1000 * k, "dram_read_bytes": reads * size, "gpu_time_ns": 1.0}
+               for k, (size, reads) in enumerate(configs)]
+    rows = l2_residue.sweep_rows(kernels)
+    assert [r.value for r in rows] == [1000 * k for k in range(len(configs))]
+    assert {r.quantity for r in rows} == {"l2_dirty_residue_sweep_bytes"}
+    assert '"kind": "addcmul"' in rows[2].detail and '"write_share": 0.25' in rows[2].detail
+    assert l2_residue.measure_sweep(False)[0].note == "simulator: not a measurement"
