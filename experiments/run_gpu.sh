@@ -38,7 +38,9 @@ timeout -k 10 560 python3 -m experiments kernels $mode >>"$log" 2>&1
 echo "### exit $?" | tee -a "$log"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >>"$log" 2>&1
 which ncu >>"$log" 2>&1; ncu --version >>"$log" 2>&1
-run 90 run calibrate     # the machine rates; the model's time predictions below use them
+# the machine rates (the model's time predictions below use them), then ncu on the copy and
+# L2-residue microbenchmarks (copy_sectors, the residue sweep: not timed on a GPU yet, ~40 s?)
+run 150 run calibrate
 [ -s "$results/calibrate/calibrate.csv" ] && export NUMBA_FLASH_RATES_CSV=$results/calibrate/calibrate.csv
 run 200 run levels       # every level of every shipped kernel: development and held-out configurations
 # fp32 rows only (quick shapes: 207 s on 2026-12-01, 89 s of it building 14 kernels); the fp16 /
