@@ -116,9 +116,11 @@ def pack(path, part_bytes: int | None = None, stale: bool = False) -> list[Path]
     xz-compressed tar, ``path``, or split into pieces ``path.000``, ``path.001``, ... of at most
     ``part_bytes`` each (to carry a cache between machines whose transfers cap a file's size);
     returns the files written. The cache compresses about 28-fold (numba's serialised kernels).
-    Compressed by ``xz -T0`` (every core) where it is on the PATH, else by Python's one-thread
-    lzma: a GPU session's cache is near a gigabyte (192 kernels, 839 MB on 2026-12-02), which
-    one thread at xz's top preset did not pack inside the minutes left of a device call."""
+    Compressed at xz's preset 9 (64 MiB dictionary: 726 MB of kernels took 22 MB, preset 6 35
+    MB), by ``xz -T0`` where it is on the PATH -- blocks of 192 MiB on as many cores, each with
+    the dictionary a single stream has -- else by Python's one-thread lzma: a GPU session's cache
+    is near a gigabyte (192 kernels, 839 MB on 2026-12-02), which one thread did not pack in
+    the minutes left of a device call."""
     import io
     import lzma
     import shutil
@@ -133,10 +135,10 @@ def pack(path, part_bytes: int | None = None, stale: bool = False) -> list[Path]
             tar.add(entry, arcname=entry.name)
     xz = shutil.which("xz")
     if xz:
-        data = subprocess.run([xz, "-T0", "-6", "-c"], input=buffer.getvalue(), capture_output=True,
+        data = subprocess.run([xz, "-T0", "-9", "-c"], input=buffer.getvalue(), capture_output=True,
                               check=True).stdout
     else:
-        data = lzma.compress(buffer.getvalue(), preset=6)
+        data = lzma.compress(buffer.getvalue(), preset=9)
     if part_bytes is None:
         path.write_bytes(data)
         return [path]
