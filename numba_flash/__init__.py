@@ -3,7 +3,8 @@
 Public API (PyTorch SDPA layout, q (B, H, N_q, d), k and v (B, H, N_k, d), float32, float16 or
 bfloat16):
 ``flash_attention``, ``flash_attention_backward``, ``standard_attention``,
-``standard_attention_backward``; ``Tiling`` (block sizes, shared with ``simulator``);
+``standard_attention_backward``; ``flash_attention_varlen`` and its backward (packed
+variable-length sequences, flash-attention's interface); ``Tiling`` (block sizes, shared with ``simulator``);
 ``reference`` (float64 NumPy); ``instrument.count_traffic`` (exact global-memory counts under
 Numba's CUDA simulator); ``warmup`` of ``KernelConfig``s (compiled kernels are cached on disk:
 ``kernel_cache``); ``numba_flash.torch`` (torch's ``scaled_dot_product_attention`` on our
@@ -19,6 +20,7 @@ from .api import (
     standard_attention_backward,
 )
 from .memory import poison_outputs, simulator_enabled
+from .varlen import flash_attention_varlen, flash_attention_varlen_backward
 from .simulator_fixes import install as _race_free_simulator
 
 if simulator_enabled():
@@ -39,6 +41,8 @@ __all__ = [
     "Tiling",
     "flash_attention",
     "flash_attention_backward",
+    "flash_attention_varlen",
+    "flash_attention_varlen_backward",
     "poison_outputs",
     "reference",
     "standard_attention",
