@@ -110,3 +110,13 @@ def test_listing_run_stops_each_experiment_at_its_kernels(monkeypatch):
     monkeypatch.setitem(sys.modules, "fake_experiment", fake)
     with pytest.raises(RuntimeError, match="without building kernels"):
         listed_configs([("fake_experiment", "fake")], quick=True)
+
+
+def test_kernels_command_lists_and_refuses_unknown_names(capsys):
+    from experiments import cli
+
+    assert cli.main(["kernels", "fig2_middle", "--quick", "--list"]) == 0
+    out = capsys.readouterr().out
+    assert "KernelConfig(" in out and "configs building the kernels of" in out
+    with pytest.raises(SystemExit, match="unknown experiment"):
+        cli.main(["kernels", "fig9", "--list"])
