@@ -111,7 +111,7 @@ def forward_kernel(algorithm: str, fmt: str) -> str:
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False,
                     algorithm="fa2", tiling=None, diagonal=None, window=None, dropout_p=0.0,
                     dropout_seed=None, return_dropout_mask=False, block_mask=None,
-                    block_size=checks.BLOCK_SIZE):
+                    block_size=checks.BLOCK_SIZE, key_padding_mask=None):
     """FlashAttention forward. q: (B, H, N_q, d); k, v: (B, H, N_k, d); float32, float16 or
     bfloat16 (all three the same).
 
@@ -151,7 +151,17 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     keep no block: o = 0, lse = -inf). Combines with causal, windows, GQA and dropout. The
     kernels' tiles must lie inside blocks: the default tiling's sides are cut to their gcd with
     the block's; a given ``tiling`` must divide ``block_size``.
+    ``key_padding_mask``: (B, N_k) bool, True for a padding key no query sees (PyTorch's
+    convention); each batch entry runs as its own call on the keys it keeps (``padding``: with
+    ``causal`` or a ``window`` the kept keys must be a prefix); not with dropout or block masks.
     """
+    if key_padding_mask is not None:
+        from . import padding
+        return padding.forward(q, k, v, key_padding_mask, causal=causal, window=window,
+                               diagonal=diagonal, return_lse=return_lse, dropout_p=dropout_p,
+                               block_mask=block_mask, softmax_scale=softmax_scale,
+                               algorithm=algorithm, tiling=tiling,
+                               return_dropout_mask=return_dropout_mask)
     blocks_key = checks.block_mask_key(block_mask)
     key = None if dropout_p or blocks_key is checks.UNKEYED else plans.key("forward", (q, k, v), (
         causal, softmax_scale, return_lse, algorithm, tiling, diagonal, window, dropout_p,
@@ -370,7 +380,7 @@ def _narrowed(mem, shp, like, **named):
 def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
                              tiling=None, deterministic=False, algorithm="fa2", diagonal=None,
                              window=None, dropout_p=0.0, dropout_seed=None, block_mask=None,
-                             block_size=checks.BLOCK_SIZE):
+                             block_size=checks.BLOCK_SIZE, key_padding_mask=None):
     """Gradients (dq, dk, dv) of ``flash_attention`` from the saved o and lse (``causal``,
     ``diagonal``, ``window``, ``dropout_p`` and ``dropout_seed`` as the forward's: the dropout
     mask is regenerated from the seed, the paper's Algorithm 4).
@@ -394,7 +404,14 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     where the head dim needs more shared memory.
     ``block_mask``, ``block_size``: the forward's (block-sparse; "fa2" without
     ``deterministic``): each K/V block visits only the row blocks the mask keeps.
+    ``key_padding_mask``: the forward's; dk, dv of padding keys are 0.
     """
+    if key_padding_mask is not None:
+        from . import padding
+        return padding.backward(do, q, k, v, o, lse, key_padding_mask, causal=causal, window=window,
+                                diagonal=diagonal, dropout_p=dropout_p, block_mask=block_mask,
+                                softmax_scale=softmax_scale, tiling=tiling,
+                                deterministic=deterministic, algorithm=algorithm)
     blocks_key = checks.block_mask_key(block_mask)
     key = None if dropout_p or blocks_key is checks.UNKEYED else plans.key(
         "backward", (do, q, k, v, o, lse), (causal, softmax_scale, tiling, deterministic, algorithm,
