@@ -12,75 +12,67 @@ from __future__ import annotations
 import numpy as np
 
 from . import api
+from .precision import is_torch_tensor
+from .split_calls import contiguous, host, zeros
 
 
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch")
+def _is_prefix(idx: np.ndarray) -> bool:
+    """Whether the kept key indices ``idx`` (sorted, not empty) are 0, 1, ..., len - 1."""
+    return idx[-1] == len(idx) - 1
 
 
-def kept_keys(key_padding_mask, q, k, banded: bool) -> list[np.ndarray]:
-    """Per batch entry, the indices of the keys it keeps (checked before any launch)."""
+def _entries(q, k, key_padding_mask, causal, window, diagonal, dropout_p, block_mask):
+    """Checks (before any launch); per batch entry the indices of the keys it keeps, and the
+    mask arguments each entry's call takes."""
+    if dropout_p or block_mask is not None:
+        raise ValueError("key_padding_mask does not combine with dropout_p or block_mask yet: pass "
+                         "one of them")
     if q.ndim != 4 or k.ndim != 4:
         raise ValueError(f"q and k must be (B, H, N, d) for key_padding_mask, got shapes "
                          f"{tuple(q.shape)} and {tuple(k.shape)}")
-    mask = np.asarray(key_padding_mask.cpu() if _is_torch(key_padding_mask) else key_padding_mask)
+    mask = host(key_padding_mask)
     B, N_k = q.shape[0], k.shape[2]
     if mask.dtype != np.bool_ or mask.shape != (B, N_k):
         raise ValueError(f"key_padding_mask must be a (B, N_k) = {(B, N_k)} bool array (True: a "
                          f"padding key, ignored), got {mask.shape} {mask.dtype}")
     kept = [np.flatnonzero(~row) for row in mask]
-    if banded and any(len(idx) and idx[-1] != len(idx) - 1 for idx in kept):
+    banded = bool(causal) or window is not None
+    if banded and any(len(idx) and not _is_prefix(idx) for idx in kept):
         raise ValueError("key_padding_mask with causal=True or a window needs each entry's padding "
                          "at the end (its kept keys a prefix): key positions set the mask's diagonal")
-    return kept
+    if banded and diagonal is None:          # the unpadded diagonal, not the kept keys'
+        diagonal = N_k - q.shape[2]
+    return kept, dict(causal=causal, window=window, diagonal=diagonal)
+
+
+def _key_index(x, idx: np.ndarray):
+    """What selects the keys ``idx`` along x's key axis: a slice for a prefix, else the indices
+    (a tensor on x's device for torch)."""
+    if _is_prefix(idx):
+        return slice(0, len(idx))
+    if is_torch_tensor(x):
+        import torch
+        return torch.as_tensor(idx, device=x.device)
+    return idx
 
 
 def _keys(x, b: int, idx: np.ndarray):
     """Batch entry b of x (B, H_kv, N_k, d) at keys ``idx``, as a contiguous (1, H_kv, n, d)."""
-    if len(idx) and idx[-1] == len(idx) - 1:          # a prefix: a slice
-        part = x[b:b + 1, :, :len(idx)]
-    else:
-        part = x[b:b + 1][:, :, _index(x, idx)]
-    return part.contiguous() if _is_torch(x) else np.ascontiguousarray(part)
-
-
-def _index(like, idx):
-    if _is_torch(like):
-        import torch
-        return torch.as_tensor(idx, device=like.device)
-    return idx
-
-
-def _zeros(like, shape, float32: bool = False):
-    if _is_torch(like):
-        import torch
-        return torch.zeros(shape, dtype=torch.float32 if float32 else like.dtype, device=like.device)
-    return np.zeros(shape, np.float32 if float32 else like.dtype)
-
-
-def _diagonal(diagonal, q, k):
-    return k.shape[2] - q.shape[2] if diagonal is None else diagonal
+    return contiguous(x[b:b + 1][:, :, _key_index(x, idx)])
 
 
 def forward(q, k, v, key_padding_mask, *, causal, window, diagonal, return_lse, dropout_p,
-            block_mask, **options):
+            block_mask, return_dropout_mask, **options):
     """``flash_attention`` with ``key_padding_mask`` (module docstring)."""
-    if dropout_p or block_mask is not None:
-        raise ValueError("key_padding_mask does not combine with dropout_p or block_mask yet: pass "
-                         "one of them")
-    if options.get("return_dropout_mask"):
+    kept, band = _entries(q, k, key_padding_mask, causal, window, diagonal, dropout_p, block_mask)
+    if return_dropout_mask:
         raise ValueError("return_dropout_mask needs dropout, which key_padding_mask does not take yet")
-    options.pop("return_dropout_mask", None)
-    banded = bool(causal) or window is not None
-    kept = kept_keys(key_padding_mask, q, k, banded)
-    o = _zeros(q, tuple(q.shape))
-    lse = _zeros(q, tuple(q.shape[:3]), float32=True)
+    o = zeros(q, tuple(q.shape))
+    lse = zeros(q, tuple(q.shape[:3]), float32=True)
     lse[:] = -np.inf
     for b, idx in enumerate(kept):
         if not len(idx):                 # every key padding: o = 0, lse = -inf
             continue
-        band = dict(causal=causal, window=window,
-                    diagonal=_diagonal(diagonal, q, k) if banded else diagonal)
         oi, li = api.flash_attention(q[b:b + 1], _keys(k, b, idx), _keys(v, b, idx), return_lse=True,
                                      **band, **options)
         o[b], lse[b] = oi[0], li[0]
@@ -90,21 +82,14 @@ def forward(q, k, v, key_padding_mask, *, causal, window, diagonal, return_lse, 
 def backward(do, q, k, v, o, lse, key_padding_mask, *, causal, window, diagonal, dropout_p,
              block_mask, **options):
     """``flash_attention_backward`` with ``key_padding_mask``: dk, dv of padding keys are 0."""
-    if dropout_p or block_mask is not None:
-        raise ValueError("key_padding_mask does not combine with dropout_p or block_mask yet: pass "
-                         "one of them")
-    banded = bool(causal) or window is not None
-    kept = kept_keys(key_padding_mask, q, k, banded)
-    dq, dk, dv = _zeros(q, tuple(q.shape)), _zeros(k, tuple(k.shape)), _zeros(v, tuple(v.shape))
+    kept, band = _entries(q, k, key_padding_mask, causal, window, diagonal, dropout_p, block_mask)
+    dq, dk, dv = zeros(q, tuple(q.shape)), zeros(k, tuple(k.shape)), zeros(v, tuple(v.shape))
     for b, idx in enumerate(kept):
         if not len(idx):
             continue
-        band = dict(causal=causal, window=window,
-                    diagonal=_diagonal(diagonal, q, k) if banded else diagonal)
         gq, gk, gv = api.flash_attention_backward(do[b:b + 1], q[b:b + 1], _keys(k, b, idx),
                                                   _keys(v, b, idx), o[b:b + 1], lse[b:b + 1],
                                                   **band, **options)
-        dq[b] = gq[0]
-        at = slice(0, len(idx)) if idx[-1] == len(idx) - 1 else _index(k, idx)
-        dk[b][:, at], dv[b][:, at] = gk[0], gv[0]
+        at = _key_index(k, idx)
+        dq[b], dk[b][:, at], dv[b][:, at] = gq[0], gk[0], gv[0]
     return dq, dk, dv

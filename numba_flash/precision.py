@@ -24,14 +24,14 @@ ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 _TYPESTR = {"<f4": "float32", "<f2": "float16"}
 
 
-def _torch_tensor(x) -> bool:
+def is_torch_tensor(x) -> bool:
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
 
 
 def format_of(x) -> str | None:
     """x's element format, one of FORMATS, or None when it is none of them."""
-    if _torch_tensor(x):
+    if is_torch_tensor(x):
         name = str(x.dtype).removeprefix("torch.")
         return name if name in FORMATS else None
     dtype = getattr(x, "dtype", None)
@@ -57,7 +57,7 @@ def kernel_source(x, fmt: str):
     uint16 view (NumPy, numba), an int16 view (torch, whose bfloat16 has no array interface)."""
     if fmt not in HALF:
         return x
-    if _torch_tensor(x):
+    if is_torch_tensor(x):
         return x.view(sys.modules["torch"].int16)
     if isinstance(x, np.ndarray) or hasattr(x, "view") and hasattr(x, "copy_to_host"):
         return x.view(np.uint16)

@@ -17,29 +17,19 @@ from __future__ import annotations
 import numpy as np
 
 from . import api
-
-
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch")
+from .precision import is_torch_tensor
+from .split_calls import contiguous, host, zeros
 
 
 def _head_major(x, a: int, b: int):
     """Rows a:b of packed x (total, heads, d) as a contiguous (1, heads, b - a, d)."""
-    part = x[a:b].swapaxes(0, 1)
-    return (part.contiguous() if _is_torch(x) else np.ascontiguousarray(part))[None]
-
-
-def _zeros(like, shape, float32: bool = False):
-    if _is_torch(like):
-        import torch
-        return torch.zeros(shape, dtype=torch.float32 if float32 else like.dtype, device=like.device)
-    return np.zeros(shape, np.float32 if float32 else like.dtype)
+    return contiguous(x[a:b].swapaxes(0, 1))[None]
 
 
 def _offsets(name: str, cu, total: int, max_seqlen, max_name: str) -> list[int]:
     """cu_seqlens as Python ints, checked: 1-D integers, from 0, non-decreasing, ending at
     ``total`` (the packed rows), no sequence longer than ``max_seqlen``."""
-    values = np.asarray(cu.cpu() if _is_torch(cu) else cu)
+    values = host(cu)
     if values.ndim != 1 or values.size < 2 or not np.issubdtype(values.dtype, np.integer):
         raise ValueError(f"{name} must be a 1-D integer array of batch + 1 offsets, got "
                          f"shape {values.shape} {values.dtype}")
@@ -56,7 +46,7 @@ def _offsets(name: str, cu, total: int, max_seqlen, max_name: str) -> list[int]:
 def _packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p):
     """Checks (before any launch) and the two offset lists."""
     for name, x in (("q", q), ("k", k), ("v", v)):
-        if not (isinstance(x, np.ndarray) or _is_torch(x)):
+        if not (isinstance(x, np.ndarray) or is_torch_tensor(x)):
             raise TypeError(f"{name} must be a NumPy array or a torch CUDA tensor, got {type(x).__name__}")
         if x.ndim != 3:
             raise ValueError(f"{name} must be packed (total, heads, d), got shape {tuple(x.shape)}")
@@ -83,8 +73,8 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     each call (``algorithm``, ``tiling``, ...). Returns o (total_q, H, d), or (o, lse) with
     ``return_lse``, lse (H, total_q) float32 (-inf for rows that see no key)."""
     spans = _packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p)
-    o = _zeros(q, tuple(q.shape))
-    lse = _zeros(q, (q.shape[1], q.shape[0]), float32=True)
+    o = zeros(q, tuple(q.shape))
+    lse = zeros(q, (q.shape[1], q.shape[0]), float32=True)
     lse[:] = -np.inf
     for a, b, c, e in spans:
         if b == a or e == c:           # no rows, or rows that see no key: o = 0, lse = -inf
@@ -110,12 +100,11 @@ def flash_attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlen
     if tuple(lse.shape) != (q.shape[1], q.shape[0]):
         raise ValueError(f"lse must be (H, total_q) = {(q.shape[1], q.shape[0])}, as the forward "
                          f"returns it; got {tuple(lse.shape)}")
-    dq, dk, dv = _zeros(q, tuple(q.shape)), _zeros(k, tuple(k.shape)), _zeros(v, tuple(v.shape))
+    dq, dk, dv = zeros(q, tuple(q.shape)), zeros(k, tuple(k.shape)), zeros(v, tuple(v.shape))
     for a, b, c, e in spans:
         if b == a or e == c:
             continue
-        li = lse[:, a:b]
-        li = (li.contiguous() if _is_torch(li) else np.ascontiguousarray(li))[None]
+        li = contiguous(lse[:, a:b])[None]
         grads = api.flash_attention_backward(
             _head_major(do, a, b), _head_major(q, a, b), _head_major(k, c, e), _head_major(v, c, e),
             _head_major(o, a, b), li, causal=causal, softmax_scale=softmax_scale, window=window,
