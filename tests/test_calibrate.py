@@ -389,3 +389,12 @@ def test_residue_sweep_rows_follow_the_childs_launch_order():
     assert {r.quantity for r in rows} == {"l2_dirty_residue_sweep_bytes"}
     assert '"kind": "addcmul"' in rows[2].detail and '"write_share": 0.25' in rows[2].detail
     assert l2_residue.measure_sweep(False)[0].note == "simulator: not a measurement"
+
+
+def test_ncu_microbenchmarks_say_when_ncu_is_missing(monkeypatch):
+    from experiments.common import l2_residue, ncu
+
+    monkeypatch.setattr(ncu.shutil, "which", lambda name: None)
+    rows = l2_residue.measure(True) + l2_residue.measure_sweep(True) + copy_sectors.measure(True)
+    assert len(rows) == 2 + len(copy_sectors.MODES)
+    assert all(r.value is None and r.note == "ncu not found" for r in rows)

@@ -24,9 +24,6 @@ measured.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 from functools import lru_cache
 
 import numpy as np
@@ -131,15 +128,12 @@ def measure(gpu: bool) -> list[Measurement]:
 
     if not gpu:
         return none("simulator: not a measurement")
-    if shutil.which("ncu") is None:
-        return none("ncu not found")
-    from .ncu import parse_ncu_csv
+    from .ncu import profile_child
 
-    out = subprocess.run(["ncu", "--clock-control", "none", "--print-units", "base", "--csv",
-                          "--kernel-name", "regex:copy_sectors", "--metrics", ",".join(METRICS),
-                          sys.executable, "-c", CHILD, str(SIZE)],
-                         capture_output=True, text=True, timeout=600)
-    kernels = parse_ncu_csv(out.stdout)
+    kernels, stderr = profile_child(",".join(METRICS), CHILD, [str(SIZE)],
+                                    ("--kernel-name", "regex:copy_sectors"), timeout=600)
+    if kernels is None:
+        return none(stderr)
     if len(kernels) != len(MODES) or any("xbar_ld_sectors" not in k for k in kernels):
-        return none(f"ncu gave {len(kernels)} readings: {out.stderr.strip()[-200:]}")
+        return none(f"ncu gave {len(kernels)} readings: {stderr.strip()[-200:]}")
     return rows_from(kernels, SIZE)

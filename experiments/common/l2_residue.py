@@ -11,12 +11,9 @@ before the kernel (ncu's default), so its reads come from DRAM.
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
-import sys
 
 from .microbench import Measurement
-from .ncu import parse_ncu_csv
+from .ncu import profile_child
 
 SIZES = (256 * 2**20, 1024 * 2**20)
 METRICS = "dram__bytes_read.sum,dram__bytes_write.sum,gpu__time_duration.sum"
@@ -32,19 +29,15 @@ def measure(gpu: bool) -> list[Measurement]:
     if not gpu:
         return [Measurement("l2_dirty_residue_bytes", None, "bytes", MEASURED_BY,
                             note="simulator: not a measurement")]
-    if shutil.which("ncu") is None:
-        return [Measurement("l2_dirty_residue_bytes", None, "bytes", MEASURED_BY, note="ncu not found")]
     rows = []
     for size in SIZES:
-        out = subprocess.run(["ncu", "--clock-control", "none", "--print-units", "base", "--csv",
-                              "--launch-skip", "1", "--launch-count", "1", "--metrics", METRICS,
-                              sys.executable, "-c", CHILD, str(size)],
-                             capture_output=True, text=True, timeout=300)
-        kernels = parse_ncu_csv(out.stdout)
+        kernels, stderr = profile_child(METRICS, CHILD, [str(size)], ("--launch-skip", "1", "--launch-count", "1"))
+        if kernels is None:
+            return [Measurement("l2_dirty_residue_bytes", None, "bytes", MEASURED_BY, note=stderr)]
         if not kernels or "dram_write_bytes" not in kernels[0]:
             rows.append(Measurement("l2_dirty_residue_bytes", None, "bytes", MEASURED_BY,
                                     detail=f"size {size}",
-                                    note=f"ncu gave no reading: {out.stderr.strip()[-200:]}"))
+                                    note=f"ncu gave no reading: {stderr.strip()[-200:]}"))
             continue
         k = kernels[0]
         rows.append(Measurement("l2_dirty_residue_bytes", size - k["dram_write_bytes"], "bytes",
@@ -101,14 +94,11 @@ def measure_sweep(gpu: bool) -> list[Measurement]:
 
     if not gpu:
         return none("simulator: not a measurement")
-    if shutil.which("ncu") is None:
-        return none("ncu not found")
-    out = subprocess.run(["ncu", "--clock-control", "none", "--print-units", "base", "--csv",
-                          "--profile-from-start", "off", "--metrics", METRICS,
-                          sys.executable, "-c", SWEEP_CHILD, ",".join(map(str, SWEEP_SIZES))],
-                         capture_output=True, text=True, timeout=300)
-    kernels = parse_ncu_csv(out.stdout)
+    kernels, stderr = profile_child(METRICS, SWEEP_CHILD, [",".join(map(str, SWEEP_SIZES))],
+                                    ("--profile-from-start", "off"))
+    if kernels is None:
+        return none(stderr)
     expected = len(SWEEP_SIZES) * len(SWEEP_KINDS)
     if len(kernels) != expected or any("dram_write_bytes" not in k for k in kernels):
-        return none(f"ncu gave {len(kernels)} readings of {expected}: {out.stderr.strip()[-200:]}")
+        return none(f"ncu gave {len(kernels)} readings of {expected}: {stderr.strip()[-200:]}")
     return sweep_rows(kernels)

@@ -259,3 +259,15 @@ def sum_counters(kernels: list[dict]) -> Counters:
         kernels=len(kernels),
         per_kernel=tuple(dict(k) for k in kernels),
     )
+
+
+def profile_child(metrics: str, code: str, args: list[str], options: tuple = (), timeout: int = 300):
+    """``ncu --clock-control none --csv --metrics METRICS [OPTIONS] python -c CODE ARGS``: the
+    kernels it profiled (``parse_ncu_csv``, in launch order) and its stderr; None for the
+    kernels when ncu is not on the PATH (the microbenchmarks' children: calibrate)."""
+    if shutil.which("ncu") is None:
+        return None, "ncu not found"
+    out = subprocess.run(["ncu", "--clock-control", "none", "--print-units", "base", "--csv", *options,
+                          "--metrics", metrics, sys.executable, "-c", code, *args],
+                         capture_output=True, text=True, timeout=timeout)
+    return parse_ncu_csv(out.stdout), out.stderr
