@@ -26,7 +26,8 @@ discounted), ``band_flops`` the band's own (4 d per unmasked score, x3.5 with th
 ``band_tflops`` = band_flops / time.
 
 GPU: B = 1, H = 16, N = 4096, d = 64, w = 128 ... 2048 (quick: 128, 512, 2048), H_kv = 4 / 1,
-the kernels' default tilings.  CPU: B = 1, H = 4, N = 64, d = 8, 16 x 16 tiles, w = 4 ... 32,
+the kernels' default tilings; sweep "window_long": H = 4, N = 16384, w = 128, 512, 2048 (quick:
+128, 2048) and its dense case.  CPU: B = 1, H = 4, N = 64, d = 8, 16 x 16 tiles, w = 4 ... 32,
 H_kv = 2 / 1 (quick: H = 2, w = 4, 32, H_kv = 1, fp32 only); no time.
 """
 from __future__ import annotations
@@ -45,26 +46,36 @@ PASSES = ("fwd", "fwd_bwd")
 #: The issue's target: a windowed call takes at most its band fraction of the dense causal
 #: call's time, plus 10 %.
 TARGET = 1.10
+#: Query (and K/V) heads of the "window_long" sweep.
+LONG_HEADS = 4
 
 #: Per mode, (full, quick) of each setting. CPU: 16 x 16 tiles, the smallest both tensor-core
 #: passes take, so that w = 4 ... 32 touch different numbers of K/V blocks.
+#: ``long_N``, ``long_windows``: sweep "window_long", the same windows at a longer sequence
+#: and H = 4 heads (as many row blocks as at N = 4096 and H = 16; GPU only). A windowed call's time has a part that grows with N alone -- every row block
+#: loads Q_i and stores O_i, and a block that visits two or three K/V blocks is mostly prologue
+#: and epilogue -- so at N = 4096 and w = 128 that part, not the band, sets the time; at
+#: N = 16384 the dense call is 16 times longer and the band's share can show.
 GPU = dict(shape=(dict(B=1, H=16, N=4096, d=64),) * 2, tiling=None,
            windows=((128, 256, 512, 1024, 2048), (128, 512, 2048)), kv_heads=((4, 1),) * 2,
-           dtypes=(("float16", "float32"),) * 2)
+           dtypes=(("float16", "float32"),) * 2, long_N=(16384, 16384),
+           long_windows=((128, 512, 2048), (128, 2048)))
 CPU = dict(shape=(dict(B=1, H=4, N=64, d=8), dict(B=1, H=2, N=64, d=8)), tiling=(16, 16),
            windows=((4, 8, 16, 32), (4, 32)), kv_heads=((2, 1), (1,)),
-           dtypes=(("float16", "float32"), ("float32",)))
+           dtypes=(("float16", "float32"), ("float32",)), long_N=(None, None),
+           long_windows=((), ()))
 
 
 def plan(ctx: RunContext) -> list[tuple[str, Case]]:
-    """(sweep, case) pairs: sweep "window" (the dense causal case included, window None) and
-    "gqa" (dense causal, fewer K/V heads)."""
+    """(sweep, case) pairs: sweep "window" (the dense causal case included, window None),
+    "gqa" (dense causal, fewer K/V heads) and, on the GPU, "window_long" (``long_N``)."""
     mode = {key: value if key == "tiling" else value[ctx.quick]
             for key, value in (GPU if ctx.gpu else CPU).items()}
 
-    def case(passes, dtype, window=None, kv_heads=None):
+    def case(passes, dtype, window=None, kv_heads=None, N=None):
+        shape = mode["shape"] | ({"N": N, "H": LONG_HEADS} if N else {})
         return Case(METHOD, passes, causal=True, tiling=mode["tiling"], dtype=dtype,
-                    window=window, kv_heads=kv_heads, **mode["shape"])
+                    window=window, kv_heads=kv_heads, **shape)
 
     pairs = []
     for dtype in mode["dtypes"]:
@@ -72,6 +83,10 @@ def plan(ctx: RunContext) -> list[tuple[str, Case]]:
             pairs += [("window", case(passes, dtype, (w, 0))) for w in mode["windows"]]
             pairs.append(("window", case(passes, dtype)))
             pairs += [("gqa", case(passes, dtype, kv_heads=h)) for h in mode["kv_heads"]]
+            if mode["long_N"]:
+                pairs += [("window_long", case(passes, dtype, (w, 0), N=mode["long_N"]))
+                          for w in mode["long_windows"]]
+                pairs.append(("window_long", case(passes, dtype, N=mode["long_N"])))
     return pairs
 
 
@@ -131,19 +146,23 @@ def run(ctx: RunContext) -> list[dict]:
 def plot(rows: list[dict], path) -> None:
     fig, axes = plotting.figure(3, 2)
     shape = next((f"B={r['B']}, H={r['H']}, N={r['N']}, d={r['d']}" for r in rows), "")
+    if any(r["sweep"] == "window_long" for r in rows):
+        shape += "; and H=" + ", ".join(sorted({f"{r['H']}, N={r['N']}" for r in rows if r["sweep"] == "window_long"}))
     fig.suptitle(f"Causal sliding window (w, 0), fa2: bytes and time vs w ({shape}); "
                  "GQA / MQA at dense causal", fontsize=11)
     timed = any(r.get("time_ms") is not None for r in rows)
     dtypes = list(dict.fromkeys(r["dtype"] for r in rows))
-    windows = [r for r in rows if r["sweep"] == "window"]
+    windows = [r for r in rows if r["sweep"] in ("window", "window_long")]
+    series = list(dict.fromkeys((r["dtype"], r["N"]) for r in windows))
     for col, passes in enumerate(PASSES):
         bytes_ax, time_ax = axes[col], axes[3 + col]
-        for i, dtype in enumerate(dtypes):
-            pts = sorted((r for r in windows if r["passes"] == passes and r["dtype"] == dtype), key=lambda r: r["w"])
+        for i, (dtype, n) in enumerate(series):
+            pts = sorted((r for r in windows if r["passes"] == passes and r["dtype"] == dtype
+                          and r["N"] == n), key=lambda r: r["w"])
             if not pts:
                 continue
             x = [r["w"] for r in pts]
-            name = dtype.replace("float", "fp")
+            name = dtype.replace("float", "fp") + (f" N={n}" if len(series) > len(dtypes) else "")
             plotting.measured_and_predicted(bytes_ax, x, pts, "predicted", "measured", f"C{i}", name)
             if timed:
                 plotting.measured_and_predicted(time_ax, x, pts, "predicted_time_ms", "time_ms", f"C{i}", name)
@@ -153,7 +172,8 @@ def plot(rows: list[dict], path) -> None:
                 time_ax.plot(*zip(*target), alpha=0.6, label=f"{name} target: 1.1 x band x dense",
                              **(plotting.BOUND | {"color": f"C{i}"}))
         title = "forward" if passes == "fwd" else "forward + backward"
-        ticks = {r["w"]: "dense" if r["window_left"] == -1 else str(r["w"]) for r in windows}
+        ticks = {r["w"]: f"dense ({r['N']})" if r["window_left"] == -1 else str(r["w"])
+                 for r in windows}
         for ax, ylabel in ((bytes_ax, "SM<->L2 read + write (bytes)"), (time_ax, "time (ms)")):
             _finish(ax, "window w (keys left of the diagonal)", ylabel, title, ticks)
         if not timed:

@@ -36,6 +36,8 @@ CG16, CA4, LDG_CG4, LDG_CA = range(len(MODES))
 THREADS = 128
 BLOCK_BYTES = 64 * 1024                   # each block's contiguous share of the buffer
 RING_WORDS = 4 * 1024                     # 16 KiB of shared memory: 8 steps of 128 x 16 bytes
+RING_HALVES = 2 * RING_WORDS              # the same ring as uint16 (a shared array's size must be
+                                          # a constant: '2 * RING_WORDS' in the kernel is not)
 SIZE = 1024 * 2**20                       # the buffer: 1 GiB, far above the 60 MB L2
 METRICS = {"l1tex__m_xbar2l1tex_read_sectors_mem_lg_op_ld.sum": "xbar_ld_sectors",
            "lts__t_sectors_srcunit_tex_op_read.sum": "l2_read_sectors",
@@ -63,7 +65,7 @@ def copy_kernel():
     @cuda.jit
     def copy_sectors(mode, words, halves, out):
         ring = cuda.shared.array(RING_WORDS, uint32)          # the 4-byte copies' and loads'
-        ring16 = cuda.shared.array(2 * RING_WORDS, uint16)    # the 16-byte cp.async's
+        ring16 = cuda.shared.array(RING_HALVES, uint16)    # the 16-byte cp.async's
         tid = cuda.threadIdx.x
         base = uint64(cuda.blockIdx.x) * uint64(per_block)
         acc = uint32(0)
