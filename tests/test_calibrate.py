@@ -1,6 +1,7 @@
 """The calibrate experiment without a GPU: every microbenchmark kernel runs under the CUDA
 simulator and no value is reported; the arithmetic that turns timing tables into rates and
 placements, on hand-made tables; ``simulator.rates`` reads back what the experiment writes."""
+import json
 import math
 import time
 
@@ -352,12 +353,15 @@ def test_the_copy_kernel_copies_every_word_in_each_mode():
     """copy_sectors' kernel under the simulator: each mode lands the words it should (out is the
     XOR, per thread, of the word it saw at the end of each round of the ring)."""
     size = copy_sectors.BLOCK_BYTES
-    outs = copy_sectors.run_copies(size)
+    smem_sizes = copy_sectors.SMEM_BYTES[0], copy_sectors.SMEM_BYTES[-1]   # the ring alone, the most
+    outs = copy_sectors.run_copies(size, smem_sizes)
+    launches = copy_sectors.launches(smem_sizes)
+    assert len(outs) == len(launches) == 2 * len(copy_sectors.MODES)
     words = np.arange(size // 4, dtype=np.uint32)
     step = 4 * copy_sectors.THREADS
     ring_steps = copy_sectors.RING_WORDS // step
     last = [s for s in range(size // 4 // step) if s % ring_steps == ring_steps - 1]
-    for mode, out in enumerate(outs):
+    for (_, mode), out in zip(launches, outs):
         for t in (0, 5, copy_sectors.THREADS - 1):
             seen = [words[s * step + 4 * t: s * step + 4 * t + 4] for s in last]
             if mode == copy_sectors.CG16:
@@ -370,12 +374,14 @@ def test_the_copy_kernel_copies_every_word_in_each_mode():
 
 
 def test_copy_sector_rows_are_sectors_over_bytes():
+    ratios = [1.5, 1.0, 1.0, 1.0] * len(copy_sectors.SMEM_BYTES)
     kernels = [{"name": "copy_sectors", "xbar_ld_sectors": f * 2**20 / 32, "l2_read_sectors": 1.0}
-               for f in (1.5, 1.0, 1.0, 1.0)]
+               for f in ratios]
     rows = copy_sectors.rows_from(kernels, 2**20)
-    assert [r.quantity for r in rows] == [f"copy_sectors_{m}" for m in copy_sectors.MODES]
-    assert [r.value for r in rows] == [1.5, 1.0, 1.0, 1.0] and rows[0].unit == "ratio"
+    assert [r.quantity for r in rows] == [f"copy_sectors_{m}" for m in copy_sectors.MODES] * len(copy_sectors.SMEM_BYTES)
+    assert [r.value for r in rows] == ratios and rows[0].unit == "ratio"
     assert '"l2_read_sectors": 1.0' in rows[0].detail
+    assert [json.loads(r.detail)["smem_bytes"] for r in rows[::4]] == list(copy_sectors.SMEM_BYTES)
 
 
 def test_residue_sweep_rows_follow_the_childs_launch_order():

@@ -18,8 +18,14 @@ Each is one launch of the same grid; ncu reads the levels experiment's counters 
 rows: ``copy_sectors_<mode>`` = the xbar's read sectors into L1 (``l1tex__m_xbar2l1tex_
 read_sectors_mem_lg_op_ld``, what the levels' SM<->L2 reads count) over bytes / 32, so 1 means
 every byte crossed once; the detail has L2's own count of read sectors from the SMs and the
-request coalescer's. Under the simulator the kernel runs (tests check that it copies), nothing is
-measured.
+request coalescer's, the block's shared memory and ncu's shared-memory configuration and
+occupancy. Under the simulator the kernel runs (tests check that it copies), nothing is measured.
+
+Shared memory: the ring lives in dynamic shared memory, and each mode runs once per size of
+``SMEM_BYTES``: the 16 KiB ring alone, and the ring inside a block of as much shared memory as
+the attention kernels take (100 to 227 KB), which leaves L1 a few KB beside it. H200,
+2026-12-02, 16 KiB only: every mode 1.00 (cp.async.ca.4 1.001) -- so the copy instruction alone
+is not what makes the half kernels' tile loads cost 1.5x their sectors.
 """
 from __future__ import annotations
 
@@ -36,16 +42,20 @@ CG16, CA4, LDG_CG4, LDG_CA = range(len(MODES))
 THREADS = 128
 BLOCK_BYTES = 64 * 1024                   # each block's contiguous share of the buffer
 RING_WORDS = 4 * 1024                     # 16 KiB of shared memory: 8 steps of 128 x 16 bytes
-RING_HALVES = 2 * RING_WORDS              # the same ring as uint16 (a shared array's size must be
-                                          # a constant: '2 * RING_WORDS' in the kernel is not)
+#: A block's dynamic shared memory in each launch of a mode: the ring alone, then the ring in a
+#: block as large as the attention kernels' (one block an SM at the largest).
+SMEM_BYTES = (4 * RING_WORDS, 100 * 1024, 160 * 1024, 227 * 1024)
 SIZE = 1024 * 2**20                       # the buffer: 1 GiB, far above the 60 MB L2
 METRICS = {"l1tex__m_xbar2l1tex_read_sectors_mem_lg_op_ld.sum": "xbar_ld_sectors",
            "lts__t_sectors_srcunit_tex_op_read.sum": "l2_read_sectors",
            "lrc__lrc2xbar_sectors_op_read.sum": "lrc_read_sectors",
            "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": "l1_ld_sectors",
-           "dram__bytes_read.sum": "dram_read_bytes"}
+           "dram__bytes_read.sum": "dram_read_bytes",
+           "launch__shared_mem_config_size": "smem_config_bytes",
+           "launch__occupancy_limit_shared_mem": "blocks_per_sm_by_smem"}
 MEASURED_BY = ("ncu --kernel-name copy_sectors: l1tex__m_xbar2l1tex_read_sectors_mem_lg_op_ld.sum "
-               "over bytes / 32, each block copying its 64 KiB of a 1 GiB buffer to shared memory")
+               "over bytes / 32, each block copying its 64 KiB of a 1 GiB buffer to shared memory "
+               "(the detail's smem_bytes a block)")
 
 
 @lru_cache(maxsize=None)
@@ -53,7 +63,9 @@ def copy_kernel():
     """copy_sectors(mode, words, halves, out): block b copies words[b W : (b + 1) W] (W =
     BLOCK_BYTES / 4 uint32 words; ``halves`` is the same buffer as uint16, which the 16-byte
     cp.async takes, as in the half kernels) into a shared ring by ``MODES[mode]``, 16 bytes a
-    thread a step; out[b THREADS + t] = the XOR of the words thread t saw land (no copy is dead)."""
+    thread a step; out[b THREADS + t] = the XOR of the words thread t saw land (no copy is dead).
+    The ring is the first 16 KiB of the block's dynamic shared memory (launched with at least
+    that much), seen as uint32 and as uint16."""
     from numba_flash.kernels.half import half_ops
 
     h, p = half_ops("float16"), primitives()
@@ -64,8 +76,8 @@ def copy_kernel():
 
     @cuda.jit
     def copy_sectors(mode, words, halves, out):
-        ring = cuda.shared.array(RING_WORDS, uint32)          # the 4-byte copies' and loads'
-        ring16 = cuda.shared.array(RING_HALVES, uint16)    # the 16-byte cp.async's
+        ring = cuda.shared.array(0, uint32)       # the 4-byte copies' and loads'
+        ring16 = cuda.shared.array(0, uint16)     # the 16-byte cp.async's (the same bytes)
         tid = cuda.threadIdx.x
         base = uint64(cuda.blockIdx.x) * uint64(per_block)
         acc = uint32(0)
@@ -94,18 +106,26 @@ def copy_kernel():
     return copy_sectors
 
 
-def run_copies(size: int, modes=range(len(MODES))) -> np.ndarray:
-    """Launch each of ``modes`` once over a ``size``-byte buffer of 0, 1, 2, ... (the child that
-    ncu profiles; the tests, tiny, under the simulator); returns each launch's ``out``."""
+def launches(smem_sizes=SMEM_BYTES, modes=range(len(MODES))) -> list[tuple[int, int]]:
+    """(shared-memory bytes, mode) of each launch, in launch order."""
+    return [(smem, mode) for smem in smem_sizes for mode in modes]
+
+
+def run_copies(size: int, smem_sizes=SMEM_BYTES, modes=range(len(MODES))) -> np.ndarray:
+    """Launch each of ``launches(smem_sizes, modes)`` once over a ``size``-byte buffer of 0, 1,
+    2, ... (the child that ncu profiles; the tests, tiny, under the simulator); returns each
+    launch's ``out``."""
+    from numba_flash.launch import launch
+
     host = np.arange(size // 4, dtype=np.uint32)
     words = cuda.to_device(host)
     halves = cuda.to_device(host.view(np.uint16))
     blocks = size // BLOCK_BYTES
     kernel = copy_kernel()
     outs = []
-    for mode in modes:
+    for smem, mode in launches(smem_sizes, modes):
         out = cuda.device_array(blocks * THREADS, np.uint32)
-        kernel[blocks, THREADS](mode, words, halves, out)
+        launch(kernel, blocks, THREADS, smem, mode, words, halves, out)
         outs.append(out.copy_to_host())
     return np.array(outs)
 
@@ -114,12 +134,12 @@ CHILD = "import sys; from experiments.common.copy_sectors import run_copies; run
 
 
 def rows_from(kernels: list[dict], size: int) -> list[Measurement]:
-    """One row per mode from ncu's per-kernel readings (in launch order)."""
+    """One row per launch (``launches()``) from ncu's per-kernel readings (in launch order)."""
     rows = []
-    for mode, k in zip(MODES, kernels):
-        detail = {name: k.get(name) for name in METRICS.values()}
-        rows.append(Measurement(f"copy_sectors_{mode}", k["xbar_ld_sectors"] / (size / 32), "ratio",
-                                MEASURED_BY, detail=json.dumps(detail)))
+    for (smem, mode), k in zip(launches(), kernels):
+        detail = {"smem_bytes": smem} | {name: k.get(name) for name in METRICS.values()}
+        rows.append(Measurement(f"copy_sectors_{MODES[mode]}", k["xbar_ld_sectors"] / (size / 32),
+                                "ratio", MEASURED_BY, detail=json.dumps(detail)))
     return rows
 
 
@@ -136,6 +156,6 @@ def measure(gpu: bool) -> list[Measurement]:
                                     ("--kernel-name", "regex:copy_sectors"), timeout=600)
     if kernels is None:
         return none(stderr)
-    if len(kernels) != len(MODES) or any("xbar_ld_sectors" not in k for k in kernels):
+    if len(kernels) != len(launches()) or any("xbar_ld_sectors" not in k for k in kernels):
         return none(f"ncu gave {len(kernels)} readings: {stderr.strip()[-200:]}")
     return rows_from(kernels, SIZE)
