@@ -12,14 +12,17 @@ into a shared-memory ring, 16 bytes a thread a step, lanes on consecutive 16-byt
 - ``cp.async.cg.16`` -- the half kernels' tile copy (L1 bypassed);
 - ``cp.async.ca.4`` -- four 4-byte copies through L1 (the half backward's lse / D rows);
 - ``ld.global.cg.v4`` -- a 16-byte load to registers (L1 bypassed), then a shared store;
-- ``ld.global.ca`` -- four 4-byte loads through L1, then shared stores.
+- ``ld.global.ca`` -- four 4-byte loads through L1, then shared stores;
+- ``cp.async.cg.16.padded`` -- the 16-byte cp.async into rows of ``ROW_BYTES`` (128) bytes
+  stored at a stride of ``PADDED_ROW_BYTES`` (144: an odd number of 16-byte chunks, as the half
+  kernels' ``Tiling.half_stride`` pads their tiles), so that every other row lands 16 bytes off
+  the 32-byte alignment its global row has.
 
 Each is one launch of the same grid; ncu reads the levels experiment's counters of each. The
 rows: ``copy_sectors_<mode>`` = the xbar's read sectors into L1 (``l1tex__m_xbar2l1tex_
 read_sectors_mem_lg_op_ld``, what the levels' SM<->L2 reads count) over bytes / 32, so 1 means
 every byte crossed once; the detail has L2's own count of read sectors from the SMs and the
-request coalescer's, the block's shared memory and ncu's shared-memory configuration and
-occupancy. Under the simulator the kernel runs (tests check that it copies), nothing is measured.
+request coalescer's, and the block's shared memory. Under the simulator the kernel runs (tests check that it copies), nothing is measured.
 
 Shared memory: the ring lives in dynamic shared memory, and each mode runs once per size of
 ``SMEM_BYTES``: the 16 KiB ring alone, and the ring inside a block of as much shared memory as
@@ -37,22 +40,22 @@ from numba import cuda, uint16, uint32, uint64
 
 from .microbench import Measurement, primitives
 
-MODES = ("cp.async.cg.16", "cp.async.ca.4", "ld.global.cg.v4", "ld.global.ca")
-CG16, CA4, LDG_CG4, LDG_CA = range(len(MODES))
+MODES = ("cp.async.cg.16", "cp.async.ca.4", "ld.global.cg.v4", "ld.global.ca", "cp.async.cg.16.padded")
+CG16, CA4, LDG_CG4, LDG_CA, CG16_PADDED = range(len(MODES))
 THREADS = 128
 BLOCK_BYTES = 64 * 1024                   # each block's contiguous share of the buffer
 RING_WORDS = 4 * 1024                     # 16 KiB of shared memory: 8 steps of 128 x 16 bytes
+ROW_BYTES, PADDED_ROW_BYTES = 128, 144    # cp.async.cg.16.padded: a row, its stride in the ring
+PADDED_RING_WORDS = RING_WORDS * PADDED_ROW_BYTES // ROW_BYTES     # 18 KiB
 #: A block's dynamic shared memory in each launch of a mode: the ring alone, then the ring in a
 #: block as large as the attention kernels' (one block an SM at the largest).
-SMEM_BYTES = (4 * RING_WORDS, 100 * 1024, 160 * 1024, 227 * 1024)
+SMEM_BYTES = (4 * PADDED_RING_WORDS, 100 * 1024, 160 * 1024, 227 * 1024)
 SIZE = 1024 * 2**20                       # the buffer: 1 GiB, far above the 60 MB L2
 METRICS = {"l1tex__m_xbar2l1tex_read_sectors_mem_lg_op_ld.sum": "xbar_ld_sectors",
            "lts__t_sectors_srcunit_tex_op_read.sum": "l2_read_sectors",
            "lrc__lrc2xbar_sectors_op_read.sum": "lrc_read_sectors",
            "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum": "l1_ld_sectors",
-           "dram__bytes_read.sum": "dram_read_bytes",
-           "launch__shared_mem_config_size": "smem_config_bytes",
-           "launch__occupancy_limit_shared_mem": "blocks_per_sm_by_smem"}
+           "dram__bytes_read.sum": "dram_read_bytes"}
 MEASURED_BY = ("ncu --kernel-name copy_sectors: l1tex__m_xbar2l1tex_read_sectors_mem_lg_op_ld.sum "
                "over bytes / 32, each block copying its 64 KiB of a 1 GiB buffer to shared memory "
                "(the detail's smem_bytes a block)")
@@ -64,8 +67,8 @@ def copy_kernel():
     BLOCK_BYTES / 4 uint32 words; ``halves`` is the same buffer as uint16, which the 16-byte
     cp.async takes, as in the half kernels) into a shared ring by ``MODES[mode]``, 16 bytes a
     thread a step; out[b THREADS + t] = the XOR of the words thread t saw land (no copy is dead).
-    The ring is the first 16 KiB of the block's dynamic shared memory (launched with at least
-    that much), seen as uint32 and as uint16."""
+    The ring is the first 16 KiB (padded: 18 KiB) of the block's dynamic shared memory
+    (launched with at least that much), seen as uint32 and as uint16."""
     from numba_flash.kernels.half import half_ops
 
     h, p = half_ops("float16"), primitives()
@@ -73,6 +76,7 @@ def copy_kernel():
     ldg4, ldg1_ca, sts4, sts1 = p.ldg4, p.ldg1_ca, p.sts4, p.sts1
     per_block, step_words = BLOCK_BYTES // 4, 4 * THREADS
     steps, ring_steps = per_block // step_words, RING_WORDS // step_words
+    row_words, padded_words = ROW_BYTES // 4, PADDED_ROW_BYTES // 4
 
     @cuda.jit
     def copy_sectors(mode, words, halves, out):
@@ -84,7 +88,10 @@ def copy_kernel():
         for s in range(steps):
             src = base + uint64(s * step_words + 4 * tid)
             at = uint64((s % ring_steps) * step_words + 4 * tid)
-            if mode == CG16:
+            if mode == CG16_PADDED:                  # word w of the step -> row w // 32, padded
+                w = (s % ring_steps) * step_words + 4 * tid
+                at = uint64((w // row_words) * padded_words + w % row_words)
+            if mode == CG16 or mode == CG16_PADDED:
                 cp_async16(ring16, 2 * at, halves, 2 * src, 16)
             elif mode == CA4:
                 for e in range(4):
@@ -100,7 +107,7 @@ def copy_kernel():
                 commit()
                 wait_all()
                 cuda.syncthreads()
-                acc ^= uint32(ring16[2 * at]) if mode == CG16 else ring[at]
+                acc ^= uint32(ring16[2 * at]) if mode == CG16 or mode == CG16_PADDED else ring[at]
                 cuda.syncthreads()                   # (before the next round overwrites it)
         out[cuda.blockIdx.x * THREADS + tid] = acc
     return copy_sectors
