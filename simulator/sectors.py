@@ -19,8 +19,17 @@ Per kernel (``Phase.kernel``), from its code:
   tensor-core backward adds an mma C fragment (rows g, columns 2t + e of an 8-column tile) one
   element a lane: 8 rows x 4 of every other column, so each touched sector gets 4 of its 8
   floats: 2 sectors per sector of dQ (the fp16 / bf16 backward's fp32 dQ_accum the same).
-- The fp16 / bf16 kernels copy Q, K, V, dO by 16-byte ``cp.async`` chunks, row by row (one
-  request a sector), and store O, dK, dV from C fragments one 2-byte element a lane (columns
+- The fp16 / bf16 kernels copy Q, K, V, dO (``CP_ASYNC``) by 16-byte ``cp.async`` chunks, row
+  by row, into tiles whose rows are padded to ``Tiling.half_stride(d)`` (an odd number of 16-byte
+  chunks): a chunk costs the sector pair (global sector, shared sector) it falls in, and the
+  chunks of one row that share both are fetched once (``cp_async_row_sectors``). A row whose
+  shared copy sits 16 bytes off its global row's 32-byte alignment -- every other row, with the
+  padding -- costs a sector per chunk, twice its sectors: 1.5x in all at d = 64. The ``calibrate``
+  microbenchmark ``copy_sectors`` measures the rule on the H200 (2026-12-02): 128-byte rows
+  copied at a 144-byte shared stride cost 1.50 sectors per 32 bytes, at a 128-byte stride 1.00
+  (every cp.async / ld mode, 18 KiB to 227 KB of shared memory a block). Where d % 8 != 0 they
+  copy element by element through registers (the rows' sectors, as the fp32 kernels).
+  They store O, dK, dV from C fragments one 2-byte element a lane (columns
   2t + e of each 8-column tile, e = 0 then 1): a 32-byte sector (16 elements, two tiles) is sent
   in four pieces of 8 bytes (``STORE_REQUESTS`` 4).
 Elements are ``Workload.dtype_bytes`` each, but for the tensors kept in fp32 in every format
@@ -37,6 +46,7 @@ from math import gcd
 
 from .phases import Phase
 from .report import FP32_TENSORS
+from .tiling import Tiling
 from .workload import Workload
 
 SECTOR_BYTES = 32
@@ -50,6 +60,10 @@ STORE_REQUESTS = {"flash_forward_tc": {"O": 2}, "flash_backward_tc": {"dK": 2, "
 ATOMIC = {"flash_backward_tc": ("dQ",), "flash_backward": ("dQ",),
           "flash_backward_half": ("dQ_accum",)}
 RED_SECTORS = {"flash_backward_tc": 2, "flash_backward_half": 2}
+#: Tensors a kernel copies by 16-byte cp.async chunks into padded tiles (where d % 8 == 0).
+CP_ASYNC = {"flash_forward_half": ("Q", "K", "V"), "flash_backward_half": ("Q", "K", "V", "dO")}
+#: 16-byte chunks: what one cp.async moves.
+CHUNK_BYTES = 16
 
 #: The row length (a Workload dimension) of every two-dimensional tensor of the contract.
 _ROW = {**{t: "d" for t in ("Q", "K", "V", "O", "dO", "dQ", "dQ_accum", "dK", "dV")},
@@ -64,6 +78,21 @@ def row_sectors(n: int, element_bytes: int) -> float:
     total = sum(-(-(r + 1) * row // SECTOR_BYTES) - r * row // SECTOR_BYTES
                 for r in range(period))
     return total / period
+
+
+def cp_async_row_sectors(d: int, head_rows: int, element_bytes: int) -> float:
+    """Mean sectors one row of d elements costs when copied by 16-byte cp.async chunks into a
+    tile row of ``Tiling.half_stride(d)`` elements (module docstring), over the rows of a
+    16-row-aligned tile and the heads of a (heads, ``head_rows``, d) tensor laid end to end from
+    an aligned start (the pattern repeats within 16 rows and 32 heads). The stride depends on d
+    alone (any Br, Bc); tiles start 32-byte aligned in shared memory."""
+    row = d * element_bytes
+    stride = Tiling(16, 16).half_stride(d) * element_bytes
+    pairs = [len({((g + c) // SECTOR_BYTES, (r * stride + c) // SECTOR_BYTES)
+                  for c in range(0, row, CHUNK_BYTES)})
+             for head in range(SECTOR_BYTES) for r in range(16)
+             for g in ((head * head_rows + r) * row,)]
+    return sum(pairs) / len(pairs)
 
 
 def tensor_sectors(name: str, elements: int, w: Workload) -> float:
@@ -93,11 +122,16 @@ def sector_traffic(p: Phase, w: Workload) -> SectorTraffic:
     """The sector model (module docstring) of launch ``p``."""
     atomic = ATOMIC.get(p.kernel, ())
     factors = LOAD_REQUESTS.get(p.kernel, {})
+    chunked = CP_ASYNC.get(p.kernel, ()) if w.d % (CHUNK_BYTES // w.dtype_bytes) == 0 else ()
     requested = missed = stored = reduced = 0.0
     for name, n in p.hbm_reads.items():
         if name in atomic:
             continue
-        s = tensor_sectors(name, n, w)
+        if name in chunked:
+            head_rows = w.N_q if name in ("Q", "dO") else w.N_k
+            s = n / w.d * cp_async_row_sectors(w.d, head_rows, w.dtype_bytes)
+        else:
+            s = tensor_sectors(name, n, w)
         missed += s
         requested += s * factors.get(name, 1)
     for name, n in p.hbm_writes.items():

@@ -12,7 +12,7 @@ from simulator.levels import LEVEL_NAMES, Levels, total
 from simulator.local import dirty_residue
 from simulator.rates import load_rates
 from simulator.runtime import shared_makespan
-from simulator.sectors import SECTOR_BYTES, row_sectors, sector_traffic
+from simulator.sectors import SECTOR_BYTES, cp_async_row_sectors, row_sectors, sector_traffic, tensor_sectors
 
 
 @pytest.mark.parametrize("n", [1, 3, 8, 24, 40, 59, 64, 80, 111, 256])
@@ -62,16 +62,34 @@ def test_half_kernels_send_fp32_dq_accum_as_reductions_and_quarter_sector_stores
     w = Workload(1, 2, 128, 128, 64, dtype_bytes=2)
     (fwd,) = _phase("flash_forward_half", w, Tiling(128, 64))
     s = sector_traffic(fwd, w)
-    assert s.missed == pytest.approx(sum(fwd.hbm_reads.values()) * 2 / 32)   # 16-byte copies
+    # Q, K, V by 16-byte cp.async into rows padded to 72 elements: 1.5x their sectors at d = 64
+    assert s.missed == pytest.approx(1.5 * sum(fwd.hbm_reads.values()) * 2 / 32)
     # O: one 2-byte element a lane, four pieces a sector; L fp32
     assert s.stored == pytest.approx(4 * fwd.hbm_writes["O"] * 2 / 32 + fwd.hbm_writes["L"] * 4 / 32)
     pre, main, narrow = _phase("flash_backward_half", w, Tiling(64, 128))
     s = sector_traffic(main, w)
-    loads = sum(n * (4 if name in ("L", "D") else 2) for name, n in main.hbm_reads.items()
+    loads = sum(n * (4 if name in ("L", "D") else 2 * 1.5) for name, n in main.hbm_reads.items()
                 if name != "dQ_accum") / 32
     assert s.missed == pytest.approx(loads)
     assert s.reduced == pytest.approx(2 * main.hbm_writes["dQ_accum"] * 4 / 32)   # fp32, half-filled
     assert sector_traffic(narrow, w).missed == pytest.approx(narrow.hbm_reads["dQ_accum"] * 4 / 32)
+
+
+def test_cp_async_rows_cost_a_sector_per_chunk_where_the_padding_shifts_them():
+    """A chunk costs its (global sector, shared sector) pair: with rows padded by 16 bytes every
+    other row's shared copy is 16 bytes off its global alignment and costs a sector a chunk (the
+    calibrate microbenchmark: 1.50 sectors per 32 bytes at a 144-byte stride for 128-byte rows)."""
+    assert cp_async_row_sectors(64, 4096, 2) == 6.0          # (4 + 8) / 2 against 4
+    assert cp_async_row_sectors(128, 4096, 2) == 12.0        # (8 + 16) / 2 against 8
+    assert cp_async_row_sectors(8, 4096, 2) == 1.0           # a 16-byte row: one chunk, one sector
+    # d = 40: the 112-byte stride keeps each row's 32-byte phase; 80-byte rows span 3 sectors
+    assert cp_async_row_sectors(40, 4096, 2) == 3.0
+    # ... unless heads of an odd number of rows put every other head 16 bytes off
+    assert cp_async_row_sectors(40, 97, 2) == 4.0
+    w = Workload(1, 2, 128, 128, 60, dtype_bytes=2)           # d % 8 != 0: element copies
+    (fwd,) = _phase("flash_forward_half", w, Tiling(128, 64))
+    assert sector_traffic(fwd, w).missed == pytest.approx(
+        sum(tensor_sectors(name, n, w) for name, n in fwd.hbm_reads.items()))
 
 
 def test_dirty_residue_is_the_write_share_of_what_a_copy_leaves():
