@@ -51,13 +51,12 @@ LONG_HEADS = 4
 
 #: Per mode, (full, quick) of each setting. CPU: 16 x 16 tiles, the smallest both tensor-core
 #: passes take, so that w = 4 ... 32 touch different numbers of K/V blocks.
-#: ``long_N``, ``long_windows``: sweep "window_long", the same windows at a longer sequence
-#: and H = 4 heads (as many row blocks as at N = 4096 and H = 16; GPU only). A windowed call's time has a part that grows with N alone -- every row block
-#: loads Q_i and stores O_i, and a block that visits two or three K/V blocks is mostly prologue
-#: and epilogue -- so at N = 4096 and w = 128 that part, not the band, sets the time; at
-#: N = 16384 (H = 4) the dense call does 4 times the work. H200, 2026-12-02: the windowed
-#: calls took the same time at both (w = 128: 0.12 ms fp16 forward), the dense one 2.8 times
-#: longer -- the per-row-block part, not N, sets the windowed time.
+#: ``long_N``, ``long_windows``: sweep "window_long", the same windows at a longer sequence and
+#: H = 4 heads (GPU only): as many row blocks as at N = 4096 and H = 16, 4 times the dense work.
+#: Every row block loads Q_i and stores O_i, and one that visits two or three K/V blocks is
+#: mostly prologue and epilogue. H200, 2026-12-02: the windowed calls took the same time at both
+#: (w = 128: 0.12 ms fp16 forward), the dense one 2.8 times longer -- the row blocks, not the
+#: band, set a short window's time.
 GPU = dict(shape=(dict(B=1, H=16, N=4096, d=64),) * 2, tiling=None,
            windows=((128, 256, 512, 1024, 2048), (128, 512, 2048)), kv_heads=((4, 1),) * 2,
            dtypes=(("float16", "float32"),) * 2, long_N=(16384, 16384),
@@ -149,7 +148,8 @@ def plot(rows: list[dict], path) -> None:
     fig, axes = plotting.figure(3, 2)
     shape = next((f"B={r['B']}, H={r['H']}, N={r['N']}, d={r['d']}" for r in rows), "")
     if any(r["sweep"] == "window_long" for r in rows):
-        shape += "; and H=" + ", ".join(sorted({f"{r['H']}, N={r['N']}" for r in rows if r["sweep"] == "window_long"}))
+        long = {f"{r['H']}, N={r['N']}" for r in rows if r["sweep"] == "window_long"}
+        shape += "; and H=" + ", ".join(sorted(long))
     fig.suptitle(f"Causal sliding window (w, 0), fa2: bytes and time vs w ({shape}); "
                  "GQA / MQA at dense causal", fontsize=11)
     timed = any(r.get("time_ms") is not None for r in rows)

@@ -42,6 +42,7 @@ Pure Python: no numba.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import gcd
 
 from .phases import Phase
@@ -80,6 +81,7 @@ def row_sectors(n: int, element_bytes: int) -> float:
     return total / period
 
 
+@lru_cache(maxsize=None)
 def cp_async_row_sectors(d: int, head_rows: int, element_bytes: int) -> float:
     """Mean sectors one row of d elements costs when copied by 16-byte cp.async chunks into a
     tile row of ``Tiling.half_stride(d)`` elements (module docstring), over the rows of a
@@ -88,11 +90,14 @@ def cp_async_row_sectors(d: int, head_rows: int, element_bytes: int) -> float:
     alone (any Br, Bc); tiles start 32-byte aligned in shared memory."""
     row = d * element_bytes
     stride = Tiling(16, 16).half_stride(d) * element_bytes
-    pairs = [len({((g + c) // SECTOR_BYTES, (r * stride + c) // SECTOR_BYTES)
-                  for c in range(0, row, CHUNK_BYTES)})
-             for head in range(SECTOR_BYTES) for r in range(16)
-             for g in ((head * head_rows + r) * row,)]
-    return sum(pairs) / len(pairs)
+
+    def pairs(g: int, s: int) -> int:      # a row at global byte g, shared byte s
+        return len({((g + c) // SECTOR_BYTES, (s + c) // SECTOR_BYTES)
+                    for c in range(0, row, CHUNK_BYTES)})
+
+    counts = [pairs((head * head_rows + r) * row, r * stride)
+              for head in range(SECTOR_BYTES) for r in range(16)]
+    return sum(counts) / len(counts)
 
 
 def tensor_sectors(name: str, elements: int, w: Workload) -> float:

@@ -22,13 +22,14 @@ Each is one launch of the same grid; ncu reads the levels experiment's counters 
 rows: ``copy_sectors_<mode>`` = the xbar's read sectors into L1 (``l1tex__m_xbar2l1tex_
 read_sectors_mem_lg_op_ld``, what the levels' SM<->L2 reads count) over bytes / 32, so 1 means
 every byte crossed once; the detail has L2's own count of read sectors from the SMs and the
-request coalescer's, and the block's shared memory. Under the simulator the kernel runs (tests check that it copies), nothing is measured.
+request coalescer's, and the block's shared memory. Under the simulator the kernel runs (tests
+check that it copies), nothing is measured.
 
 Shared memory: the ring lives in dynamic shared memory, and each mode runs once per size of
-``SMEM_BYTES``: the 16 KiB ring alone, and the ring inside a block of as much shared memory as
+``SMEM_BYTES``: the 18 KiB ring alone, and the ring inside a block of as much shared memory as
 the attention kernels take (100 to 227 KB), which leaves L1 a few KB beside it. H200,
-2026-12-02, 16 KiB only: every mode 1.00 (cp.async.ca.4 1.001) -- so the copy instruction alone
-is not what makes the half kernels' tile loads cost 1.5x their sectors.
+2026-12-02: every contiguous mode 1.00 at every size (cp.async.ca.4 1.03 at 18 KiB), the padded
+copy 1.50 at every size -- the half kernels' 1.5x (``simulator.sectors.cp_async_row_sectors``).
 """
 from __future__ import annotations
 
@@ -87,11 +88,13 @@ def copy_kernel():
         acc = uint32(0)
         for s in range(steps):
             src = base + uint64(s * step_words + 4 * tid)
-            at = uint64((s % ring_steps) * step_words + 4 * tid)
-            if mode == CG16_PADDED:                  # word w of the step -> row w // 32, padded
-                w = (s % ring_steps) * step_words + 4 * tid
+            w = (s % ring_steps) * step_words + 4 * tid
+            chunk16 = mode == CG16 or mode == CG16_PADDED
+            if mode == CG16_PADDED:                  # word w of the ring -> its row, padded
                 at = uint64((w // row_words) * padded_words + w % row_words)
-            if mode == CG16 or mode == CG16_PADDED:
+            else:
+                at = uint64(w)
+            if chunk16:
                 cp_async16(ring16, 2 * at, halves, 2 * src, 16)
             elif mode == CA4:
                 for e in range(4):
@@ -107,7 +110,7 @@ def copy_kernel():
                 commit()
                 wait_all()
                 cuda.syncthreads()
-                acc ^= uint32(ring16[2 * at]) if mode == CG16 or mode == CG16_PADDED else ring[at]
+                acc ^= uint32(ring16[2 * at]) if chunk16 else ring[at]
                 cuda.syncthreads()                   # (before the next round overwrites it)
         out[cuda.blockIdx.x * THREADS + tid] = acc
     return copy_sectors
