@@ -39,6 +39,8 @@ from experiments.common.measure import add_note, against_dense, time_rows, timin
 from experiments.common.model import Predicted
 from experiments.common.traffic import compared_columns, measure_traffic
 from simulator.blocks import BlockGrid
+from simulator.kv_split import split_copy_bytes
+from simulator.predict import kv_split_of
 
 NAME = "window"
 METHOD = "fa2"
@@ -104,10 +106,10 @@ def tile_scores(N: int, br: int, bc: int, window: tuple[int, int] | None) -> int
     return BlockGrid(N, N, br, bc, causal=True, window=window).active_scores()
 
 
-def _row(sweep: str, case: Case, got, predicted: Predicted | str) -> dict:
+def _row(sweep: str, case: Case, got, predicted: Predicted | str, gpu: bool) -> dict:
     tiling = model.effective_tiling(case)
     dense_scores = visible_scores(case.N, True)
-    return {
+    row = {
         "sweep": sweep, "method": case.method, "passes": case.passes, "dtype": case.dtype,
         "B": case.B, "H": case.H, "kv_heads": case.kv_heads or case.H, "N": case.N, "d": case.d,
         "causal": case.causal,
@@ -121,6 +123,24 @@ def _row(sweep: str, case: Case, got, predicted: Predicted | str) -> dict:
         "quantity": "HBM read+write (SM<->L2)", "unit": "bytes", "label": case.label,
         **compared_columns(got, predicted),
     }
+    split = _split_columns(case, predicted)
+    if gpu and split.get("kv_split", 1) > 1:     # on the CPU they run on the host, uncounted
+        add_note(row, f"measured bytes include the split's repeat and sums (>= "
+                      f"{split['split_copy_bytes'] / 1e6:.1f} MB), the prediction does not")
+    return row | split
+
+
+def _split_columns(case: Case, predicted: Predicted | str) -> dict:
+    """A grouped backward's ``kv_split`` (the split the API and the model chose: the K/V heads
+    each query head group is spread over) and ``split_copy_bytes``: the bytes of the repeat of
+    K, V and of the sums of the partial dK, dV around our kernels, a lower bound, measured (ncu
+    sums every kernel of the call) but not in the prediction."""
+    if case.passes != "fwd_bwd" or not case.kv_heads or isinstance(predicted, str):
+        return {}
+    report = predicted.reports[-1]
+    s = kv_split_of(report.algorithm, report.workload, report.tiling, report.hardware)
+    read, write = split_copy_bytes(report.workload, s)
+    return {"kv_split": s, "split_copy_bytes": read + write}
 
 
 def _add_times(ctx: RunContext, rows: list[dict], cases: list[Case]) -> None:
@@ -134,7 +154,8 @@ def run(ctx: RunContext) -> list[dict]:
     pairs = plan(ctx)
     cases = [case for _, case in pairs]
     measured = measure_traffic(ctx, NAME, cases)
-    rows = [_row(sweep, case, measured[case], model.predicted_or_note(case)) for sweep, case in pairs]
+    rows = [_row(sweep, case, measured[case], model.predicted_or_note(case), ctx.gpu)
+            for sweep, case in pairs]
     if ctx.gpu:
         _add_times(ctx, rows, cases)
     else:

@@ -26,18 +26,21 @@ product and 0 * NaN = NaN (flash-attention behaves the same way). A -inf score i
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 
 import numpy as np
 from numba import cuda
 
+from simulator.hardware import H200
+from simulator.predict import kv_split_of
 from simulator.spec import Mask
-from simulator.workload import needs_band_kernels
+from simulator.workload import Workload, needs_band_kernels
 from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_KERNELS,
                               HALF_FORWARD_KERNELS)
 
-from . import checks, memory, plans, precision
+from . import checks, memory, plans, precision, split_calls
 from .kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
 from .kernels.flash_backward_half import make_flash_backward_half
 from .kernels.flash_backward_tc import make_flash_backward_tc
@@ -380,7 +383,7 @@ def _narrowed(mem, shp, like, **named):
 def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale=None,
                              tiling=None, deterministic=False, algorithm="fa2", diagonal=None,
                              window=None, dropout_p=0.0, dropout_seed=None, block_mask=None,
-                             block_size=checks.BLOCK_SIZE, key_padding_mask=None):
+                             block_size=checks.BLOCK_SIZE, key_padding_mask=None, kv_split=None):
     """Gradients (dq, dk, dv) of ``flash_attention`` from the saved o and lse (``causal``,
     ``diagonal``, ``window``, ``dropout_p`` and ``dropout_seed`` as the forward's: the dropout
     mask is regenerated from the seed, the paper's Algorithm 4).
@@ -405,6 +408,12 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     ``block_mask``, ``block_size``: the forward's (block-sparse; "fa2" without
     ``deterministic``): each K/V block visits only the row blocks the mask keeps.
     ``key_padding_mask``: the forward's; dk, dv of padding keys are 0.
+    ``kv_split`` (grouped K/V heads): run the kernel on k, v repeated ``kv_split`` times per
+    head, each copy's block looping over 1/kv_split of the group's query heads, and sum the
+    partial dk, dv (in fp32, rounded once): a divisor of the group; None picks the split of the
+    shortest launch by the cost model (``simulator.kv_split``; MQA at B = 1 runs a block per K/V
+    block otherwise), 1 runs unsplit. NumPy and torch inputs only; other device arrays run
+    unsplit (None) or raise (kv_split > 1).
     """
     if key_padding_mask is not None:
         from . import padding
@@ -416,7 +425,7 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     key = None if dropout_p or blocks_key is checks.UNKEYED else plans.key(
         "backward", (do, q, k, v, o, lse), (causal, softmax_scale, tiling, deterministic, algorithm,
                                            diagonal, window, dropout_p, dropout_seed, blocks_key,
-                                           block_size))
+                                           block_size, kv_split))
     plan = plans.get(key)
     if plan is not None:
         return plan(do, q, k, v, o, lse)
@@ -446,6 +455,13 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     tiling = checks.tiling_for(tiling, kernels, shp.d, shp.N_q, shp.N_k, mask.dropout, block_size)
     lists = checks.block_lists(on, block_size, tiling, shp.N_q, shp.N_k, causal, window, diagonal,
                                by_key=True) if mask.sparse else None
+    split = _kv_split(kv_split, kernels, shp, tiling, causal, window, diagonal, on, block_size,
+                      (do, q, k, v, o, lse))
+    if split > 1:
+        options = dict(causal=causal, softmax_scale=softmax_scale, tiling=tiling,
+                       algorithm=algorithm, diagonal=diagonal, window=window, dropout_p=dropout_p,
+                       dropout_seed=dropout_seed, block_mask=block_mask, block_size=block_size)
+        return plans.remember(key, _SplitBackward(split, options))(do, q, k, v, o, lse)
     diagonal = hi
 
     mem = memory.active()
@@ -488,6 +504,48 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
                tiling.smem_bytes("flash_backward_dq", d),
                fq, fk, fv, fdo, fl, D, fdq, scale, qscale, n_q, n_k, diagonal)
     return _narrowed(mem, shp, q, dQ=dQ, dK=dK, dV=dV)
+
+
+def _kv_split(value, kernels, shp, tiling, causal, window, diagonal, on, block_size, inputs) -> int:
+    """The backward's split of each K/V head's query heads (``kv_split``): checked, or chosen
+    (None) by ``simulator.predict.kv_split_of`` on this device's SMs for the tensor-core
+    kernels; 1 without grouped K/V heads."""
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1
+                              or shp.group % value):
+        raise ValueError(f"kv_split must be None or a positive divisor of the group ({shp.group} "
+                         f"query heads a K/V head: q has {shp.H} heads, k and v "
+                         f"{shp.H // shp.group}), got {value!r}")
+    if shp.group == 1 or value == 1:
+        return 1
+    splittable = all(split_calls.splittable(x) for x in inputs)
+    if value is not None:
+        if not splittable:
+            raise ValueError(f"kv_split={value} repeats k and v, which needs NumPy arrays or torch "
+                             "tensors; pass kv_split=None or 1 for other device arrays")
+        return value
+    if not splittable or kernels not in (("flash_backward_tc",), ("flash_backward_half",)):
+        return 1
+    blocks = {} if on is None else dict(block_mask=on, block_size=block_size)
+    workload = Workload(shp.B, shp.H, shp.N_q, shp.N_k, shp.d, 2 if shp.half else 4, causal,
+                        diagonal, None if window is None else tuple(window), shp.H // shp.group,
+                        **blocks)
+    hardware = H200 if memory.simulator_enabled() else dataclasses.replace(
+        H200, sm_count=cuda.get_current_device().MULTIPROCESSOR_COUNT)
+    return kv_split_of(kernels[0], workload, tiling, hardware)
+
+
+class _SplitBackward:
+    """``flash_attention_backward`` split ``s`` ways (``kv_split``): k, v repeated s times per
+    head, the unsplit call's kernels on them, the partial dk, dv summed per head."""
+
+    def __init__(self, s: int, options: dict):
+        self.s, self.options = s, options
+
+    def __call__(self, do, q, k, v, o, lse):
+        k_split, v_split = (split_calls.repeat_heads(x, self.s) for x in (k, v))
+        dq, dk, dv = flash_attention_backward(do, q, k_split, v_split, o, lse, kv_split=1,
+                                              **self.options)
+        return dq, split_calls.sum_heads(dk, self.s), split_calls.sum_heads(dv, self.s)
 
 
 def _backward_tc_launches(shp, tiling, mask, hi, lo, scale, drop, lists):

@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from multiprocessing import get_context
 
 import numpy as np
@@ -170,22 +170,37 @@ def build(config: KernelConfig) -> dict:
             nf.standard_attention_backward(q, q, k, k, o, p, causal=c.causal, tiling=backward_tiling)
         elif c.backward:
             o, lse = q.copy(), np.zeros(q.shape[:-1], np.float32)
+            split = {"kv_split": 1} if c.group > 1 else {}   # this group's kernel (with_splits)
             nf.flash_attention_backward(q, q, k, k, o, lse, causal=c.causal, algorithm=c.backward,
                                         deterministic=c.deterministic, tiling=backward_tiling,
-                                        **band)
+                                        **band, **split)
         report["backward_s"] = time.perf_counter() - start
     except Exception as exc:      # reported, not raised: the other configs still build
         report["error"] = f"{type(exc).__name__}: {exc}"[:300]
     return {**report, **{key: kernel_cache.STATS[key] - before.get(key, 0) for key in ("loaded", "compiled")}}
 
 
+def with_splits(configs) -> list[KernelConfig]:
+    """``configs`` and, after each of grouped K/V heads with a backward, the backward-only
+    configs of every split group (group / s for each divisor s > 1): the backward's kernel
+    depends on how the call splits the group (``kv_split``), which depends on its batch and
+    heads, so a warm-up builds them all, each in its own process."""
+    out = []
+    for c in configs:
+        out.append(c)
+        if c.group > 1 and c.backward:
+            out += [replace(c, forward=None, group=c.group // s)
+                    for s in range(2, c.group + 1) if c.group % s == 0]
+    return list(dict.fromkeys(out))
+
+
 def warmup(configs, processes: int | None = None) -> list[dict]:
-    """Build every config's kernels into the disk cache, ``processes`` at a time (default: one
-    per config, at most the machine's cores); returns ``build``'s report of each, in order.
-    Under the CUDA simulator nothing is compiled: returns [] at once."""
+    """Build every config's kernels into the disk cache (``with_splits``' configs), ``processes``
+    at a time (default: one per config, at most the machine's cores); returns ``build``'s report
+    of each, in order. Under the CUDA simulator nothing is compiled: returns [] at once."""
     from .memory import simulator_enabled
 
-    configs = list(configs)
+    configs = with_splits(configs)
     if simulator_enabled() or not configs:
         return []
     workers = processes or min(len(configs), os.cpu_count() or 1)

@@ -1,7 +1,8 @@
 """What the entry points that split one call into several (``varlen``: a call per packed
-sequence; ``padding``: a call per batch entry) need of their inputs, NumPy arrays or torch
-tensors alike: contiguous copies of slices, and zeroed outputs like an input (torch is never
-imported unless an input is a torch tensor)."""
+sequence; ``padding``: a call per batch entry; the GQA backward's ``kv_split``: the query heads
+of a K/V head over several copies of it) need of their inputs, NumPy arrays or torch tensors
+alike: contiguous copies of slices, zeroed outputs like an input, heads repeated and summed
+(torch is never imported unless an input is a torch tensor)."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,3 +26,26 @@ def zeros(like, shape, float32: bool = False):
 def host(x) -> np.ndarray:
     """x as a host NumPy array (torch tensors copied off their device)."""
     return np.asarray(x.cpu() if is_torch_tensor(x) else x)
+
+
+def splittable(x) -> bool:
+    """Whether ``repeat_heads`` and ``sum_heads`` take x: a NumPy array or a torch tensor."""
+    return isinstance(x, np.ndarray) or is_torch_tensor(x)
+
+
+def repeat_heads(x, s: int):
+    """(B, H, N, d) -> (B, H s, N, d), head h copied to heads h s ... h s + s - 1 (torch's
+    ``repeat_interleave``), contiguous, as x (NumPy or torch)."""
+    if is_torch_tensor(x):
+        return x.repeat_interleave(s, dim=1)
+    return np.repeat(x, s, axis=1)
+
+
+def sum_heads(x, s: int):
+    """(B, H s, N, d) -> (B, H, N, d): the sums of each s consecutive heads, in float32, rounded
+    once to x's dtype (the inverse of ``repeat_heads`` for gradients)."""
+    B, heads, n, d = x.shape
+    if is_torch_tensor(x):
+        import torch
+        return x.view(B, heads // s, s, n, d).sum(2, dtype=torch.float32).to(x.dtype)
+    return x.reshape(B, heads // s, s, n, d).astype(np.float32).sum(2).astype(x.dtype)

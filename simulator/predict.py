@@ -25,7 +25,9 @@ import dataclasses
 
 from .flash import (flash_backward, flash_backward_deterministic, flash_backward_half,
                     flash_backward_tc, flash_forward_half, flash_forward_tc, flash_forward_v1, flash_forward_v2)
+from .flash import _grid, _heaviest_first
 from .hardware import H200, Hardware
+from .kv_split import auto_kv_split, backward_blocks_per_sm
 from .l2 import L2Traffic, l2_traffic
 from .levels import predict_levels
 from .report import TensorTraffic, TrafficReport, ordered_tensors
@@ -77,8 +79,38 @@ def default_tiling(algorithm: str, workload: Workload, hardware: Hardware) -> Ti
     return paper_tiling(hardware.smem_per_block // workload.dtype_bytes, workload.d)
 
 
+#: The backward algorithms that run a GQA / MQA workload split (``simulator.kv_split``).
+SPLIT_ALGORITHMS = ("flash_backward_tc", "flash_backward_half")
+
+
+def kv_split_of(algorithm: str, workload: Workload, tiling: Tiling, hardware: Hardware,
+                kv_split: int | None = None) -> int:
+    """How many ways the API splits each K/V head's query heads for ``algorithm`` on
+    ``workload`` (``simulator.kv_split``): ``kv_split`` as given (a divisor of the group), or
+    None: ``auto_kv_split`` on ``hardware``'s SMs; 1 for every other algorithm and without
+    grouped K/V heads."""
+    if algorithm not in SPLIT_ALGORITHMS or workload.kv_heads is None:
+        return 1
+    if kv_split is not None:
+        if (not isinstance(kv_split, int) or isinstance(kv_split, bool) or kv_split < 1
+                or workload.group % kv_split):
+            raise ValueError(f"kv_split must be None or a positive divisor of the group "
+                             f"({workload.group} query heads a K/V head), got {kv_split!r}")
+        return kv_split
+    per_sm = backward_blocks_per_sm(algorithm, tiling, workload.d, workload.causal, hardware)
+    return auto_kv_split(_grid(workload, tiling), workload.B * workload.kv_heads, workload.group,
+                         _heaviest_first(workload), hardware.sm_count, per_sm)
+
+
+def split_workload(workload: Workload, s: int) -> Workload:
+    """The workload the backward's kernels run split ``s`` ways: K/V heads x s."""
+    if s == 1:
+        return workload
+    return dataclasses.replace(workload, kv_heads=workload.kv_heads * s)
+
+
 def predict(algorithm: str, workload: Workload, tiling: Tiling | None = None,
-            hardware: Hardware | None = None) -> TrafficReport:
+            hardware: Hardware | None = None, kv_split: int | None = None) -> TrafficReport:
     """Predict ``algorithm`` (a key of ``ALGORITHMS``) on ``workload``.
 
     tiling: block sizes; None uses ``default_tiling``: for the flash algorithms the paper's
@@ -88,6 +120,10 @@ def predict(algorithm: str, workload: Workload, tiling: Tiling | None = None,
     A workload with a window, grouped K/V heads or a block mask (``Workload.band_or_gqa``)
     runs only on ``BAND_ALGORITHMS``; ValueError for the others, and for a tiling whose tiles
     do not nest in the block mask's blocks.
+    kv_split: the GQA / MQA backward's split (``kv_split_of``; None: the API's automatic
+    choice): the kernels' traffic, FLOPs and time on K/V heads x kv_split; the repeat of K, V
+    and the sums of the partial dK, dV (outside our kernels) are not counted, their copies are
+    in ``extra_memory`` (K_split, V_split, dK_split, dV_split).
     Conventions: module docstring.
     """
     if algorithm not in ALGORITHMS:
@@ -106,16 +142,22 @@ def predict(algorithm: str, workload: Workload, tiling: Tiling | None = None,
                          f"those run on {', '.join(BAND_ALGORITHMS)} only")
     hardware = hardware or H200
     tiling = tiling or default_tiling(algorithm, workload, hardware)
-    plan = ALGORITHMS[algorithm](workload, tiling)
+    split = kv_split_of(algorithm, workload, tiling, hardware, kv_split)
+    run = split_workload(workload, split)
+    plan = ALGORITHMS[algorithm](run, tiling)
+    workspace = dict(plan.workspace)
+    if split > 1:
+        for name in ("K_split", "V_split", "dK_split", "dV_split"):
+            workspace[name] = run.BH_kv * run.N_k * run.d
     hbm, sram = _sum_levels(plan.phases, "hbm"), _sum_levels(plan.phases, "sram")
     matmul = sum(p.matmul_flops for p in plan.phases)
     other = sum(p.other_flops for p in plan.phases)
     report = TrafficReport(algorithm, workload.dtype_bytes, hbm, sram, matmul, other,
-                           dict(plan.workspace), workload=workload, tiling=tiling,
+                           workspace, workload=workload, tiling=tiling,
                            hardware=hardware, phases=plan.phases)
     seconds = hardware.roofline_seconds(report.hbm_bytes, matmul + other, workload.precision)
-    l2 = l2_traffic(plan.phases, workload, tiling, hardware)
-    levels = predict_levels(plan.phases, workload, tiling, hardware, l2)
+    l2 = l2_traffic(plan.phases, run, tiling, hardware)
+    levels = predict_levels(plan.phases, run, tiling, hardware, l2)
     return dataclasses.replace(report, roofline_seconds=seconds, l2=l2, levels=levels)
 
 

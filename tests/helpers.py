@@ -162,10 +162,11 @@ def plain_backward(do, q, k, v, fmt, mask):
 
 
 def check_band(fmt, B, H, H_kv, n_q, n_k, d, causal=False, window=None, diagonal=None, tiling=None,
-          bwd_tiling=None, logit_scale=1.0, seed=0, backward=True, block_mask=None, block_size=None):
-    """Forward (o, lse) and backward (dq, dk, dv) of poisoned launches within the rule; rows
-    that see no key give o = 0 and lse = -inf. ``block_mask`` with ``block_size``: block-sparse,
-    the reference masking the same blocks."""
+          bwd_tiling=None, logit_scale=1.0, seed=0, backward=True, block_mask=None, block_size=None,
+          kv_split=None):
+    """Forward (o, lse) and backward (dq, dk, dv; grouped heads split ``kv_split`` ways) of
+    poisoned launches within the rule; rows that see no key give o = 0 and lse = -inf.
+    ``block_mask`` with ``block_size``: block-sparse, the reference masking the same blocks."""
     rng = np.random.default_rng(seed)
     q, k, v, do = band_inputs(rng, fmt, B, H, H_kv, n_q, n_k, d, logit_scale)
     mask = dict(causal=causal, window=window, diagonal=diagonal)
@@ -184,7 +185,8 @@ def check_band(fmt, B, H, H_kv, n_q, n_k, d, causal=False, window=None, diagonal
     if not backward:
         return
     with nf.poison_outputs():
-        grads = nf.flash_attention_backward(do, q, k, v, o, lse, **mask, tiling=bwd_tiling)
+        grads = nf.flash_attention_backward(do, q, k, v, o, lse, **mask, tiling=bwd_tiling,
+                                            kv_split=kv_split)
     refs = reference.attention_backward(*f64, **mask)
     plains = plain_backward(do, q, k, v, fmt, mask)
     for name, g, r, p in zip(("dq", "dk", "dv"), grads, refs, plains):

@@ -28,13 +28,15 @@ def test_window_within_the_rule(fmt, n_q, n_k, d, causal, window, diagonal):
 
 
 @pytest.mark.parametrize("fmt", ALL_FORMATS)
-@pytest.mark.parametrize("H,H_kv,n_q,n_k,d,causal,window", [
-    (6, 2, 17, 33, 16, True, None),          # GQA, group 3, causal N_q < N_k
-    (4, 1, 20, 9, 24, False, None),          # MQA
-    (4, 2, 33, 33, 8, False, (4, 4)),        # GQA with a window
+@pytest.mark.parametrize("H,H_kv,n_q,n_k,d,causal,window,kv_split", [
+    (6, 2, 17, 33, 16, True, None, None),    # GQA, group 3, causal N_q < N_k; split 3 ways
+    (6, 2, 17, 33, 16, True, None, 1),       # ... unsplit: a block loops over the group
+    (4, 1, 20, 9, 24, False, None, None),    # MQA
+    (4, 1, 20, 9, 24, False, None, 2),       # MQA split 2 ways: 2 query heads a block
+    (4, 2, 33, 33, 8, False, (4, 4), 1),     # GQA with a window, unsplit
 ])
-def test_grouped_heads_within_the_rule(fmt, H, H_kv, n_q, n_k, d, causal, window):
-    check(fmt, 2, H, H_kv, n_q, n_k, d, causal, window,
+def test_grouped_heads_within_the_rule(fmt, H, H_kv, n_q, n_k, d, causal, window, kv_split):
+    check(fmt, 2, H, H_kv, n_q, n_k, d, causal, window, kv_split=kv_split,
           tiling=nf.Tiling(16, 16), bwd_tiling=nf.Tiling(16, 16), seed=H * n_q)
 
 
@@ -118,3 +120,6 @@ def test_bad_grouping_is_refused():
     o, lse = np.zeros_like(q), np.zeros((1, 6, 8), np.float32)
     with pytest.raises(ValueError, match="deterministic=False"):
         nf.flash_attention_backward(q, q, k2, k2, o, lse, deterministic=True)
+    for split in (2, 0, 1.0, True):           # the group is 3
+        with pytest.raises(ValueError, match=r"kv_split must be None or a positive divisor .*3 "):
+            nf.flash_attention_backward(q, q, k2, k2, o, lse, kv_split=split)

@@ -1,5 +1,6 @@
 """numba_flash.warmup's pieces without a GPU: configs are checked, resolve the tilings the API
 would launch, and ``build`` runs a config's calls (on the simulator, where nothing compiles)."""
+import dataclasses
 import pytest
 
 import numba_flash as nf
@@ -120,3 +121,15 @@ def test_kernels_command_lists_and_refuses_unknown_names(capsys):
     assert "KernelConfig(" in out and "configs building the kernels of" in out
     with pytest.raises(SystemExit, match="unknown experiment"):
         cli.main(["kernels", "fig9", "--list"])
+
+
+def test_a_grouped_backward_warms_every_split_group():
+    """group 4 with a backward: its own kernels and the backward-only ones of groups 2 and 1
+    (kv_split 2 and 4); a forward-only config and MHA are left as they are."""
+    grouped = nf.KernelConfig(d=8, n_q=20, causal=True, group=4)
+    assert precompile.with_splits([grouped]) == [
+        grouped, dataclasses.replace(grouped, forward=None, group=2),
+        dataclasses.replace(grouped, forward=None, group=1)]
+    forward_only = nf.KernelConfig(d=8, n_q=20, group=4, backward=None)
+    plain = nf.KernelConfig(d=8, n_q=20)
+    assert precompile.with_splits([forward_only, plain, plain]) == [forward_only, plain]

@@ -23,9 +23,9 @@ KERNELS = {"flash_forward_tc": (True, np.float32), "flash_forward_half": (True, 
 
 
 def measured_and_predicted(kernel, B, H, h_kv, n_q, n_k, d, causal, window, diagonal, tiling,
-                           seed=0):
-    """count_traffic of the "fa2" call that runs ``kernel`` (k, v with ``h_kv`` heads) and
-    predict on the Workload of the same arguments."""
+                           seed=0, kv_split=None):
+    """count_traffic of the "fa2" call that runs ``kernel`` (k, v with ``h_kv`` heads; the
+    backward split ``kv_split`` ways) and predict on the Workload of the same arguments."""
     forward, fmt = KERNELS[kernel]
     rng = np.random.default_rng(seed)
     q, do = (rng.standard_normal((B, H, n_q, d)).astype(fmt) for _ in range(2))
@@ -37,10 +37,10 @@ def measured_and_predicted(kernel, B, H, h_kv, n_q, n_k, d, causal, window, diag
         o, lse = ref.attention_forward(q, k, v, **mask)
         o, lse = o.astype(fmt), lse.astype(np.float32)
         report = count_traffic(nf.flash_attention_backward, do, q, k, v, o, lse, **mask,
-                               tiling=tiling)
+                               tiling=tiling, kv_split=kv_split)
     workload = simulator.Workload(B, H, n_q, n_k, d, 2 if fmt is np.float16 else 4, causal,
                                   diagonal, window, h_kv)
-    return report, simulator.predict(kernel, workload, tiling)
+    return report, simulator.predict(kernel, workload, tiling, kv_split=kv_split)
 
 
 def assert_equal_traffic(report, predicted):
@@ -67,10 +67,11 @@ def test_predict_equals_counted_traffic_with_windows(kernel, H, h_kv, n_q, n_k, 
 
 @pytest.mark.parametrize("kernel", sorted(KERNELS))
 def test_gqa_reads_kv_once_per_kv_head_in_the_backward(kernel):
-    """The forward reads K/V per query head as without GQA; the backward loads K_j, V_j and
-    stores dK_j, dV_j once per K/V head."""
+    """The forward reads K/V per query head as without GQA; the unsplit backward loads K_j, V_j
+    and stores dK_j, dV_j once per K/V head."""
     tiling = mma_tiling(nf.Tiling(16, 16), kernel)
-    report, predicted = measured_and_predicted(kernel, 1, 4, 1, 20, 24, 8, True, None, None, tiling)
+    report, predicted = measured_and_predicted(kernel, 1, 4, 1, 20, 24, 8, True, None, None, tiling,
+                                               kv_split=1)
     assert_equal_traffic(report, predicted)
     counts = report.hbm_counts()
     if KERNELS[kernel][0]:
@@ -79,6 +80,22 @@ def test_gqa_reads_kv_once_per_kv_head_in_the_backward(kernel):
             tiling).hbm_counts()["K"][0]
     else:
         assert counts["K"] == (24 * 8, 0) and counts["dK"] == (0, 24 * 8)
+
+
+@pytest.mark.parametrize("kernel", ["flash_backward_half", "flash_backward_tc"])
+@pytest.mark.parametrize("kv_split", [None, 2])
+def test_split_backward_reads_kv_once_per_split(kernel, kv_split):
+    """Split s ways (None: the model's choice, which at 2 K/V blocks on 132 SMs is the whole
+    group, s = 4), the kernel loads K_j, V_j and stores dK_j, dV_j once per copy, as predicted;
+    the repeat and the sums are not our kernels' traffic."""
+    tiling = mma_tiling(nf.Tiling(16, 16), kernel)
+    report, predicted = measured_and_predicted(kernel, 1, 4, 1, 20, 24, 8, True, None, None, tiling,
+                                               kv_split=kv_split)
+    assert_equal_traffic(report, predicted)
+    s = kv_split or 4
+    counts = report.hbm_counts()
+    assert counts["K"] == (s * 24 * 8, 0) and counts["dK"] == (0, s * 24 * 8)
+    assert predicted.workspace["K_split"] == s * 24 * 8
 
 
 @settings(max_examples=6, deadline=None)
