@@ -4,7 +4,8 @@ the disk cache instead of compiling them one after another (~13-125 s each)."""
 import numba_flash as nf
 from simulator.tiling import H200_SMEM_PER_BLOCK
 
-from . import test_gpu, test_gpu_band, test_gpu_block_sparse, test_gpu_dropout, test_gpu_half, test_torch_gpu
+from . import (test_gpu, test_gpu_band, test_gpu_block_sparse, test_gpu_dropout, test_gpu_half,
+               test_gpu_varlen, test_torch_gpu)
 
 
 def _configs():
@@ -31,7 +32,8 @@ def _configs():
         yield nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal)
     yield nf.KernelConfig(d=64, n_q=300, causal=True)       # test_torch_compile_with_inductor
     yield nf.KernelConfig(d=64, n_q=256, causal=True)       # test_runs_on_the_current_side_stream
-    for module in (test_gpu_half, test_gpu_band, test_gpu_dropout, test_gpu_block_sparse):
+    for module in (test_gpu_half, test_gpu_band, test_gpu_dropout, test_gpu_block_sparse,
+                   test_gpu_varlen):
         yield from module.KERNELS
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import numba_flash as nf
-from numba_flash import reference as ref
+from numba_flash import reference as ref, split_calls
 
 from .helpers import FLOOR, TYPES, rel
 
@@ -34,15 +34,22 @@ CASES = [  # (format, causal, B, H, H_kv, N_q, N_k, pad)
 ]
 
 
-@pytest.mark.parametrize("fmt,causal,B,H,H_kv,n_q,n_k,pads", CASES)
-def test_key_padding_forward_and_backward(fmt, causal, B, H, H_kv, n_q, n_k, pads):
-    rng = np.random.default_rng(7)
-    t, d = TYPES[fmt], 8
+def check_key_padding(fmt, causal, B, H, H_kv, n_q, n_k, d, pad, seed=7, device=None):
+    """Forward and backward with ``key_padding_mask=pad`` (B, N_k) within flash-attention's
+    rule of float64 on each entry's kept keys; entries of nothing but padding give o = 0,
+    lse = -inf and zero gradients; padding keys get dk = dv = 0. ``device``: a function moving
+    each input to where the call runs (the mask stays on the host), outputs compared on the
+    host."""
+    rng = np.random.default_rng(seed)
+    t = TYPES[fmt]
     q, do = (rng.standard_normal((B, H, n_q, d)).astype(np.float32).astype(t) for _ in range(2))
     k, v = (rng.standard_normal((B, H_kv, n_k, d)).astype(np.float32).astype(t) for _ in range(2))
-    pad = np.array(pads(rng, n_k))
-    o, lse = nf.flash_attention(q, k, v, causal=causal, key_padding_mask=pad, return_lse=True)
-    dq, dk, dv = nf.flash_attention_backward(do, q, k, v, o, lse, causal=causal, key_padding_mask=pad)
+    put = device or (lambda x: x)
+    o, lse = nf.flash_attention(*map(put, (q, k, v)), causal=causal, key_padding_mask=pad,
+                                return_lse=True)
+    grads = nf.flash_attention_backward(*map(put, (do, q, k, v, o, lse)), causal=causal,
+                                        key_padding_mask=pad)
+    o, lse, dq, dk, dv = (split_calls.host(x) for x in (o, lse, *grads))
     f64 = [x.astype(np.float64) for x in (do, q, k, v)]
     o_ref, lse_ref = _masked_forward(*f64[1:], pad, causal, n_k - n_q)
     for b in range(B):
@@ -69,6 +76,11 @@ def test_key_padding_forward_and_backward(fmt, causal, B, H, H_kv, n_q, n_k, pad
         for name, g, r, pl in zip(("dq", "dk", "dv"), got, refs, plains):
             assert rel(g, r) <= 3 * rel(pl, r) + FLOOR, (b, name, rel(g, r), rel(pl, r))
         assert np.all(dk[b][:, pad[b]] == 0) and np.all(dv[b][:, pad[b]] == 0)
+
+
+@pytest.mark.parametrize("fmt,causal,B,H,H_kv,n_q,n_k,pads", CASES)
+def test_key_padding_forward_and_backward(fmt, causal, B, H, H_kv, n_q, n_k, pads):
+    check_key_padding(fmt, causal, B, H, H_kv, n_q, n_k, 8, np.array(pads(np.random.default_rng(7), n_k)))
 
 
 @pytest.mark.parametrize("kwargs,match", [
