@@ -29,7 +29,13 @@ blocks an SM from ptxas's registers and the shared memory):
      block's warps.
    nested loops' instructions counted as often as they run (once where that is unknown: a
    lower bound).
-   Outside the main loop (prologue, epilogue) the throughput bound, once a block.
+   Outside the main loop (prologue, epilogue) the throughput bound, once a block, with the
+   strided tile copies before the loop as often as they run (``simulator.trips.outer_trips``:
+   Qi of the forwards, Kj, Vj of the backwards), or where longer the latency of those copies:
+   each of their trips waits for its loads from DRAM (the block's own tile, read once a
+   launch), one after another (H200, 2026-12-02, ncu: the tensor-core forward executed 2-22 %
+   more instructions than the static count, most at the fewest steps a block; its 256 x 32
+   Qi copy at d = 64 runs 32 trips of one scalar load each).
 2. k co-resident blocks share an SM: with the issue simulator, a trip of each takes the cycles
    simulated for k blocks' warps side by side (k = 1 .. blocks_per_sm: fewer warps hide less
    latency but share the pipes with fewer); with the throughput bound, each runs at 1/k of the
@@ -59,8 +65,9 @@ from .rates import RATES_CSV, MachineRates, load_rates
 from .sectors import SECTOR_BYTES, sector_traffic
 from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
+from .issue import global_load_latency
 from .local import local_traffic, nested_runs, recorded_causal, rows_per_trip
-from .trips import inner_trips
+from .trips import inner_trips, outer_trips
 from .workload import Workload
 
 #: Independent mma accumulator chains a warp of our tensor-core kernels keeps (at least).
@@ -207,7 +214,17 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     whole = sass(kernel, tiling, w.d, causal, variant, region="kernel")
     overlap = r.mma_lds_overlap
     cost = lambda counts, wavefronts: _cost(counts, wavefronts, warps_on_sm, warps_b, r, overlap, fmt)  # noqa: E731
-    t_out = cost(_counts(whole, [loop], warps_b), 0.0)
+    # outside the main loop: the static count, with the strided tile copies before it (Qi of
+    # the forwards, Kj, Vj of the backwards) as often as they run (``outer_trips``)
+    copies = outer_trips(kernel, tiling, w.d, causal, variant)
+    outside_counts = _counts(whole, [loop], warps_b)
+    for region, n in copies:
+        outside_counts = {k: v + (n - 1) * getattr(region, k) * warps_b
+                          for k, v in outside_counts.items()}
+    t_out = cost(outside_counts, 0.0)
+    # ... and each trip of a copy waits for its loads: the block's own tile, read once a launch
+    # (L2 cold), from DRAM
+    chain = sum(n for _, n in copies) * global_load_latency(r, 1.0)
     counts = _counts(loop, [], warps_b)
     for region, extra in nested_runs(p, kernel, tiling, w, variant):
         counts = {k: v + extra * getattr(region, k) * warps_b for k, v in counts.items()}
@@ -226,8 +243,9 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
         trip_cycles = simulated.__getitem__      # k resident blocks: a trip of each, side by side
     else:
         trip_cycles = lambda k: k * t_trip       # noqa: E731  (each at 1/k of the SM's throughput)
-    # the work outside the main loop, as trips of a full SM
-    outside = share * t_out / trip_cycles(share)
+    # the work outside the main loop, in trips: a block's share of a full SM's throughput, or
+    # the latency of its tile copies where that is longer (the SM's other blocks go on)
+    outside = max(share * t_out, chain) / trip_cycles(share)
     work = [n + outside for n in _launch_order(p, heads)]
     cycles = shared_makespan(work, hw.sm_count, share, trip_cycles)
     clock = r.mma_clock_hz if loop.hmma else r.clock_hz

@@ -1,6 +1,7 @@
 """How many times the loops nested in a kernel's main loop run, per trip of the main loop: the
 strided tile copies and the shared-memory products of our kernels, read off the kernel source
-line each loop comes from (``simulator.sass`` records it, ``lines``).
+line each loop comes from (``simulator.sass`` records it, ``lines``); and (``outer_trips``) the
+trips per block of the tile copies before the main loop.
 
 A nested loop's source line is the call it was inlined from (the largest line number of its
 instructions: a loop's body can borrow a few instructions from the code before it). By callee
@@ -9,6 +10,8 @@ instructions: a loop's body can borrow a few instructions from the code before i
 - ``load_head_tile(..., max_rows, tid, factor)``: ``range(tid, max_rows * d, T)``: ceil(max_rows d / T)
   (max_rows is ``BR`` or ``BC``);
 - ``load_twice`` (tensor-core backward): Br/2 x D8/2 element quads over T threads;
+- ``load_q_tile`` (tensor-core forward, before its loop): Br x D8 elements over T threads;
+- ``load_pair_tile`` (tensor-core backward, before its loop): Bc/2 x D8/2 element quads;
 - ``load_row_stats``: ceil(Br / T);
 - ``load_row_block`` (half-precision backward: the next Qi, dOi by cp.async, then L_i, D_i a
   row a thread): ceil(Br / T);
@@ -51,7 +54,7 @@ from .tiling import MATMUL_BK, Tiling
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "numba_flash" / "kernels"
 _CALL = re.compile(r"\b(load_head_tile|load_twice|load_row_stats|load_row_block|rows_dot_rows|recompute_p_ds|"
-                   r"scores_times_tile|scores_t_times_tile)\(([^)]*)\)")
+                   r"scores_times_tile|scores_t_times_tile|load_q_tile|load_pair_tile)\(([^)]*)\)")
 _RANGE = re.compile(r"for \w+ in range\(([^)]*)\)")
 
 
@@ -60,7 +63,7 @@ MATMUL_COPIES = ("tid,BR*BK,T", "tid,BK*BC,T")
 #: Global loads (LDG, LDGSTS) one source iteration of each strided copy makes (module docstring);
 #: "range" is the standard matmul's two copies, written as ``for`` loops in the kernel.
 COPY_LOADS = {"load_head_tile": 1, "load_twice": 4, "load_row_stats": 2, "load_row_block": 2,
-              "range": 1}
+              "load_q_tile": 1, "load_pair_tile": 4, "range": 1}
 
 
 @lru_cache(maxsize=None)
@@ -79,6 +82,10 @@ def _counts_at(text: str, kernel: str, t: Tiling, d: int) -> list[int] | None:
             return [-(-rows[args[6]] * d // threads)]
         if name == "load_twice":
             return [-(-(t.Br // 2) * (t.mma_depth(d) // 2) // threads)]
+        if name == "load_q_tile":          # range(tid, BR * D8, T): an element an iteration
+            return [-(-t.Br * t.mma_depth(d) // threads)]
+        if name == "load_pair_tile":       # range(tid, BC // 2 * KW, T): 2 x 2 elements
+            return [-(-(t.Bc // 2) * (t.mma_depth(d) // 2) // threads)]
         if name in ("load_row_stats", "load_row_block"):
             return [-(-t.Br // threads)]
         if name == "rows_dot_rows":
@@ -251,3 +258,43 @@ def unrolled(iterations: int, region, kind: str | None) -> int:
     loads = region.ldg32 + region.ldg64 + region.ldg128 + region.ldgsts
     u = max(1, loads // COPY_LOADS[kind])
     return -(-iterations // u)
+
+
+@lru_cache(maxsize=None)
+def outer_trips(kernel: str, tiling: Tiling, d: int, causal: bool,
+                variant: str = "") -> tuple[tuple[object, int], ...]:
+    """(region, trips) of each loop outside ``kernel``'s main loop (``loop_<k>``, address
+    order) whose trips per block are known: the strided tile copies before the main loop (Qi of
+    the forwards, Kj and Vj of the backwards: ``load_q_tile``, ``load_head_tile``,
+    ``load_pair_tile``), a thread's ceil(count / T) source iterations (full tiles; the
+    thread-mean rounded up). ptxas compiles such a copy, whose trips depend on ``tid``, u-fold
+    (u: the region's loads over those of one iteration, ``COPY_LOADS``), and where the
+    iterations are not known to divide by u, as two loops from the same line: one of the
+    iterations mod u (its loads fewer than u iterations'), then the u-fold one of the rest.
+    Loops of any other source are left out (the caller counts them once, as the static count
+    does)."""
+    rows = [r for r in regions_of(kernel, tiling, d, causal, variant) if r.region.startswith("loop_")]
+    out = []
+    by_line: dict[tuple[str, int], list] = {}
+    for region in sorted(rows, key=lambda r: r.start):
+        if region.depth != 1:
+            continue
+        where, counts = _line_of(region.lines, kernel, tiling, d)
+        kind = copy_kind(_source(where[0])[where[1] - 1]) if where else None
+        if kind is None or len(counts) != 1:
+            continue
+        by_line.setdefault(where, []).append((region, counts[0], kind))
+    for loops in by_line.values():
+        def loads(r):
+            return r.ldg32 + r.ldg64 + r.ldg128 + r.ldgsts
+        if len(loops) == 1:
+            region, n, kind = loops[0]
+            out.append((region, unrolled(n, region, kind)))
+            continue
+        if len(loops) != 2:
+            continue
+        (a, n, kind), (b, _, _) = loops
+        rest, main = (a, b) if loads(a) < loads(b) else (b, a)
+        u = max(1, loads(main) // COPY_LOADS[kind])
+        out += [(rest, n % u), (main, n // u)]
+    return tuple(sorted(out, key=lambda x: x[0].start))

@@ -224,6 +224,41 @@ def test_nested_loop_trips_follow_the_code():
     assert inner_trips("flash_forward_v1", Tiling(64, 64), 64, False) is None
 
 
+def test_copy_loops_before_the_main_loop_run_their_trips():
+    """The tile copies outside the main loop, per block: (region, trips)."""
+    from simulator.trips import outer_trips
+
+    def trips(*args):
+        return [(r.region, r.ldg32 + r.ldg64 + r.ldg128, n) for r, n in outer_trips(*args)]
+
+    # tensor-core forward, 256 x 32 (512 threads): Qi as 256 x 64 / 512 = 32 elements a
+    # thread, one load a trip; at d = 128, 64 elements two to a trip (2 LDG): 32 trips
+    assert trips("flash_forward_tc", Tiling(256, 32), 64, False) == [("loop_1", 1, 32)]
+    assert trips("flash_forward_tc", Tiling(256, 32), 128, False) == [("loop_1", 2, 32)]
+    # FFMA forward, 128 x 64 (512 threads): Qi, 16 elements a thread, as a remainder loop
+    # (16 mod 4 = 0 trips) and a 4-fold one (4 trips)
+    assert trips("flash_forward_v2", Tiling(128, 64), 64, False) == [("loop_1", 1, 0), ("loop_2", 4, 4)]
+    # tensor-core backward, 32 x 128 (256 threads): Kj, Vj as 64 x 32 element quads, 8 a thread
+    assert trips("flash_backward_tc", Tiling(32, 128), 64, False) == [("loop_1", 4, 8), ("loop_2", 4, 8)]
+
+
+def test_a_block_lasts_at_least_its_tile_copies_latency():
+    """One block of the tensor-core forward (256 queries, d = 64) over 256 and 512 keys (8 and
+    16 K/V steps): what the shorter spends outside its steps, 2 t(8) - t(16), holds its Qi copy
+    of 32 dependent loads from DRAM (the static count gave it one trip's issue)."""
+    from simulator.issue import global_load_latency
+    from simulator.runtime import rates_for
+
+    r = rates_for(H200)
+
+    def cycles(n_k):
+        w = Workload(1, 1, 256, n_k, 64)
+        return predict("flash_forward_tc", w, Tiling(256, 32), hardware=H200).time_s * r.mma_clock_hz
+
+    outside = 2 * cycles(256) - cycles(512)
+    assert 32 * global_load_latency(r, 1.0) <= outside <= 1.5 * 32 * global_load_latency(r, 1.0)
+
+
 def test_a_copy_loop_compiled_u_fold_runs_a_u_th_of_its_iterations():
     from types import SimpleNamespace
 
