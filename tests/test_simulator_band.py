@@ -167,7 +167,7 @@ class BandWalk:
 def assert_walk_matches(algorithm, w, t):
     walk = BandWalk(w, t)
     getattr(walk, algorithm)()
-    r = predict(algorithm, w, t)
+    r = predict(algorithm, w, t, kv_split=1)       # the walk is the unsplit kernel's
     nonzero = lambda c: {k: v for k, v in c.items() if v}     # noqa: E731
     assert {k: v.reads for k, v in r.hbm.items() if v.reads} == nonzero(walk.reads)
     assert {k: v.writes for k, v in r.hbm.items() if v.writes} == nonzero(walk.writes)
@@ -366,7 +366,7 @@ def test_gqa_shrinks_kv_tensors_and_their_l2_floor():
     assert fwd_w.hbm_counts() == fwd_g.hbm_counts()     # every query head reads its K/V blocks
     # compulsory DRAM: Q, and K, V once per K/V head
     assert fwd_g.l2.compulsory_read_bytes == 4 * (w.tensor_elements("Q") + 2 * g.tensor_elements("K"))
-    bwd_w, bwd_g = (predict("flash_backward_tc", x, Tiling(32, 64)) for x in (w, g))
+    bwd_w, bwd_g = (predict("flash_backward_tc", x, Tiling(32, 64), kv_split=1) for x in (w, g))
     for name in ("K", "V"):
         assert bwd_g.hbm[name].reads * 4 == bwd_w.hbm[name].reads
     for name in ("dK", "dV"):
