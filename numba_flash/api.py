@@ -156,13 +156,16 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     the block's; a given ``tiling`` must divide ``block_size``.
     ``key_padding_mask``: (B, N_k) bool, True for a padding key no query sees (PyTorch's
     convention); each batch entry runs as its own call on the keys it keeps (``padding``: with
-    ``causal`` or a ``window`` the kept keys must be a prefix); not with dropout or block masks.
+    ``causal`` or a ``window`` the kept keys must be a prefix; with dropout, entry b's mask is
+    drawn from ``reference.padding_dropout_seed(dropout_seed, b)`` over its kept keys, padding
+    keys never kept); not with block masks.
     """
     if key_padding_mask is not None:
         from . import padding
         return padding.forward(q, k, v, key_padding_mask, causal=causal, window=window,
                                diagonal=diagonal, return_lse=return_lse, dropout_p=dropout_p,
-                               block_mask=block_mask, softmax_scale=softmax_scale,
+                               dropout_seed=dropout_seed, block_mask=block_mask,
+                               softmax_scale=softmax_scale,
                                algorithm=algorithm, tiling=tiling,
                                return_dropout_mask=return_dropout_mask)
     blocks_key = checks.block_mask_key(block_mask)
@@ -418,9 +421,10 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     if key_padding_mask is not None:
         from . import padding
         return padding.backward(do, q, k, v, o, lse, key_padding_mask, causal=causal, window=window,
-                                diagonal=diagonal, dropout_p=dropout_p, block_mask=block_mask,
-                                softmax_scale=softmax_scale, tiling=tiling,
-                                deterministic=deterministic, algorithm=algorithm)
+                                diagonal=diagonal, dropout_p=dropout_p, dropout_seed=dropout_seed,
+                                block_mask=block_mask, softmax_scale=softmax_scale, tiling=tiling,
+                                deterministic=deterministic, algorithm=algorithm,
+                                kv_split=kv_split)
     blocks_key = checks.block_mask_key(block_mask)
     key = None if dropout_p or blocks_key is checks.UNKEYED else plans.key(
         "backward", (do, q, k, v, o, lse), (causal, softmax_scale, tiling, deterministic, algorithm,

@@ -312,6 +312,23 @@ def dropout_factors(keep, p: float) -> np.ndarray:
     return np.where(np.asarray(keep, bool), dropout_scale(p), 0.0)
 
 
+#: SplitMix64's increment (2^64 / the golden ratio) and output multipliers (Steele et al., 2014).
+SPLITMIX = (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)
+
+
+def padding_dropout_seed(seed: int, b: int) -> int:
+    """The dropout seed of batch entry ``b`` of a call with ``key_padding_mask``, whose entries
+    run as calls of their own (B = 1, the kept keys gathered: ``numba_flash.padding``): output
+    b + 1 of SplitMix64 seeded with ``seed``, so that the entries draw independent masks, and
+    so do calls of nearby seeds. Entry b's mask is ``dropout_keep(padding_dropout_seed(seed,
+    b), h, N_q, kept keys, p)``, its columns the kept keys in order."""
+    m = (1 << 64) - 1
+    z = (seed + (b + 1) * SPLITMIX[0]) & m
+    z = ((z ^ (z >> 30)) * SPLITMIX[1]) & m
+    z = ((z ^ (z >> 27)) * SPLITMIX[2]) & m
+    return z ^ (z >> 31)
+
+
 def dropout_keep(seed: int, bh: int, n_q: int, n_k: int, p: float) -> np.ndarray:
     """Boolean (N_q, N_k) of the scores dropout keeps in batch-head ``bh`` (b H + h), so that the
     forward and the backward regenerate the same mask from (seed, bh, r, c) without storing it.
