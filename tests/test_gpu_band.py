@@ -27,3 +27,12 @@ def test_band_forward_and_backward_against_reference():
     nf.warmup(KERNELS)
     for fmt, B, H, H_kv, n_q, n_k, d, causal, window in SHAPES:
         check_band(fmt, B, H, H_kv, n_q, n_k, d, causal, window)
+
+
+def test_grouped_backward_unsplit():
+    """The grouped shapes' backward unsplit (``kv_split=1``: a block loops over the whole
+    group), within the rule as the automatic split above (MQA at N = 4099: split 4 ways)."""
+    nf.warmup(KERNELS)
+    for fmt, B, H, H_kv, n_q, n_k, d, causal, window in SHAPES:
+        if H_kv < H:
+            check_band(fmt, B, H, H_kv, n_q, n_k, d, causal, window, kv_split=1)
