@@ -34,6 +34,7 @@ import numpy as np
 from numba import cuda
 
 from simulator.hardware import H200
+from simulator.kv_split import checked_kv_split
 from simulator.predict import kv_split_of
 from simulator.spec import Mask
 from simulator.workload import Workload, needs_band_kernels
@@ -413,7 +414,8 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     ``key_padding_mask``: the forward's; dk, dv of padding keys are 0.
     ``kv_split`` (grouped K/V heads): run the kernel on k, v repeated ``kv_split`` times per
     head, each copy's block looping over 1/kv_split of the group's query heads, and sum the
-    partial dk, dv (in fp32, rounded once): a divisor of the group; None picks the split of the
+    partial dk, dv (summed in fp32, rounded to the inputs' format: in fp16 / bf16 each partial
+    is itself rounded by the kernel): a divisor of the group; None picks the split of the
     shortest launch by the cost model (``simulator.kv_split``; MQA at B = 1 runs a block per K/V
     block otherwise), 1 runs unsplit. NumPy and torch inputs only; other device arrays run
     unsplit (None) or raise (kv_split > 1).
@@ -463,7 +465,8 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
                       (do, q, k, v, o, lse))
     if split > 1:
         options = dict(causal=causal, softmax_scale=softmax_scale, tiling=tiling,
-                       algorithm=algorithm, diagonal=diagonal, window=window, dropout_p=dropout_p,
+                       deterministic=deterministic, algorithm=algorithm, diagonal=diagonal,
+                       window=window, dropout_p=dropout_p,
                        dropout_seed=dropout_seed, block_mask=block_mask, block_size=block_size)
         return plans.remember(key, _SplitBackward(split, options))(do, q, k, v, o, lse)
     diagonal = hi
@@ -514,11 +517,7 @@ def _kv_split(value, kernels, shp, tiling, causal, window, diagonal, on, block_s
     """The backward's split of each K/V head's query heads (``kv_split``): checked, or chosen
     (None) by ``simulator.predict.kv_split_of`` on this device's SMs for the tensor-core
     kernels; 1 without grouped K/V heads."""
-    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1
-                              or shp.group % value):
-        raise ValueError(f"kv_split must be None or a positive divisor of the group ({shp.group} "
-                         f"query heads a K/V head: q has {shp.H} heads, k and v "
-                         f"{shp.H // shp.group}), got {value!r}")
+    value = checked_kv_split(value, shp.group)
     if shp.group == 1 or value == 1:
         return 1
     splittable = all(split_calls.splittable(x) for x in inputs)
@@ -531,8 +530,9 @@ def _kv_split(value, kernels, shp, tiling, causal, window, diagonal, on, block_s
         return 1
     blocks = {} if on is None else dict(block_mask=on, block_size=block_size)
     workload = Workload(shp.B, shp.H, shp.N_q, shp.N_k, shp.d, 2 if shp.half else 4, causal,
-                        diagonal, None if window is None else tuple(window), shp.H // shp.group,
-                        **blocks)
+                        None if diagonal is None else int(diagonal),
+                        None if window is None else tuple(int(x) for x in window),
+                        shp.H // shp.group, **blocks)
     hardware = H200 if memory.simulator_enabled() else dataclasses.replace(
         H200, sm_count=cuda.get_current_device().MULTIPROCESSOR_COUNT)
     return kv_split_of(kernels[0], workload, tiling, hardware)

@@ -323,7 +323,7 @@ def padding_dropout_seed(seed: int, b: int) -> int:
     so do calls of nearby seeds. Entry b's mask is ``dropout_keep(padding_dropout_seed(seed,
     b), h, N_q, kept keys, p)``, its columns the kept keys in order."""
     m = (1 << 64) - 1
-    z = (seed + (b + 1) * SPLITMIX[0]) & m
+    z = (int(seed) + (int(b) + 1) * SPLITMIX[0]) & m
     z = ((z ^ (z >> 30)) * SPLITMIX[1]) & m
     z = ((z ^ (z >> 27)) * SPLITMIX[2]) & m
     return z ^ (z >> 31)

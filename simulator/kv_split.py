@@ -12,7 +12,8 @@ Split s ways (s a divisor of the group), the API runs the same kernel on K and V
 per head (``repeat_interleave``: K/V head j becomes heads j s ... j s + s - 1) with a group of
 group / s, so each block loops over group / s query heads (query head h then reads repeated
 head h // (group / s), a copy of its own K/V head), and dK, dV are the sums of the s partial
-gradients (fp32 sums, rounded once). The kernel's K/V reads and dK/dV writes grow s-fold, its
+gradients (summed in fp32 and rounded to the inputs' format; in fp16 / bf16 each partial was
+already rounded by the kernel, as flash-attention's split-KV partials are). The kernel's K/V reads and dK/dV writes grow s-fold, its
 other traffic and its FLOPs are unchanged; the repeat (read K, V, write s copies) and the sums
 (read s partials, write one) run outside our kernels (torch on the device, NumPy on the host).
 
@@ -26,6 +27,7 @@ copies. Pure Python: no numba.
 """
 from __future__ import annotations
 
+import numbers
 from functools import lru_cache
 
 from .blocks import BlockGrid
@@ -36,6 +38,18 @@ from .tiling import Tiling
 
 #: Splits are tried while the split grid has at most this many full waves of blocks.
 MAX_WAVES = 4
+
+
+def checked_kv_split(value, group: int) -> int | None:
+    """``kv_split`` as an int (or None): ValueError unless it is None or a positive divisor of
+    ``group`` (query heads a K/V head; 1 without grouping)."""
+    if value is None:
+        return None
+    if (not isinstance(value, numbers.Integral) or isinstance(value, bool) or value < 1
+            or group % value):
+        raise ValueError(f"kv_split must be None or a positive divisor of the group ({group} query "
+                         f"heads a K/V head), got {value!r}")
+    return int(value)
 
 
 def divisors(n: int) -> tuple[int, ...]:
@@ -97,8 +111,8 @@ def split_copy_bytes(workload, s: int) -> tuple[int, int]:
     element read once and written once (a lower bound: how torch's ``repeat_interleave`` and
     ``sum`` move them through L1 and L2 is theirs): K and V repeated s times (read 2 H_kv N_k d
     elements, write s times that), the s partial dK, dV summed in fp32 (read 2 s H_kv N_k d
-    elements, write as many fp32 sums) and, for 2-byte formats, the sums rounded (read the fp32
-    sums, write 2 bytes each); x B. (0, 0) at s = 1."""
+    elements, write 2 H_kv N_k d fp32 sums) and, for 2-byte formats, the sums rounded (read the
+    fp32 sums, write 2 bytes each); x B. (0, 0) at s = 1."""
     if s == 1:
         return 0, 0
     e = workload.dtype_bytes

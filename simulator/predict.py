@@ -27,7 +27,7 @@ from .flash import (flash_backward, flash_backward_deterministic, flash_backward
                     flash_backward_tc, flash_forward_half, flash_forward_tc, flash_forward_v1, flash_forward_v2)
 from .flash import _grid, _heaviest_first
 from .hardware import H200, Hardware
-from .kv_split import auto_kv_split, backward_blocks_per_sm
+from .kv_split import auto_kv_split, backward_blocks_per_sm, checked_kv_split
 from .l2 import L2Traffic, l2_traffic
 from .levels import predict_levels
 from .report import TensorTraffic, TrafficReport, ordered_tensors
@@ -89,13 +89,10 @@ def kv_split_of(algorithm: str, workload: Workload, tiling: Tiling, hardware: Ha
     ``workload`` (``simulator.kv_split``): ``kv_split`` as given (a divisor of the group), or
     None: ``auto_kv_split`` on ``hardware``'s SMs; 1 for every other algorithm and without
     grouped K/V heads."""
+    kv_split = checked_kv_split(kv_split, workload.group)
     if algorithm not in SPLIT_ALGORITHMS or workload.kv_heads is None:
         return 1
     if kv_split is not None:
-        if (not isinstance(kv_split, int) or isinstance(kv_split, bool) or kv_split < 1
-                or workload.group % kv_split):
-            raise ValueError(f"kv_split must be None or a positive divisor of the group "
-                             f"({workload.group} query heads a K/V head), got {kv_split!r}")
         return kv_split
     per_sm = backward_blocks_per_sm(algorithm, tiling, workload.d, workload.causal, hardware)
     return auto_kv_split(_grid(workload, tiling), workload.B * workload.kv_heads, workload.group,

@@ -65,7 +65,7 @@ from .rates import RATES_CSV, MachineRates, load_rates
 from .sectors import SECTOR_BYTES, sector_traffic
 from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
-from .issue import global_load_latency
+from .issue import global_load_latency, memory_latencies
 from .local import local_traffic, nested_runs, recorded_causal, rows_per_trip
 from .trips import inner_trips, outer_trips
 from .workload import Workload
@@ -222,9 +222,11 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
         outside_counts = {k: v + (n - 1) * getattr(region, k) * warps_b
                           for k, v in outside_counts.items()}
     t_out = cost(outside_counts, 0.0)
-    # ... and each trip of a copy waits for its loads: the block's own tile, read once a launch
-    # (L2 cold), from DRAM
-    chain = sum(n for _, n in copies) * global_load_latency(r, 1.0)
+    # ... and each trip of a copy through registers (LDG; not cp.async, whose LDGSTS a thread
+    # does not wait on) waits for its loads: the block's own tile, read once a launch (L2
+    # cold), from DRAM
+    chain = sum(n for region, n in copies
+                if region.ldg32 + region.ldg64 + region.ldg128) * global_load_latency(r, 1.0)
     counts = _counts(loop, [], warps_b)
     for region, extra in nested_runs(p, kernel, tiling, w, variant):
         counts = {k: v + extra * getattr(region, k) * warps_b for k, v in counts.items()}
@@ -260,7 +262,7 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     where it cannot run (no recorded stream, nested loops of unknown trips, a band kernel
     never recorded: ``Workload.kernel_causal`` None). Global loads at the L2's latency, spill
     refills at L1's, or L2's where they miss L1 (``spills_miss``: ``simulator.local``)."""
-    from .issue import Streams, global_load_latency, loop_cycles, loop_record, memory_latencies, stream_for
+    from .issue import Streams, loop_cycles, loop_record, stream_for
 
     causal = w.kernel_causal
     if causal is None:

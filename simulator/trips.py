@@ -255,8 +255,7 @@ def unrolled(iterations: int, region, kind: str | None) -> int:
     a strided copy whose compiled body holds u iterations' loads runs ceil(iterations / u)."""
     if kind is None or iterations == 0:
         return iterations
-    loads = region.ldg32 + region.ldg64 + region.ldg128 + region.ldgsts
-    u = max(1, loads // COPY_LOADS[kind])
+    u = max(1, _loads(region) // COPY_LOADS[kind])
     return -(-iterations // u)
 
 
@@ -285,8 +284,6 @@ def outer_trips(kernel: str, tiling: Tiling, d: int, causal: bool,
             continue
         by_line.setdefault(where, []).append((region, counts[0], kind))
     for loops in by_line.values():
-        def loads(r):
-            return r.ldg32 + r.ldg64 + r.ldg128 + r.ldgsts
         if len(loops) == 1:
             region, n, kind = loops[0]
             out.append((region, unrolled(n, region, kind)))
@@ -294,7 +291,12 @@ def outer_trips(kernel: str, tiling: Tiling, d: int, causal: bool,
         if len(loops) != 2:
             continue
         (a, n, kind), (b, _, _) = loops
-        rest, main = (a, b) if loads(a) < loads(b) else (b, a)
-        u = max(1, loads(main) // COPY_LOADS[kind])
+        rest, main = (a, b) if _loads(a) < _loads(b) else (b, a)
+        u = max(1, _loads(main) // COPY_LOADS[kind])
         out += [(rest, n % u), (main, n // u)]
     return tuple(sorted(out, key=lambda x: x[0].start))
+
+
+def _loads(region) -> int:
+    """A compiled loop's global loads: LDG and LDGSTS (cp.async)."""
+    return region.ldg32 + region.ldg64 + region.ldg128 + region.ldgsts

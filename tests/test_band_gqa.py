@@ -123,3 +123,18 @@ def test_bad_grouping_is_refused():
     for split in (2, 0, 1.0, True):           # the group is 3
         with pytest.raises(ValueError, match=r"kv_split must be None or a positive divisor .*3 "):
             nf.flash_attention_backward(q, q, k2, k2, o, lse, kv_split=split)
+
+
+def test_numpy_integer_band_arguments_take_the_automatic_split():
+    """MQA (automatic kv_split) with a NumPy-integer diagonal and window: the split's cost model
+    takes them as ints, and the gradients equal those of plain ints."""
+    rng = np.random.default_rng(3)
+    q, do = (rng.standard_normal((1, 2, 12, 8)).astype(np.float32) for _ in range(2))
+    k, v = (rng.standard_normal((1, 1, 12, 8)).astype(np.float32) for _ in range(2))
+    grads = []
+    for cast in (int, np.int64):
+        band = dict(causal=True, diagonal=cast(0), window=(cast(4), cast(0)))
+        o, lse = nf.flash_attention(q, k, v, return_lse=True, **band)
+        grads.append(nf.flash_attention_backward(do, q, k, v, o, lse, **band))
+    for a, b in zip(*grads):
+        np.testing.assert_array_equal(a, b)

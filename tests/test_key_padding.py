@@ -110,7 +110,12 @@ def test_padded_entries_draw_independent_dropout_masks():
     _, mask = nf.flash_attention(q, q, q, key_padding_mask=pad, dropout_p=0.5, dropout_seed=3,
                                  return_dropout_mask=True)
     assert mask.shape == (2, 1, 16, 16) and not np.array_equal(mask[0], mask[1])
-    assert ref.padding_dropout_seed(3, 0) != ref.padding_dropout_seed(3, 1) != ref.padding_dropout_seed(4, 0)
+    seeds = {ref.padding_dropout_seed(s, b) for s in (3, 4) for b in range(3)}
+    assert len(seeds) == 6 and ref.padding_dropout_seed(np.int64(3), np.int64(1)) in seeds
+    # a NumPy seed through the API: the same masks as the int
+    _, again = nf.flash_attention(q, q, q, key_padding_mask=pad, dropout_p=0.5,
+                                  dropout_seed=np.int64(3), return_dropout_mask=True)
+    assert np.array_equal(mask, again)
 
 
 @pytest.mark.parametrize("kwargs,match", [

@@ -1,5 +1,6 @@
 """simulator.kv_split: the GQA / MQA backward's split of each K/V head's query heads, chosen by
 the runtime model's list schedule; and predict on the split workload."""
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -72,3 +73,10 @@ def test_predict_runs_the_split_workload():
     assert kv_split_of("flash_forward_half", w, t, H200) == 1
     with pytest.raises(ValueError, match="kv_split"):
         simulator.predict("flash_backward_half", w, t, kv_split=3)
+    # checked for every algorithm and workload, as the API checks it
+    with pytest.raises(ValueError, match=r"divisor of the group \(8 "):
+        simulator.predict("flash_forward_half", w, t, kv_split=7)
+    mha = simulator.Workload(1, 8, 256, 256, 64, 2, True)
+    with pytest.raises(ValueError, match=r"divisor of the group \(1 "):
+        simulator.predict("flash_backward_half", mha, t, kv_split=2)
+    assert kv_split_of("flash_backward_half", w, t, H200, kv_split=np.int64(2)) == 2
