@@ -515,8 +515,8 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
 
 def _kv_split(value, kernels, shp, tiling, causal, window, diagonal, on, block_size, inputs) -> int:
     """The backward's split of each K/V head's query heads (``kv_split``): checked, or chosen
-    (None) by ``simulator.predict.kv_split_of`` on this device's SMs for the tensor-core
-    kernels; 1 without grouped K/V heads."""
+    (None) by ``simulator.predict.kv_split_of`` on this device's SMs (1 for kernels other than
+    its ``SPLIT_ALGORITHMS``); 1 without grouped K/V heads."""
     value = checked_kv_split(value, shp.group)
     if shp.group == 1 or value == 1:
         return 1
@@ -526,7 +526,7 @@ def _kv_split(value, kernels, shp, tiling, causal, window, diagonal, on, block_s
             raise ValueError(f"kv_split={value} repeats k and v, which needs NumPy arrays or torch "
                              "tensors; pass kv_split=None or 1 for other device arrays")
         return value
-    if not splittable or kernels not in (("flash_backward_tc",), ("flash_backward_half",)):
+    if not splittable:
         return 1
     blocks = {} if on is None else dict(block_mask=on, block_size=block_size)
     workload = Workload(shp.B, shp.H, shp.N_q, shp.N_k, shp.d, 2 if shp.half else 4, causal,

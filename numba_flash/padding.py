@@ -91,13 +91,15 @@ def forward(q, k, v, key_padding_mask, *, causal, window, diagonal, return_lse, 
     for b, idx in enumerate(kept):
         if not len(idx):                 # every key padding: o = 0, lse = -inf
             continue
-        out = api.flash_attention(q[b:b + 1], _keys(k, b, idx), _keys(v, b, idx), return_lse=True,
+        got = api.flash_attention(q[b:b + 1], _keys(k, b, idx), _keys(v, b, idx), return_lse=True,
                                   return_dropout_mask=return_dropout_mask, **calls[b], **options)
-        o[b], lse[b] = out[0][0], out[1][0]
+        o[b], lse[b] = got[0][0], got[1][0]
         if return_dropout_mask:
-            keep[b][:, :, _key_index(k, idx)] = out[2][0]
+            keep[b][:, :, _key_index(k, idx)] = got[2][0]
     out = (o, lse) if return_lse else (o,)
-    return (*out, keep) if return_dropout_mask else out if return_lse else o
+    if return_dropout_mask:
+        out += (keep,)
+    return out if len(out) > 1 else o
 
 
 def backward(do, q, k, v, o, lse, key_padding_mask, *, causal, window, diagonal, dropout_p,

@@ -29,6 +29,7 @@ from multiprocessing import get_context
 
 import numpy as np
 
+from simulator.kv_split import divisors
 from simulator.tiling import Tiling
 
 from . import kernel_cache
@@ -170,10 +171,10 @@ def build(config: KernelConfig) -> dict:
             nf.standard_attention_backward(q, q, k, k, o, p, causal=c.causal, tiling=backward_tiling)
         elif c.backward:
             o, lse = q.copy(), np.zeros(q.shape[:-1], np.float32)
-            split = {"kv_split": 1} if c.group > 1 else {}   # this group's kernel (with_splits)
+            # kv_split=1: this config's group's kernel (the split groups are configs of their own)
             nf.flash_attention_backward(q, q, k, k, o, lse, causal=c.causal, algorithm=c.backward,
                                         deterministic=c.deterministic, tiling=backward_tiling,
-                                        **band, **split)
+                                        kv_split=1, **band)
         report["backward_s"] = time.perf_counter() - start
     except Exception as exc:      # reported, not raised: the other configs still build
         report["error"] = f"{type(exc).__name__}: {exc}"[:300]
@@ -189,8 +190,7 @@ def with_splits(configs) -> list[KernelConfig]:
     for c in configs:
         out.append(c)
         if c.group > 1 and c.backward:
-            out += [replace(c, forward=None, group=c.group // s)
-                    for s in range(2, c.group + 1) if c.group % s == 0]
+            out += [replace(c, forward=None, group=c.group // s) for s in divisors(c.group)[1:]]
     return list(dict.fromkeys(out))
 
 

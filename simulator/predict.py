@@ -120,7 +120,7 @@ def predict(algorithm: str, workload: Workload, tiling: Tiling | None = None,
     kv_split: the GQA / MQA backward's split (``kv_split_of``; None: the API's automatic
     choice): the kernels' traffic, FLOPs and time on K/V heads x kv_split; the repeat of K, V
     and the sums of the partial dK, dV (outside our kernels) are not counted, their copies are
-    in ``extra_memory`` (K_split, V_split, dK_split, dV_split).
+    in ``workspace`` (K_split, V_split, dK_split, dV_split; so in ``extra_memory_bytes``).
     Conventions: module docstring.
     """
     if algorithm not in ALGORITHMS:
