@@ -13,6 +13,7 @@ EXPERIMENTS = {
     "calibrate": "experiments.calibrate",
     "block_sparse": "experiments.block_sparse",
     "fig2_left": "experiments.fig2_left",
+    "fig3": "experiments.fig3",
     "fig2_middle": "experiments.fig2_middle",
     "io_scaling": "experiments.io_scaling",
     "l2_effect": "experiments.l2_effect",

@@ -71,6 +71,15 @@ def is_device_array(x) -> bool:
     return simulator_enabled() and type(x).__name__ == "FakeCUDAArray"
 
 
+def c_layout(x) -> np.ndarray:
+    """x as a C-contiguous array with C strides on every axis: ``np.ascontiguousarray`` keeps
+    the stride of a length-1 axis as it is (x[None] has stride 0 there), which numba's device
+    arrays then cannot reshape without a copy ("operation requires copying")."""
+    x = np.ascontiguousarray(x)
+    strides = tuple(int(np.prod(x.shape[i + 1:], dtype=np.int64)) * x.itemsize for i in range(x.ndim))
+    return x if x.strides == strides else x.copy()
+
+
 class Memory:
     """Default placement: NumPy in -> copied to the device; device arrays used in place."""
 
@@ -79,7 +88,7 @@ class Memory:
     def input(self, x, name):
         if is_device_array(x):
             return x if simulator_enabled() else cuda.as_cuda_array(x)
-        return cuda.to_device(np.ascontiguousarray(x))
+        return cuda.to_device(c_layout(x))
 
     def output(self, shape, dtype, name, like=None):
         """A new device array of ``dtype`` (float32, or uint16 for the bits of a half-precision

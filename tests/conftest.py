@@ -31,8 +31,11 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session", autouse=True)
 def _gpu_kernels_built(request):
     """On a GPU, every kernel the gpu tests launch is built first, in parallel processes
-    (tests/gpu_kernels.py), so the tests load them from the disk cache."""
-    if SIMULATOR or not any("gpu" in item.keywords for item in request.session.items):
+    (tests/gpu_kernels.py), so the tests load them from the disk cache: only the collected
+    modules' own ``KERNELS`` when each gpu test comes from a module that lists them (e.g.
+    ``pytest tests/test_gpu_varlen.py``), else all of them."""
+    modules = {item.module for item in request.session.items if "gpu" in item.keywords}
+    if SIMULATOR or not modules:
         return
     import time
 
@@ -40,8 +43,10 @@ def _gpu_kernels_built(request):
 
     from .gpu_kernels import CONFIGS
 
+    listed = all(hasattr(m, "KERNELS") for m in modules)
+    configs = list(dict.fromkeys(c for m in modules for c in m.KERNELS)) if listed else CONFIGS
     start = time.perf_counter()
-    rows = nf.warmup(CONFIGS)
+    rows = nf.warmup(configs)
     compiled = sum(row["compiled"] for row in rows)
     print(f"\nwarm-up: {len(rows)} configs, {compiled} kernels compiled, "
           f"{sum(row['loaded'] for row in rows)} loaded, {time.perf_counter() - start:.0f} s")

@@ -31,6 +31,7 @@ def fake_gpu(monkeypatch, tmp_path):
     monkeypatch.setattr(measure, "checked_timing", lambda case, quick: (timing.Timing(2.0, 1.5, 3.0, 10), 1e-7))
     monkeypatch.setattr("experiments.runtime.torch_available", lambda: False)
     monkeypatch.setattr("experiments.bench.torch_available", lambda: False)
+    monkeypatch.setattr("experiments.fig3.torch_available", lambda: False)
     monkeypatch.setattr("experiments.memory._measure", lambda ctx, cases: [
         {"peak_bytes": None, "note": "out of memory", "device_memory_bytes": 150e9} if c.method == "standard" and c.N > 8192
         else {"peak_bytes": 1e9, "note": "", "device_memory_bytes": 150e9} for c in cases])
@@ -60,6 +61,10 @@ def test_gpu_branches_fill_measured_columns(fake_gpu):
     assert any(r["out_of_memory"] == "True" for r in memory)
     runtime = _rows(fake_gpu.out / "runtime" / "runtime.csv")
     assert all(float(r["tflops"]) > 0 for r in runtime)
+    fig3 = _rows(fake_gpu.out / "fig3" / "fig3.csv")
+    flash = [r for r in fig3 if r["method"] == "flash"]
+    assert flash and all(float(r["time_ms"]) == 2.0 and float(r["features_overhead"]) == 1.0 for r in flash)
+    assert all("torch with CUDA is not installed" in r["note"] for r in fig3 if r["method"].startswith("sdpa"))
     summary = _rows(fake_gpu.out / "validation" / "validation.csv")
     scaling_summary = next(r for r in summary if r["source"] == "io_scaling")
     assert float(scaling_summary["mape_percent"]) == pytest.approx(100 * 0.1 / 1.1)

@@ -56,3 +56,17 @@ def test_a_torch_side_stream_gets_numba_outputs(torch):
 def test_the_simulator_never_allocates_with_torch(torch, monkeypatch):
     monkeypatch.setattr(memory, "simulator_enabled", lambda: True)
     assert memory._torch_allocation_device(Tensor()) is None
+
+
+def test_numpy_inputs_reach_the_device_with_c_strides():
+    """A length-1 axis made by x[None] has stride 0, which np.ascontiguousarray keeps and numba's
+    device arrays cannot reshape (the varlen path's NumPy inputs failed so on the H200,
+    2026-12-03); c_layout gives C strides on every axis, copying only then."""
+    from numba_flash.memory import c_layout
+
+    x = np.ascontiguousarray(np.arange(12, dtype=np.float16).reshape(3, 4).swapaxes(0, 1))[None]
+    assert x.strides[0] == 0
+    y = c_layout(x)
+    assert y.strides == (24, 6, 2) and np.array_equal(y, x)
+    z = np.zeros((2, 3), np.float32)
+    assert c_layout(z) is z

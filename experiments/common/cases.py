@@ -13,6 +13,12 @@ r - left <= c <= r + right, -1 = unbounded side, causal ends it at r), grouped K
 FlashAttention, the paper's Algorithm 5; (ceil(N / bq), ceil(N / bk)) booleans for blocks of
 ``block_size`` = (bq, bk) scores, default 128 x 128; ``band_flops`` counts the kept blocks'
 scores) run on method "fa2" only.
+
+Dropout (``dropout_p``, seed ``DROPOUT_SEED``) and key padding (``padding`` = P: batch entry b
+keeps its first ``key_lengths()[b]`` keys, drawn uniformly from [N - P, N] by a generator seeded
+with ``PADDING_SEED``, the paper's Fig. 3 setting with P = 20; the rest are padding, passed as
+``key_padding_mask``) run on method "fa2" too; padding without a causal mask, window or block
+mask (the paper's setting), and ``band_flops`` counts only the kept keys' scores.
 """
 from __future__ import annotations
 
@@ -46,6 +52,10 @@ HALF_METHODS = ("standard", "fa1", "fa2")
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 #: A block mask's default block (queries x keys): FlexAttention's, the API's default.
 BLOCK_SIZE = (128, 128)
+#: Dropout's seed in every call of a case with ``dropout_p`` (one seed: timing needs no fresh
+#: masks), and the seed of the generator that draws a padded case's key lengths.
+DROPOUT_SEED = 0
+PADDING_SEED = 0
 
 
 def attention_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool) -> float:
@@ -105,6 +115,8 @@ class Case:
     kv_heads: int | None = None
     block_mask: tuple[tuple[bool, ...], ...] | None = field(default=None, repr=False)
     block_size: tuple[int, int] | None = None
+    dropout_p: float = 0.0
+    padding: int = 0
 
     def __post_init__(self):
         if self.dtype not in DTYPES:
@@ -121,6 +133,7 @@ class Case:
             object.__setattr__(self, "tiling", tuple(self.tiling))
         self._check_blocks()
         self._check_band_and_heads()
+        self._check_dropout_and_padding()
 
     def _check_blocks(self):
         """Normalise and check ``block_mask`` and ``block_size`` (stored as tuples)."""
@@ -161,6 +174,21 @@ class Case:
         object.__setattr__(self, "window", window)
         object.__setattr__(self, "kv_heads", kv_heads)
 
+    def _check_dropout_and_padding(self):
+        """Check ``dropout_p`` (a float in [0, 1)) and ``padding`` (an int in [0, N))."""
+        if isinstance(self.dropout_p, bool) or not isinstance(self.dropout_p, (int, float)) \
+                or not 0.0 <= self.dropout_p < 1.0:
+            raise ValueError(f"dropout_p must be a float in [0, 1), got {self.dropout_p!r}")
+        object.__setattr__(self, "dropout_p", float(self.dropout_p))
+        if isinstance(self.padding, bool) or not isinstance(self.padding, int) or not 0 <= self.padding < self.N:
+            raise ValueError(f"padding must be an int in [0, N={self.N}), got {self.padding!r}")
+        if (self.dropout_p or self.padding) and (self.method != "fa2" or self.deterministic):
+            raise ValueError("dropout_p and padding run on method 'fa2' (not deterministic), got "
+                             f"{self.method!r}{' deterministic' if self.deterministic else ''}")
+        if self.padding and (self.causal or self.window is not None or self.block_mask is not None):
+            raise ValueError("padding runs without causal, window or block_mask (the paper's Fig. 3 "
+                             "setting): pass padding=0 or drop the mask")
+
     @property
     def label(self) -> str:
         parts = [self.method, self.passes, f"B{self.B}H{self.H}N{self.N}d{self.d}"]
@@ -179,6 +207,10 @@ class Case:
         if self.block_mask is not None:   # the mask's bits, row by row, packed as hex
             bits = np.packbits(self.block_mask_array.ravel()).tobytes().hex()
             parts.append(f"blocks{self.block_size[0]}x{self.block_size[1]}_{bits}")
+        if self.dropout_p:
+            parts.append(f"dropout{self.dropout_p!r}")
+        if self.padding:
+            parts.append(f"pad{self.padding}")
         return "/".join(parts)
 
     @classmethod
@@ -202,9 +234,11 @@ class Case:
             shape = (ceil_div(N, bq), ceil_div(N, bk))
             on = np.unpackbits(np.frombuffer(bytes.fromhex(bits), np.uint8))[:math.prod(shape)]
             sparse = dict(block_mask=on.astype(bool).reshape(shape), block_size=(bq, bk))
+        dropout_p = next((float(f[7:]) for f in flags if f.startswith("dropout")), 0.0)
+        padding = next((int(f[3:]) for f in flags if re.fullmatch(r"pad\d+", f)), 0)
         return cls(method, passes, B, H, N, d, causal="causal" in flags, tiling=tiling,
                    deterministic="deterministic" in flags, dtype=dtype, window=window,
-                   kv_heads=kv_heads, **sparse)
+                   kv_heads=kv_heads, dropout_p=dropout_p, padding=padding, **sparse)
 
     @property
     def flops(self) -> float:
@@ -213,9 +247,27 @@ class Case:
 
     @property
     def band_flops(self) -> float:
-        """FLOPs of the scores the mask leaves (causal, window and block mask counted exactly)."""
+        """FLOPs of the scores the mask leaves (causal, window and block mask counted exactly;
+        with ``padding``, the kept keys' scores: 4 d H N (sum of the key lengths) forward)."""
+        if self.padding:
+            forward = 4.0 * self.d * self.H * self.N * float(self.key_lengths().sum())
+            return forward * (1.0 + BACKWARD_FLOPS_FACTOR) if self.passes == "fwd_bwd" else forward
         return band_flops(self.B, self.H, self.N, self.d, self.passes, self.causal, self.window,
                           self.block_mask, self.block_size or BLOCK_SIZE)
+
+    def key_lengths(self) -> np.ndarray:
+        """(B,) int64: the keys each batch entry keeps, N - U with U uniform in [0, padding]
+        (a generator seeded with ``PADDING_SEED``); N each without padding."""
+        if not self.padding:
+            return np.full(self.B, self.N, np.int64)
+        rng = np.random.default_rng(PADDING_SEED)
+        return self.N - rng.integers(0, self.padding, size=self.B, endpoint=True)
+
+    def key_padding_mask(self) -> np.ndarray | None:
+        """(B, N) bool, True on padding keys (the API's ``key_padding_mask``); None without."""
+        if not self.padding:
+            return None
+        return np.arange(self.N)[None, :] >= self.key_lengths()[:, None]
 
     @cached_property
     def block_mask_array(self) -> np.ndarray | None:
@@ -239,11 +291,15 @@ class Case:
         return (self.B, self.kv_heads or self.H, self.N, self.d)
 
     def mask_kwargs(self) -> dict:
-        """The API's mask arguments: causal, and window and block_mask / block_size only when
-        set (the methods without them take neither)."""
+        """The API's mask arguments: causal, and window, block_mask / block_size, dropout_p /
+        dropout_seed and key_padding_mask only when set (the methods without them take none)."""
         kwargs = {"causal": self.causal, **({"window": self.window} if self.window is not None else {})}
         if self.block_mask is not None:
             kwargs.update(block_mask=self.block_mask_array, block_size=self.block_size)
+        if self.dropout_p:
+            kwargs.update(dropout_p=self.dropout_p, dropout_seed=DROPOUT_SEED)
+        if self.padding:
+            kwargs.update(key_padding_mask=self.key_padding_mask())
         return kwargs
 
     def simulator_algorithms(self) -> list[str]:

@@ -8,6 +8,11 @@ dv += P^T dO summed over the row blocks.  A sliding window masks the scores outs
 as the causal mask does, and so does a block mask the scores of the blocks it drops (rows left
 with no key: o = 0 and no gradient, the kernels' convention); grouped K/V heads (GQA / MQA) are
 repeated over their query heads for the reference, and dk, dv summed back over each group.
+Key padding (``Case.padding``) hides the keys past each entry's length as the masks do.
+Dropout (``Case.dropout_p``): the reference applies the mask the forward draws, taken from the
+API (``return_dropout_mask=True``, the same seed: the kernels regenerate the same mask on every
+call; that it is ``reference.dropout_keep``'s is the tests' job), P Z = P x mask / (1 - p):
+o = (P Z) v, dv = (P Z)^T dO, dS = P (Z dP - rowsum(dO * o)).
 Without torch: ``numba_flash.reference``.
 The error of a tensor is ``max|out - ref| / max|ref|``; a case fails loudly (``MismatchError``)
 when any output's error exceeds the tolerance.
@@ -63,13 +68,17 @@ def _as_torch(t, dtype):
     return torch.as_tensor(t, device="cuda")
 
 
-def _visible(rs, N, causal, window, blocks=None):
+def _visible(hs, rs, N, causal, window, blocks=None, lengths=None):
     """(rows, N) booleans: row r sees key c (causal: c <= r; window (left, right): r - left <= c
     <= r + right, -1 unbounded; ``blocks`` = (mask, bq, bk): block (r // bq, c // bk) kept);
-    None when every row sees every key."""
+    (heads, rows, N) with ``lengths`` ((B H,) keys kept per batch-head: c < the length of the
+    heads ``hs``); None when every row sees every key."""
     import torch
 
     left, right = (-1, -1) if window is None else window
+    if lengths is not None:
+        cols = torch.arange(N, device="cuda")
+        return cols[None, None, :] < lengths[hs][:, None, None]
     if not causal and left < 0 and right < 0 and blocks is None:
         return None
     rows = torch.arange(rs.start, rs.stop, device="cuda")[:, None]
@@ -87,14 +96,15 @@ def _visible(rs, N, causal, window, blocks=None):
     return ok
 
 
-def _block_attention(x, hs, rs, scale, mask, N, grads, dtype):
-    """The block's o (and ds, p, do) in ``dtype`` arithmetic, as described in the module
-    docstring (float64: the reference); ``mask``: (causal, window, blocks) (``_visible``)."""
+def _block_attention(x, hs, rs, scale, mask, N, grads, dtype, dropout=None):
+    """The block's o (and ds, P Z, do) in ``dtype`` arithmetic, as described in the module
+    docstring (float64: the reference); ``mask``: (causal, window, blocks, lengths)
+    (``_visible``); ``dropout``: (keep (B H, N, N) bool, 1 / (1 - p)) or None."""
     import torch
 
     q, k, v = (x[n][hs, rs].to(dtype) if n == "q" else x[n][hs].to(dtype) for n in ("q", "k", "v"))
     s = (q @ k.transpose(-1, -2)) * scale
-    visible = _visible(rs, N, *mask)
+    visible = _visible(hs, rs, N, *mask)
     if visible is not None:
         s = s.masked_fill(~visible, float("-inf"))
     p = torch.softmax(s.float() if dtype != torch.float64 else s, dim=-1)
@@ -102,20 +112,28 @@ def _block_attention(x, hs, rs, scale, mask, N, grads, dtype):
     if visible is not None:   # a row that sees no key: softmax's NaN -> 0, so o = 0
         p = p.masked_fill(~visible.any(-1, keepdim=True), 0.0)
     p = p.to(dtype)
-    o = p @ v
+    z = None
+    if dropout is not None:   # P Z, computed in fp32 (float64 for the reference), rounded once
+        keep, factor = dropout
+        z = keep[hs, rs].to(torch.float64 if dtype == torch.float64 else torch.float32) * factor
+    pz = p if z is None else (p.to(z.dtype) * z).to(dtype)
+    o = pz @ v
     if not grads:
         return o, None
     do = x["do"][hs, rs].to(dtype)
-    ds = p * (do @ v.transpose(-1, -2) - (do * o).sum(-1, keepdim=True))
-    return o, (ds, p, do, q, k)
+    dp = do @ v.transpose(-1, -2)
+    if z is not None:
+        dp = (dp.to(z.dtype) * z).to(dtype)
+    ds = p * (dp - (do * o).sum(-1, keepdim=True))
+    return o, (ds, pz, do, q, k)
 
 
 def _gradients(back, scale):
-    """dq, dk and dv of one block from ``_block_attention``'s (ds, p, do, q, k), in their
+    """dq, dk and dv of one block from ``_block_attention``'s (ds, P Z, do, q, k), in their
     arithmetic (dk and dv: this block's share, summed over row blocks by the caller)."""
-    ds, p, do, q, k = back
+    ds, pz, do, q, k = back
     return {"dq": scale * (ds @ k), "dk": scale * (ds.transpose(-1, -2) @ q),
-            "dv": p.transpose(-1, -2) @ do}
+            "dv": pz.transpose(-1, -2) @ do}
 
 
 def _torch_errors(case: Case, inputs: dict, outputs: dict) -> tuple[dict[str, float], dict[str, float]]:
@@ -130,7 +148,10 @@ def _torch_errors(case: Case, inputs: dict, outputs: dict) -> tuple[dict[str, fl
     half = case.dtype != "float32"
     blocks = None if case.block_mask is None else (
         torch.as_tensor(case.block_mask_array, device="cuda"), *case.block_size)
-    mask = (case.causal, case.window, blocks)
+    lengths = None if not case.padding else torch.as_tensor(
+        case.key_lengths(), device="cuda").repeat_interleave(H)
+    mask = (case.causal, case.window, blocks, lengths)
+    dropout = _dropout_mask(case, inputs)
 
     def heads_of_q(name, t):   # K/V heads repeated over their query heads
         t = torch.as_tensor(t, device="cuda")
@@ -154,10 +175,10 @@ def _torch_errors(case: Case, inputs: dict, outputs: dict) -> tuple[dict[str, fl
     acc = {}
     grouped = {}   # GQA: (who, name) -> dk or dv summed over each group, (B H_kv, N, d)
     for hs, rs in _blocks(B * H, N):
-        o, back = _block_attention(x, hs, rs, scale, mask, N, grads, torch.float64)
+        o, back = _block_attention(x, hs, rs, scale, mask, N, grads, torch.float64, dropout)
         mine = {"ours": {n: t[hs, rs] for n, t in ours.items() if n not in ("dk", "dv")}}
         if half:
-            po, pback = _block_attention(x, hs, rs, scale, mask, N, grads, fmt)
+            po, pback = _block_attention(x, hs, rs, scale, mask, N, grads, fmt, dropout)
             mine["plain"] = {"o": po}
             if grads:
                 mine["plain"].update((n, g.float()) for n, g in _gradients(pback, scale).items())
@@ -191,6 +212,23 @@ def _torch_errors(case: Case, inputs: dict, outputs: dict) -> tuple[dict[str, fl
     return errors["ours"], errors.get("plain", {})
 
 
+def _dropout_mask(case: Case, inputs: dict):
+    """(keep (B H, N, N) bool on the GPU, 1 / (1 - p)) of a case with dropout: the mask its
+    forward draws, from the API on the same inputs and seed; None without dropout."""
+    if not case.dropout_p:
+        return None
+    import torch
+
+    import numba_flash
+    from numba_flash.reference import dropout_scale
+
+    _, keep = numba_flash.flash_attention(inputs["q"], inputs["k"], inputs["v"], **case.mask_kwargs(),
+                                          algorithm=case.method, tiling=case.tiling_object(),
+                                          return_dropout_mask=True)
+    keep = torch.as_tensor(keep, device="cuda")
+    return keep.reshape(case.B * case.H, case.N, case.N), dropout_scale(case.dropout_p)
+
+
 def _numpy_reference(chunk: dict, mask: dict, grads: bool) -> dict:
     from numba_flash import reference
 
@@ -214,8 +252,8 @@ def relative_errors(case: Case, inputs: dict, outputs: dict) -> tuple[dict[str, 
     try:
         import torch  # noqa: F401
     except ImportError:
-        if case.dtype != "float32":
-            raise RuntimeError("half-precision cases are checked with torch (not installed)")
+        if case.dtype != "float32" or case.dropout_p or case.padding:
+            raise RuntimeError("half-precision, dropout and padded cases are checked with torch (not installed)")
         return _numpy_errors(case, inputs, outputs), {}
     return _torch_errors(case, inputs, outputs)
 

@@ -13,8 +13,9 @@ from .context import RunContext
 
 def kernel_config(case: Case):
     """The ``numba_flash.KernelConfig`` of a case's calls (its window's sides, its group of
-    query heads per K/V head and a block mask's block size decide kernels too; the mask
-    itself does not)."""
+    query heads per K/V head, a block mask's block size and dropout decide kernels too; the
+    mask, p and the key lengths do not: every padded entry's call takes the kernels of N keys
+    while N - padding and N round to the same tile side)."""
     from numba_flash import KernelConfig
 
     backward = None
@@ -23,7 +24,8 @@ def kernel_config(case: Case):
     return KernelConfig(d=case.d, n_q=case.N, causal=case.causal, forward=case.method,
                         backward=backward, deterministic=case.deterministic,
                         tiling=case.tiling_object(), dtype=case.dtype, window=case.window,
-                        group=case.H // (case.kv_heads or case.H), block_size=case.block_size)
+                        group=case.H // (case.kv_heads or case.H), block_size=case.block_size,
+                        dropout=case.dropout_p > 0)
 
 
 class KernelsListed(Exception):

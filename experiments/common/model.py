@@ -73,6 +73,17 @@ def workload(case: Case, dtype_bytes: int | None = None):
                     causal=case.causal, **band)
 
 
+def call_workloads(case: Case, dtype_bytes: int | None = None) -> list:
+    """The Workload of each call the case's API call makes: its own, or with ``padding`` one
+    per batch entry (B = 1 on the entry's kept keys: ``numba_flash.padding`` runs them so)."""
+    from dataclasses import replace
+
+    whole = workload(case, dtype_bytes)
+    if not case.padding:
+        return [whole]
+    return [replace(whole, B=1, N_k=int(n)) for n in case.key_lengths()]
+
+
 def kernel_tiling(algorithm: str, d: int, n: int, block_size: tuple[int, int] | None = None):
     """The tiling numba_flash launches ``algorithm``'s kernels with when given none, for
     sequences of ``n`` queries and keys (the defaults are cut to short sequences, and with a
@@ -90,7 +101,8 @@ def effective_tiling(case: Case):
 
 
 def reports(case: Case, dtype_bytes: int | None = None, gpu: str = MEASURED_GPU, tiling: str = "kernels") -> list:
-    """``simulator.predict``'s report for each of the case's calls."""
+    """``simulator.predict``'s report for each of the case's calls (with ``padding``, each
+    batch entry's: ``call_workloads``)."""
     import simulator
 
     def chosen(algorithm):
@@ -98,29 +110,37 @@ def reports(case: Case, dtype_bytes: int | None = None, gpu: str = MEASURED_GPU,
             return case.tiling_object()
         return kernel_tiling(algorithm, case.d, case.N, case.block_size) if tiling == "kernels" else None
 
-    return [simulator.predict(a, workload(case, dtype_bytes), tiling=chosen(a), hardware=hardware(gpu))
-            for a in case.simulator_algorithms()]
+    return [simulator.predict(a, w, tiling=chosen(a), hardware=hardware(gpu))
+            for w in call_workloads(case, dtype_bytes) for a in case.simulator_algorithms()]
 
 
 def predict_case(case: Case, dtype_bytes: int | None = None, gpu: str = MEASURED_GPU, tiling: str = "kernels") -> Prediction:
-    """Sum of the predictions of the case's calls (forward, and backward for fwd_bwd): the SMs'
-    global-memory bytes and DRAM bytes as the level model has them (``simulator.levels``), and
-    its time; where the model lacks a kernel's resources or the GPU's rates (NaN), the tiled
-    count, the L2 model's DRAM bytes and the roofline."""
+    """Sum of the predictions of the case's calls (forward, and backward for fwd_bwd; with
+    padding, each entry's): the SMs' global-memory bytes and DRAM bytes as the level model has
+    them (``simulator.levels``), and its time; where the model lacks a kernel's resources or
+    the GPU's rates (NaN), the tiled count, the L2 model's DRAM bytes and the roofline (per
+    entry)."""
     parts = reports(case, dtype_bytes, gpu, tiling)
-    total = parts[0]
-    for part in parts[1:]:
-        total = total + part
+    per_call = len(case.simulator_algorithms())   # reports of one workload (one entry's calls)
+    entries = [parts[i:i + per_call] for i in range(0, len(parts), per_call)]
 
     def level(value, fallback):
         return float(value) if value is not None and math.isfinite(value) else float(fallback)
 
-    return Prediction(read_bytes=level(total.sm_l2_read_bytes, total.hbm_read_bytes),
-                      write_bytes=level(total.sm_l2_write_bytes, total.hbm_write_bytes),
-                      dram_bytes=level(total.dram_read_bytes + total.dram_write_bytes,
-                                       total.l2.dram_bytes),
-                      flops=float(total.flops),
-                      time_s=level(total.time_s, total.roofline_seconds))
+    def entry_prediction(calls) -> Prediction:
+        total = calls[0]
+        for part in calls[1:]:
+            total = total + part
+        return Prediction(read_bytes=level(total.sm_l2_read_bytes, total.hbm_read_bytes),
+                          write_bytes=level(total.sm_l2_write_bytes, total.hbm_write_bytes),
+                          dram_bytes=level(total.dram_read_bytes + total.dram_write_bytes,
+                                           total.l2.dram_bytes),
+                          flops=float(total.flops),
+                          time_s=level(total.time_s, total.roofline_seconds))
+
+    each = [entry_prediction(calls) for calls in entries]
+    return Prediction(*(sum(getattr(p, f) for p in each)
+                        for f in ("read_bytes", "write_bytes", "dram_bytes", "flops", "time_s")))
 
 
 @dataclass(frozen=True)
@@ -167,9 +187,13 @@ def predicted_or_note(case: Case) -> Predicted | str:
 
     levels = all(finite(r.sm_l2_read_bytes) and finite(r.sm_l2_write_bytes) for r in parts)
     runtime = all(finite(r.time_s) for r in parts)
+    time_by = "runtime model" if runtime else "roofline (runtime model NaN)"
+    if case.dropout_p:
+        time_by += " of the kernels without dropout (its Philox work is not modelled)"
+    if case.padding:
+        time_by += "; the per-entry gathers and scatters not modelled"
     return Predicted(prediction, parts,
-                     "levels (SM<->L2 sectors)" if levels else "tiled count (levels NaN)",
-                     "runtime model" if runtime else "roofline (runtime model NaN)")
+                     "levels (SM<->L2 sectors)" if levels else "tiled count (levels NaN)", time_by)
 
 
 def touched_tensors(case: Case) -> list[list[str]]:
