@@ -15,8 +15,11 @@ pytestmark = pytest.mark.gpu
 
 
 def _cuda(x):
+    """x on the GPU as a torch tensor (the forward's outputs, already there, as they are)."""
     import torch
 
+    if isinstance(x, torch.Tensor):
+        return x
     return torch.as_tensor(np.ascontiguousarray(x), device="cuda")
 
 
