@@ -59,6 +59,9 @@ run 300 run window
 # (inputs as numba device arrays), 107 s of it building its 8 configs' kernels into a cache
 # that held none of them; the full sweep (32 cases) needs ~400 s
 run 360 run block_sparse
+# Fig. 3, dropout 0.1 + padding vs N, 8 cases (quick): 113 s on the H200 on 2026-12-03 with its
+# kernels built (124 s more to build them into an empty cache); the full sweep (16) 213 s
+run 300 run fig3
 # ring attention: P = 1 on a one-GPU machine (P > GPUs skipped and said so); not yet run on a GPU
 run 200 run ring
 [ -n "${SKIP_TRAIN:-}" ] || run 200 run train_gpt
