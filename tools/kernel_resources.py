@@ -150,12 +150,6 @@ def configurations(head_dims, extra=()) -> list[Config]:
     return tc + fma + standard + others
 
 
-def key_of(config: Config) -> tuple:
-    """(kernel, variant, Br, Bc, d, causal) of a tiled configuration."""
-    t = config.tiling
-    return (config.kernel, config.variant, t.Br, t.Bc, config.d, config.causal)
-
-
 def experiment_keys(names, head_dims=HEAD_DIMS) -> list[tuple]:
     """(kernel, variant, Br, Bc, d, causal) of every tiled launch that the experiments
     ``names`` make in a full GPU run (their cases, ``experiments.common.kernels.listed_cases``,
@@ -167,8 +161,8 @@ def experiment_keys(names, head_dims=HEAD_DIMS) -> list[tuple]:
     from experiments.common.kernels import listed_cases
     from experiments.common.model import reports
 
-    known = {key_of(c) for c in configurations(head_dims) if c.tiled}
-    found = {}
+    known = {config_key(c) for c in configurations(head_dims)}
+    found = set()
     for case in listed_cases([(EXPERIMENTS[n], n) for n in names], quick=False):
         for report in reports(case):
             w, t = report.workload, report.tiling
@@ -178,10 +172,9 @@ def experiment_keys(names, head_dims=HEAD_DIMS) -> list[tuple]:
                 kernel, variant = p.code
                 if not p.block_trips or (kernel, variant) not in TILED:
                     continue
-                key = (kernel, variant, t.Br, t.Bc, w.d, w.kernel_causal)
-                if key not in known:
-                    found[key] = key
-    return sorted(found.values())
+                if config_key(tiled(kernel, variant, w.d, w.kernel_causal, t)) not in known:
+                    found.add((kernel, variant, t.Br, t.Bc, w.d, w.kernel_causal))
+    return sorted(found)
 
 
 def _blank(value) -> str:
