@@ -1,0 +1,61 @@
+"""tools/kernel_resources.py's choice of configurations (shared by kernel_sass.py and
+kernel_loops.py): the committed table holds exactly what it chooses, ``--add`` compiles nothing
+more for it and refuses a table of other kernel sources, and ``--experiments`` finds the tilings
+an experiment runs beyond the defaults. No compiling: the tools' pure-Python parts."""
+import csv
+import sys
+from pathlib import Path
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parent.parent / "tools"
+sys.path.insert(0, str(TOOLS))
+
+import kernel_resources as kr  # noqa: E402
+
+from numba_flash.kernel_cache import source_digest  # noqa: E402
+from simulator.occupancy import RESOURCES_CSV  # noqa: E402
+
+
+def _table():
+    with open(RESOURCES_CSV, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def _extras(rows):
+    """The committed rows that are not default configurations, as ``configurations``' extras."""
+    defaults = {kr.config_key(c) for c in kr.configurations(kr.HEAD_DIMS)}
+    return tuple((r["kernel"], r["variant"], int(r["Br"]), int(r["Bc"]), int(r["d"]), r["causal"] == "True")
+                 for r in rows if kr.row_key(r) not in defaults)
+
+
+def test_the_table_holds_exactly_the_chosen_configurations():
+    rows = _table()
+    chosen = (kr.HEAD_DIMS, _extras(rows))
+    keys = [kr.config_key(c) for c in kr.configurations(*chosen)]
+    assert len(keys) == len(set(keys)) == len(rows)
+    assert set(keys) == {kr.row_key(r) for r in rows}
+    assert kr.missing(chosen, {kr.row_key(r) for r in rows}) == []          # --add: nothing to do
+    assert len(kr.missing(chosen, set())) == len(rows)
+    assert len(kr.configurations(kr.HEAD_DIMS)) == 147
+
+
+def test_add_keeps_rows_of_these_sources_only(tmp_path):
+    assert kr.kept_rows(tmp_path / "none.csv", source_digest()[:16]) == []   # a new table
+    rows = _table()[:3]
+    path = tmp_path / "t.csv"
+    kr.write_table(path, kr.COLUMNS, rows, "ptxas", "2026-12-03", source_digest()[:16])
+    assert [kr.row_key(r) for r in kr.kept_rows(path, source_digest()[:16])] == [kr.row_key(r) for r in rows]
+    with pytest.raises(SystemExit, match="other kernel sources"):
+        kr.kept_rows(path, "0" * 16)
+
+
+def test_experiments_add_their_own_tilings(monkeypatch):
+    # (the listing run predicts before it builds: trips from the pipe throughputs, not the
+    # issue simulator's seconds a large tile; the launches it lists are the same)
+    monkeypatch.setattr("simulator.runtime._simulated_trip", lambda *args, **kwargs: None)
+    # fig2_middle's Bc sweep at Br = 64, d = 64: Algorithm 1 at 64 x 128 and 64 x 256 (its
+    # 64 x 64 is the default), FA2 FFMA at 64 x 64 and 64 x 128 (64 x 256 does not fit)
+    assert kr.experiment_keys(["fig2_middle"]) == [
+        ("flash_forward_v1", "", 64, 128, 64, False), ("flash_forward_v1", "", 64, 256, 64, False),
+        ("flash_forward_v2", "", 64, 64, 64, False), ("flash_forward_v2", "", 64, 128, 64, False)]
