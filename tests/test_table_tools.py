@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
-sys.path.insert(0, str(TOOLS))
+sys.path.append(str(TOOLS))     # after the packages: a tool never shadows one
 
 import kernel_resources as kr  # noqa: E402
 
