@@ -107,20 +107,17 @@ def concurrent_blocks(kernel: str | None, tiling: Tiling, workload: Workload,
 
 def resident_blocks(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> int:
     """Blocks of launch ``p`` resident on the whole GPU at once: where its compiled kernel's
-    resources are recorded (``simulator.occupancy``: ptxas's registers and the kernel's shared
+    resources are recorded (``simulator.local.launch_occupancy``: ptxas's registers and the kernel's shared
     memory, whose tiles are fp32 in every storage format for the FMA kernels), the occupancy
     they give; else assumption 1's estimate (``concurrent_blocks``). H200, 2026-12-02, ncu:
     Algorithm 1's 64 x 64 kernel at d = 64 holds 168 registers a thread, one 256-thread
     block an SM (launch__occupancy_limit_registers = 1), where the estimate had 3 (fp32) and
     6 (fp16) blocks an SM."""
-    from .local import compiled_tiling, recorded_causal
-    from .occupancy import resources
+    from .local import launch_occupancy
 
     if p.block_trips:
-        kernel, variant = p.code
         try:
-            res = resources(kernel, compiled_tiling(p, tiling), w.d, recorded_causal(p, w), variant)
-            return hw.sm_count * res.occupancy(hw).blocks_per_sm
+            return hw.sm_count * launch_occupancy(p, w, tiling, hw).blocks_per_sm
         except (LookupError, ValueError):     # never recorded, or too big for this GPU
             pass
     return concurrent_blocks(p.kernel, tiling, w, hw)

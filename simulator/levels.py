@@ -121,13 +121,10 @@ def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
 def _launches(p, workload, tiling, hardware) -> bool:
     """Whether launch ``p``'s kernel was compiled for this configuration
     (``simulator.occupancy.resources``) and can run on ``hardware`` (its occupancy)."""
-    from .local import compiled_tiling, recorded_causal
-    from .occupancy import resources
+    from .local import launch_occupancy
 
-    kernel, variant = p.code
     try:
-        resources(kernel, compiled_tiling(p, tiling), workload.d, recorded_causal(p, workload),
-                  variant).occupancy(hardware)
+        launch_occupancy(p, workload, tiling, hardware)
     except (LookupError, ValueError):        # never compiled (or recorded), or too big for this GPU
         return False
     return True

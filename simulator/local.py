@@ -62,6 +62,15 @@ def recorded_causal(p: Phase, w: Workload) -> bool | None:
     return w.kernel_causal
 
 
+def launch_occupancy(p: Phase, w: Workload, tiling: Tiling, hw: Hardware):
+    """The occupancy on ``hw`` of launch ``p``'s compiled kernel, from its recorded resources
+    (``simulator.occupancy.resources``): LookupError where they were never recorded,
+    ValueError where the kernel cannot launch on ``hw`` (too much shared memory)."""
+    kernel, variant = p.code
+    return resources(kernel, compiled_tiling(p, tiling), w.d, recorded_causal(p, w),
+                     variant).occupancy(hw)
+
+
 def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalTraffic:
     """The local traffic (module docstring) of launch ``p``."""
     kernel, variant = p.code

@@ -53,6 +53,14 @@ def _gpu_kernels_built(request):
 
 
 @pytest.fixture
+def throughput_trips(monkeypatch):
+    """The runtime model's main-loop trips from its pipe throughputs, not the issue simulator
+    (seconds a large-tile configuration such as Algorithm 1 at 64 x 128): for tests of the
+    experiments' plumbing at GPU sizes, not of the model (tests/test_simulator_* test it)."""
+    monkeypatch.setattr("simulator.runtime._simulated_trip", lambda *args, **kwargs: None)
+
+
+@pytest.fixture
 def rng(request):
     """A generator seeded from the test's name: fresh, non-zero inputs, reproducible failures."""
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))

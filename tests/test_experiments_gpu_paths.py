@@ -26,7 +26,7 @@ def fake_counters(cases, workdir, progress=None):
 
 
 @pytest.fixture
-def fake_gpu(monkeypatch, tmp_path):
+def fake_gpu(monkeypatch, tmp_path, throughput_trips):
     monkeypatch.setattr(traffic, "profile_cases", fake_counters)
     monkeypatch.setattr(measure, "checked_timing", lambda case, quick: (timing.Timing(2.0, 1.5, 3.0, 10), 1e-7))
     monkeypatch.setattr("experiments.runtime.torch_available", lambda: False)
@@ -36,10 +36,6 @@ def fake_gpu(monkeypatch, tmp_path):
         {"peak_bytes": None, "note": "out of memory", "device_memory_bytes": 150e9} if c.method == "standard" and c.N > 8192
         else {"peak_bytes": 1e9, "note": "", "device_memory_bytes": 150e9} for c in cases])
     monkeypatch.setattr("experiments.common.metadata.device_name", lambda device: "fake GPU")
-    # the runtime model's trips from its pipe throughputs, not the issue simulator (seconds a
-    # large-tile configuration): these tests check the GPU branches' plumbing at GPU sizes; the
-    # simulator has its own tests (test_simulator_issue, test_simulator_levels)
-    monkeypatch.setattr("simulator.runtime._simulated_trip", lambda *args, **kwargs: None)
     return RunContext(device="gpu", quick=True, out=tmp_path, command="test")
 
 

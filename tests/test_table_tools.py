@@ -50,10 +50,8 @@ def test_add_keeps_rows_of_these_sources_only(tmp_path):
         kr.kept_rows(path, "0" * 16)
 
 
-def test_experiments_add_their_own_tilings(monkeypatch):
-    # (the listing run predicts before it builds: trips from the pipe throughputs, not the
-    # issue simulator's seconds a large tile; the launches it lists are the same)
-    monkeypatch.setattr("simulator.runtime._simulated_trip", lambda *args, **kwargs: None)
+def test_experiments_add_their_own_tilings(throughput_trips):
+    # (the listing run predicts before it builds; the launches it lists are the same either way)
     # fig2_middle's Bc sweep at Br = 64, d = 64: Algorithm 1 at 64 x 128 and 64 x 256 (its
     # 64 x 64 is the default), FA2 FFMA at 64 x 64 and 64 x 128 (64 x 256 does not fit)
     assert kr.experiment_keys(["fig2_middle"]) == [

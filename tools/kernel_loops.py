@@ -1,8 +1,10 @@
 """The main loop of every kernel the API launches by default (and the experiments at other
-tilings), instruction by instruction with its registers, from its sm_90 SASS: writes ``simulator/kernel_loops.json.gz``, which the issue
-simulator reads (``simulator.issue.stream_for``, ``loop_cycles``).
+tilings), instruction by instruction with its registers, from its sm_90 SASS: writes
+``simulator/kernel_loops.json.gz``, which the issue simulator reads (``simulator.issue.stream_for``,
+``loop_cycles``).
 
     CUDA_HOME=/usr/local/cuda-13.0 python tools/kernel_loops.py [--d 32 64 ...] [--jobs 2] [--keep DIR]
+        [--experiments [NAME ...]] [--add]
     python tools/kernel_loops.py --from-sass DIR     # again from the SASS kept in DIR: seconds
 
 The configurations are tools/kernel_resources.py's (``configurations``, ``--experiments`` and
