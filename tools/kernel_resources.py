@@ -41,7 +41,7 @@ from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
 from numba_flash.checks import BLOCK_SIZE
 from simulator.flash import SPARSE_VARIANT
 from simulator.spec import Mask
-from simulator.tiling import Tiling
+from simulator.tiling import Tiling, table_variant
 
 OUT = Path(__file__).resolve().parent.parent / "simulator" / "kernel_resources.csv"
 HEAD_DIMS = (32, 64, 80, 128, 256)
@@ -139,7 +139,8 @@ def measure(head_dims, index: int) -> dict[str, str]:
     kernel = config.make(tiling)
     cap = register_cap(kernel)
     found = ptxas_resources(sm90_ptx(config.kind, kernel), cap)
-    row = {"kernel": config.kernel, "function": kernel.py_func.__name__, "variant": config.variant,
+    row = {"kernel": config.kernel, "function": kernel.py_func.__name__,
+           "variant": table_variant(config.variant, tiling),
            "Br": _blank(tiling and tiling.Br), "Bc": _blank(tiling and tiling.Bc),
            "d": _blank(config.d), "causal": _blank(config.causal),
            "threads": str(tiling.threads_for(config.kernel) if tiling else ROW_THREADS),
