@@ -38,8 +38,9 @@ from experiments.common.cases import Case, device_inputs
 from experiments.common.context import NO_GPU, RunContext
 from experiments.common.kernels import build_kernels
 from experiments.common.measure import add_note, failure_note, is_out_of_memory, timing_or_note
-from experiments.common.timing import INPUT_SETS, QUICK_REPEATS, REPEATS, tflops, time_cuda
-from experiments.common.torch_sdpa import torch_available
+from experiments.common.timing import tflops
+from experiments.common.torch_sdpa import (sdpa_call, sdpa_inputs, time_sdpa, torch_available,
+                                            unsupported_reason)
 
 NAME = "fig3"
 B, H, D = 16, 8, 64
@@ -59,16 +60,17 @@ def cases(N: int, dtype: str) -> tuple[Case, Case]:
     return featured, Case("fa2", "fwd_bwd", B, H, N, D, dtype=dtype)
 
 
-def predicted_memory(case: Case) -> int:
+def predicted_memory(case: Case, reports: list | None = None) -> int:
     """Bytes our forward + backward allocates at its peak beyond the inputs (module docstring):
     the whole call's o, lse, dq, dk, dv, plus the largest call's own tensors -- with padding
     an entry's gathered K, V and outputs; every call's workspace (``TrafficReport.workspace``:
-    the backward's D, the half backward's fp32 dQ)."""
+    the backward's D, the half backward's fp32 dQ). ``reports``: the case's ``model.reports``
+    where already made."""
     whole = model.workload(case)
     kept = sum(whole.tensor_elements(n) * whole.dtype_bytes for n in ("O", "dQ", "dK", "dV"))
     kept += whole.tensor_elements("L") * 4
     entry = 0
-    for report in model.reports(case):
+    for report in reports if reports is not None else model.reports(case):
         w = report.workload
         own = sum(n * report.element_bytes(name) for name, n in report.workspace.items())
         if case.padding:   # the entry's K, V copies and the outputs of its call
@@ -77,33 +79,6 @@ def predicted_memory(case: Case) -> int:
             own += sum(w.tensor_elements(n) * report.element_bytes(n) for n in names)
         entry = max(entry, own)
     return int(kept + entry)
-
-
-def _sdpa_call(backend: str, case: Case):
-    """SDPA forward + backward on ``backend`` with the case's padding as a boolean mask (True:
-    attend) and its dropout."""
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    chosen = getattr(SDPBackend, backend)
-    pad = case.key_padding_mask()
-    attend = None if pad is None else torch.as_tensor(~pad, device="cuda")[:, None, None, :]
-
-    def call(x):
-        with sdpa_kernel(chosen):
-            o = F.scaled_dot_product_attention(x["q"], x["k"], x["v"], attn_mask=attend,
-                                               dropout_p=case.dropout_p)
-        return torch.autograd.grad(o, (x["q"], x["k"], x["v"]), x["do"])
-
-    return call
-
-
-def _sdpa_inputs(case: Case, seed: int) -> dict:
-    x = device_inputs(case, seed)
-    for name in ("q", "k", "v"):
-        x[name].requires_grad_(True)
-    return x
 
 
 def _peak_bytes(call, inputs) -> int:
@@ -125,19 +100,14 @@ def _measure_sdpa(ctx: RunContext, backend: str, case: Case, row: dict) -> None:
     """Time and peak memory of SDPA on ``backend``, or the note of why not."""
     import torch
 
-    from experiments.common.torch_sdpa import unsupported_reason
-
-    call = _sdpa_call(backend, case)
     try:
-        sets = [_sdpa_inputs(case, seed) for seed in range(INPUT_SETS)]
-        row["peak_memory_bytes"] = _peak_bytes(call, sets[0])
-        timing = time_cuda(call, sets, repeats=QUICK_REPEATS if ctx.quick else REPEATS)
+        row["peak_memory_bytes"] = _peak_bytes(sdpa_call(backend, case), sdpa_inputs(case, 0))
+        timing = time_sdpa(backend, case, ctx.quick)
         row.update(time_ms=timing.median_ms, time_by=f"CUDA events, median of {timing.runs}")
     except Exception as exc:
         add_note(row, unsupported_reason(exc) or failure_note(exc))
         row["out_of_memory"] = is_out_of_memory(exc)
     finally:
-        sets = None
         torch.cuda.empty_cache()
 
 
@@ -179,7 +149,7 @@ def _row(method: str, case: Case) -> dict:
         else:
             row.update(predicted_time_ms=predicted.prediction.time_s * 1e3,
                        predicted_time_by=predicted.time_by,
-                       predicted_memory_bytes=predicted_memory(case))
+                       predicted_memory_bytes=predicted_memory(case, predicted.reports))
     return row
 
 

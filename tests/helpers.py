@@ -1,4 +1,6 @@
 """Input factories, hypothesis strategies and error measures shared by the tests."""
+import os
+
 import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
@@ -195,3 +197,21 @@ def check_band(fmt, B, H, H_kv, n_q, n_k, d, causal=False, window=None, diagonal
             assert np.abs(g.astype(np.float64)).max() <= FLOOR * np.abs(refs[2]).max(), name
             continue
         assert rel(g, r) <= 3 * rel(p, r) + FLOOR, (name, rel(g, r), rel(p, r))
+
+
+def once_per_session(tmp_path_factory, name: str, make):
+    """What ``make(folder)`` returns (a str), computed once per test session even when
+    pytest-xdist spreads a module's tests over several workers (each of which would run a
+    module-scoped fixture again): the first worker to ask runs it in a folder shared by all
+    of them, under a file lock, and stores the text; the others read it."""
+    from filelock import FileLock
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent            # the workers' common base folder
+    folder, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            folder.mkdir(exist_ok=True)
+            done.write_text(make(folder))
+    return folder, done.read_text()

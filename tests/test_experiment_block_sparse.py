@@ -225,3 +225,13 @@ def test_gpu_plan_builds_one_sparse_kernel_config_per_format_and_pass_and_predic
         predicted = model.predicted_or_note(case)
         assert not isinstance(predicted, str), predicted
         assert predicted.tiled_elements == model.block_sparse_form_elements(case)
+
+
+def test_rows_carry_the_run_metadata(rows):
+    """(tests/test_experiments.py checks the other experiments' metadata the same way.)"""
+    from experiments.common.metadata import METADATA_COLUMNS
+
+    for row in rows:
+        assert all(column in row for column in METADATA_COLUMNS)
+        assert row["experiment"] == "block_sparse" and "no GPU" in row["device"]
+        assert row["command"] == "pytest" and row["numpy"] and row["numba_cuda"] and row["python"]

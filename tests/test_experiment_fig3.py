@@ -63,13 +63,12 @@ def test_model_sums_one_call_per_entry_on_its_kept_keys():
     workloads = model.call_workloads(case)
     assert [w.N_k for w in workloads] == list(case.key_lengths())
     assert all(w.B == 1 and w.N_q == 64 and w.H == 2 for w in workloads)
-    alone = [model.predict_case(Case("fa2", "fwd_bwd", 1, 2, 64, 16, dtype="float16"))]
     parts = model.reports(case)
-    assert len(parts) == 2 * case.B
+    assert [(r.algorithm, r.workload) for r in parts] == [
+        (a, w) for w in workloads for a in case.simulator_algorithms()]
     whole = model.predict_case(case)
-    by_entry = [sum(r.hbm_read_bytes for r in parts[i:i + 2]) for i in range(0, len(parts), 2)]
     assert whole.flops == pytest.approx(sum(r.flops for r in parts))
-    assert len(by_entry) == 3 and alone[0].flops >= max(r.flops for r in parts)
+    assert whole.time_s > 0
 
 
 def test_predicted_memory_by_hand():

@@ -15,16 +15,23 @@ import pytest
 from experiments.common.cases import Case, band_flops, visible_scores
 from experiments.common.timing import Timing
 
+from .helpers import once_per_session
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def rows(tmp_path_factory):
-    out = tmp_path_factory.mktemp("results")
-    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "experiments", "run", "window", "--quick", "--device", "cpu",
-                           "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    """The CSV rows of the cpu-mode run, once per session (``once_per_session``)."""
+    def run(out):
+        env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run([sys.executable, "-m", "experiments", "run", "window", "--quick", "--device",
+                               "cpu", "--out", str(out)], cwd=ROOT, env=env, capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc.stdout
+
+    out, _ = once_per_session(tmp_path_factory, "window_cpu_run", run)
     png = out / "window" / "window.png"
     assert png.read_bytes()[:4] == b"\x89PNG" and png.stat().st_size > 10_000
     with open(out / "window" / "window.csv", newline="") as f:
@@ -184,3 +191,14 @@ def test_band_kernels_are_configs_of_their_own():
         assert config.window == case.window
         assert config.group == case.H // (case.kv_heads or case.H)
     assert {c.group for c in configs} >= {1, 4, 16}
+
+
+def test_rows_carry_the_run_metadata(rows):
+    """(tests/test_experiments.py checks the other experiments' metadata the same way.)"""
+    from experiments.common.metadata import METADATA_COLUMNS
+
+    for row in rows:
+        assert all(column in row for column in METADATA_COLUMNS)
+        assert row["experiment"] == "window" and "no GPU" in row["device"]
+        assert row["command"].startswith("python -m experiments run window --quick --device cpu")
+        assert row["numpy"] and row["numba_cuda"] and row["python"]

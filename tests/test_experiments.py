@@ -1,7 +1,8 @@
 """The experiments CLI in cpu mode (model + CUDA-simulator counts): files, metadata, numbers.
 
-One ``run all --quick --device cpu`` (about a minute on 2 cores) feeds most tests; the pure
-helpers (FLOPs, validation metrics, ncu parsing) are tested on hand-made inputs.
+One ``run --quick --device cpu`` of every experiment but those whose own test modules run them
+(``OWN_TESTS``: the same run, not repeated here) feeds most tests; the pure helpers (FLOPs,
+validation metrics, ncu parsing) are tested on hand-made inputs.
 """
 import csv
 import math
@@ -18,7 +19,13 @@ from experiments.common.metadata import METADATA_COLUMNS
 from experiments.common.ncu import parse_ncu_csv, split_by_marker, sum_counters
 from experiments.validation import summarize
 
+from .helpers import once_per_session
+
+
 ROOT = Path(__file__).resolve().parents[1]
+#: Experiments whose cpu-mode run (CSV, PNG, metadata) a module of their own checks.
+OWN_TESTS = {"window": "test_experiment_window.py", "block_sparse": "test_experiment_block_sparse.py"}
+RUN_HERE = [name for name in EXPERIMENTS if name not in OWN_TESTS]
 
 
 def _cli(*args, out: Path) -> subprocess.CompletedProcess:
@@ -29,10 +36,13 @@ def _cli(*args, out: Path) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("results")
-    proc = _cli("run", "all", "--quick", "--device", "cpu", out=out)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out, proc.stdout
+    """(folder, stdout) of the cpu-mode run, once per session (``once_per_session``)."""
+    def run(out):
+        proc = _cli("run", *RUN_HERE, "--quick", "--device", "cpu", out=out)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        return proc.stdout
+
+    return once_per_session(tmp_path_factory, "experiments_cpu_run", run)
 
 
 def _rows(out: Path, name: str) -> list[dict]:
@@ -40,7 +50,13 @@ def _rows(out: Path, name: str) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-@pytest.mark.parametrize("name", list(EXPERIMENTS))
+def test_every_experiment_is_run_here_or_by_its_own_module():
+    assert sorted(RUN_HERE + list(OWN_TESTS)) == sorted(EXPERIMENTS)
+    for module in OWN_TESTS.values():
+        assert (ROOT / "tests" / module).exists()
+
+
+@pytest.mark.parametrize("name", RUN_HERE)
 def test_every_experiment_writes_csv_and_png_with_metadata(results, name):
     out, _ = results
     png = out / name / f"{name}.png"
@@ -52,13 +68,14 @@ def test_every_experiment_writes_csv_and_png_with_metadata(results, name):
     for row in rows:
         assert row["experiment"] == name
         assert "no GPU" in row["device"]
-        assert row["command"].startswith("python -m experiments run all --quick --device cpu")
+        assert row["command"].startswith("python -m experiments run calibrate ")
+        assert row["command"].endswith(f"--quick --device cpu --out {out}")
         assert row["numpy"] and row["numba_cuda"] and row["python"]
 
 
 def test_instrumented_counts_equal_the_prediction(results):
     out, _ = results
-    counted = [r for name in EXPERIMENTS if name != "validation"
+    counted = [r for name in RUN_HERE if name != "validation"
                for r in _rows(out, name) if r.get("measured_by", "").startswith("count_traffic")]
     assert len(counted) >= 15
     for row in counted:

@@ -58,11 +58,14 @@ DROPOUT_SEED = 0
 PADDING_SEED = 0
 
 
+def with_backward(forward: float, passes: str) -> float:
+    """The FLOPs of ``passes`` from the forward's: x (1 + 2.5) with the backward."""
+    return forward * (1.0 + BACKWARD_FLOPS_FACTOR) if passes == "fwd_bwd" else forward
+
+
 def attention_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool) -> float:
     """FLOPs by the benchmark convention above (N_q = N_k = N)."""
-    forward = 4.0 * B * H * N * N * d
-    total = forward * (1.0 + BACKWARD_FLOPS_FACTOR) if passes == "fwd_bwd" else forward
-    return total * (0.5 if causal else 1.0)
+    return with_backward(4.0 * B * H * N * N * d, passes) * (0.5 if causal else 1.0)
 
 
 def visible_scores(N: int, causal: bool, window: tuple[int, int] | None = None,
@@ -88,8 +91,8 @@ def band_flops(B: int, H: int, N: int, d: int, passes: str, causal: bool,
                window: tuple[int, int] | None = None, block_mask=None,
                block_size: tuple[int, int] = BLOCK_SIZE) -> float:
     """FLOPs of the unmasked scores only: 4 d each forward, x (1 + 2.5) with the backward."""
-    forward = 4.0 * d * B * H * visible_scores(N, causal, window, block_mask, block_size)
-    return forward * (1.0 + BACKWARD_FLOPS_FACTOR) if passes == "fwd_bwd" else forward
+    return with_backward(4.0 * d * B * H * visible_scores(N, causal, window, block_mask, block_size),
+                         passes)
 
 
 @dataclass(frozen=True)
@@ -250,24 +253,28 @@ class Case:
         """FLOPs of the scores the mask leaves (causal, window and block mask counted exactly;
         with ``padding``, the kept keys' scores: 4 d H N (sum of the key lengths) forward)."""
         if self.padding:
-            forward = 4.0 * self.d * self.H * self.N * float(self.key_lengths().sum())
-            return forward * (1.0 + BACKWARD_FLOPS_FACTOR) if self.passes == "fwd_bwd" else forward
+            return with_backward(4.0 * self.d * self.H * self.N * float(self.key_lengths().sum()),
+                                 self.passes)
         return band_flops(self.B, self.H, self.N, self.d, self.passes, self.causal, self.window,
                           self.block_mask, self.block_size or BLOCK_SIZE)
 
     def key_lengths(self) -> np.ndarray:
         """(B,) int64: the keys each batch entry keeps, N - U with U uniform in [0, padding]
         (a generator seeded with ``PADDING_SEED``); N each without padding."""
-        if not self.padding:
-            return np.full(self.B, self.N, np.int64)
-        rng = np.random.default_rng(PADDING_SEED)
-        return self.N - rng.integers(0, self.padding, size=self.B, endpoint=True)
+        return self._padding[0]
 
     def key_padding_mask(self) -> np.ndarray | None:
         """(B, N) bool, True on padding keys (the API's ``key_padding_mask``); None without."""
+        return self._padding[1]
+
+    @cached_property
+    def _padding(self) -> tuple[np.ndarray, np.ndarray | None]:
+        """(key lengths, key padding mask), drawn once: the API takes the mask on every call."""
         if not self.padding:
-            return None
-        return np.arange(self.N)[None, :] >= self.key_lengths()[:, None]
+            return np.full(self.B, self.N, np.int64), None
+        rng = np.random.default_rng(PADDING_SEED)
+        lengths = self.N - rng.integers(0, self.padding, size=self.B, endpoint=True)
+        return lengths, np.arange(self.N)[None, :] >= lengths[:, None]
 
     @cached_property
     def block_mask_array(self) -> np.ndarray | None:

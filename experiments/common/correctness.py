@@ -71,15 +71,12 @@ def _as_torch(t, dtype):
 def _visible(hs, rs, N, causal, window, blocks=None, lengths=None):
     """(rows, N) booleans: row r sees key c (causal: c <= r; window (left, right): r - left <= c
     <= r + right, -1 unbounded; ``blocks`` = (mask, bq, bk): block (r // bq, c // bk) kept);
-    (heads, rows, N) with ``lengths`` ((B H,) keys kept per batch-head: c < the length of the
-    heads ``hs``); None when every row sees every key."""
+    and with ``lengths`` ((B H,) keys kept per batch-head) also c < the length of each of the
+    heads ``hs``: (heads, rows, N); None when every row sees every key."""
     import torch
 
     left, right = (-1, -1) if window is None else window
-    if lengths is not None:
-        cols = torch.arange(N, device="cuda")
-        return cols[None, None, :] < lengths[hs][:, None, None]
-    if not causal and left < 0 and right < 0 and blocks is None:
+    if not causal and left < 0 and right < 0 and blocks is None and lengths is None:
         return None
     rows = torch.arange(rs.start, rs.stop, device="cuda")[:, None]
     cols = torch.arange(N, device="cuda")[None, :]
@@ -93,6 +90,8 @@ def _visible(hs, rs, N, causal, window, blocks=None, lengths=None):
         ok &= cols <= rows + right
     if left >= 0:
         ok &= cols >= rows - left
+    if lengths is not None:
+        ok = ok & (cols < lengths[hs][:, None, None])
     return ok
 
 

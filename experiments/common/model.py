@@ -120,7 +120,11 @@ def predict_case(case: Case, dtype_bytes: int | None = None, gpu: str = MEASURED
     them (``simulator.levels``), and its time; where the model lacks a kernel's resources or
     the GPU's rates (NaN), the tiled count, the L2 model's DRAM bytes and the roofline (per
     entry)."""
-    parts = reports(case, dtype_bytes, gpu, tiling)
+    return summed(case, reports(case, dtype_bytes, gpu, tiling))
+
+
+def summed(case: Case, parts: list) -> Prediction:
+    """``predict_case`` of the case's call reports ``parts`` (``reports``' list)."""
     per_call = len(case.simulator_algorithms())   # reports of one workload (one entry's calls)
     entries = [parts[i:i + per_call] for i in range(0, len(parts), per_call)]
 
@@ -177,8 +181,8 @@ def predicted_or_note(case: Case) -> Predicted | str:
     from .measure import failure_note
 
     try:
-        prediction = predict_case(case)
         parts = reports(case)
+        prediction = summed(case, parts)
     except Exception as exc:   # e.g. a simulator without windows / kv_heads / block masks yet
         return f"not predicted: {failure_note(exc).removeprefix('failed: ')}"
 
