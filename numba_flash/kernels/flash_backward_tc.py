@@ -178,7 +178,7 @@ from .tiles import (LN2, ONE, POS_INF, ZERO, dropout_kept, dropout_words, identi
                     scaled_element, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 11
+VERSION = 12
 
 
 @kernel_factory
