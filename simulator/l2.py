@@ -5,10 +5,12 @@ and store of the kernels).  On a GPU those requests go to L2 first; DRAM sees on
 write-backs.  This module estimates DRAM bytes per kernel launch (``Phase``) as follows.
 
 Assumptions (a model, not a cache simulation):
-1. Concurrency: ``sm_count x blocks_per_sm`` blocks run at once; blocks_per_sm is the smallest of
-   smem_per_sm // (the tiling's shared memory for the kernel), max_threads_per_sm // threads and
-   max_blocks_per_sm, at least 1 (a tiling too large for one SM is still counted as one block a
-   SM).  Kernels without shared-memory tiles (softmax, row sums) get max_blocks_per_sm.
+1. Concurrency: ``sm_count x blocks_per_sm`` blocks run at once; blocks_per_sm is the occupancy
+   of the launch's compiled kernel where its resources are recorded (``resident_blocks``:
+   registers included), else the smallest of smem_per_sm // (the tiling's shared memory for the
+   kernel), max_threads_per_sm // threads and max_blocks_per_sm, at least 1 (a tiling too large
+   for one SM is still counted as one block a SM).  Kernels without shared-memory tiles
+   (softmax, row sums) get max_blocks_per_sm.
 2. Blocks are scheduled in grid order, so the blocks in flight cover
    ``ceil(concurrent / blocks_per_unit)`` of the launch's reuse units (a head for the tiled
    kernels, a row for the softmax), capped at the number of units.
@@ -22,7 +24,13 @@ Assumptions (a model, not a cache simulation):
    ... (backward), though its blocks read only their band's (kept blocks'): an over-estimate,
    which lowers the hit fraction only where the working set exceeds L2.
 4. Hit fraction of re-reads = 1 if the working set fits in L2, else l2_bytes / working set
-   (a smooth stand-in for LRU thrashing, which real hashed, partitioned L2s show only gradually).
+   (a smooth stand-in for LRU thrashing, which real hashed, partitioned L2s show only gradually),
+   where the re-reads are by other blocks of the unit, near in time. Where a block re-reads its
+   own unit on every main-loop trip (Algorithm 1: ``Phase.inner_trips``, its rows swept in the
+   same order each outer step), a line's next use comes after every resident block has
+   touched its whole unit, the working set: under LRU none survive once that exceeds L2,
+   hit 0. (H200, 2026-12-02, ncu, fig2_middle: Algorithm 1 in fp32 at Bc = 64, 128, 256, a
+   70 MB working set on the 60 MiB L2, read 99-105 % of its SM->L2 global bytes from DRAM.)
 5. Compulsory traffic per tensor and launch = min(count, tensor size): every distinct element
    read once and written back once (K, V, dK, dV of B*H_kv heads under GQA).  DRAM = compulsory + (count - compulsory) x (1 - hit), for
    reads and writes alike (L2 is write-back, so re-written lines leave once when they stay).
@@ -97,11 +105,35 @@ def concurrent_blocks(kernel: str | None, tiling: Tiling, workload: Workload,
     return hardware.sm_count * max(1, per_sm)
 
 
+def resident_blocks(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> int:
+    """Blocks of launch ``p`` resident on the whole GPU at once: where its compiled kernel's
+    resources are recorded (``simulator.occupancy``: ptxas's registers and the kernel's shared
+    memory, whose tiles are fp32 in every storage format for the FMA kernels), the occupancy
+    they give; else assumption 1's estimate (``concurrent_blocks``). H200, 2026-12-02, ncu:
+    Algorithm 1's 64 x 64 kernel at d = 64 holds 168 registers a thread, one 256-thread
+    block an SM (launch__occupancy_limit_registers = 1), where the estimate had 3 (fp32) and
+    6 (fp16) blocks an SM."""
+    from .local import compiled_tiling, recorded_causal
+    from .occupancy import resources
+
+    if p.block_trips:
+        kernel, variant = p.code
+        try:
+            res = resources(kernel, compiled_tiling(p, tiling), w.d, recorded_causal(p, w), variant)
+            return hw.sm_count * res.occupancy(hw).blocks_per_sm
+        except (LookupError, ValueError):     # never recorded, or too big for this GPU
+            pass
+    return concurrent_blocks(p.kernel, tiling, w, hw)
+
+
 def _phase_l2(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> tuple[L2Phase, list[int]]:
-    blocks = concurrent_blocks(p.kernel, tiling, w, hw)
+    blocks = resident_blocks(p, tiling, w, hw)
     units = min(p.units, -(-blocks // p.blocks_per_unit))
     working_set = -(-units // p.unit_share) * p.unit_reread_elements * w.dtype_bytes
-    hit = 1.0 if working_set <= hw.l2_bytes else hw.l2_bytes / working_set
+    if working_set <= hw.l2_bytes:
+        hit = 1.0
+    else:                   # assumption 4: a block re-reading its own unit cyclically keeps none
+        hit = 0.0 if p.inner_trips else hw.l2_bytes / working_set
     totals = [0, 0, 0, 0]   # compulsory reads, compulsory writes, DRAM reads, DRAM writes
     for k, counts in enumerate((p.hbm_reads, p.hbm_writes)):
         for name, n in counts.items():

@@ -35,7 +35,8 @@ Loops written in the kernel, and loops that hold loops, are read off their own `
 parents' loop control): Algorithm 1's row loop ``range(tr)`` runs what the workload sets (the
 caller's ``rows_per_trip``), its softmax's ``range(tid, BR, T)`` a thread's rows, that loop's
 column loops ``range(cols)``, ``range(BC)`` Bc each (over the u of them a compiled trip does:
-its shared loads, one an iteration; ptxas unrolls them 4- and 8-fold). A nested loop's trips are per trip of
+its shared loads or stores, one an iteration; ptxas unrolls them 4- to 16-fold; 0 under an ``if``
+the modelled workloads never take, ``NEVER_TAKEN``). A nested loop's trips are per trip of
 the loop it sits in (``parents``).
 Full tiles are assumed (a ragged last tile runs fewer). ``range(tid, BR, T)`` runs different
 trips in different warps (``warp_rows``): per warp for the issue simulator's streams, their
@@ -177,8 +178,9 @@ def _own_loop(region, enclosing: set, kernel: str, t: Tiling, rows_per_trip: int
     loop control)
     -- ``range(tr)``, Algorithm 1's row loop: ``rows_per_trip``; ``range(tid, BR, T)``:
     a thread's rows, ``warp_rows``; ``range(cols)``, ``range(BC)``: a row of S, Bc
-    iterations of one shared load each (full tiles), compiled u-fold as its u loads say --
-    (None, None) for any other."""
+    iterations of one shared access each (a load, a store or both; full tiles), compiled
+    u-fold as its u loads or stores say, 0 where it sits directly under an ``if`` of
+    ``NEVER_TAKEN`` -- (None, None) for any other."""
     file, numbers = _line_numbers(region.lines)
     if file is None:
         return None, None
@@ -192,11 +194,37 @@ def _own_loop(region, enclosing: set, kernel: str, t: Tiling, rows_per_trip: int
             return ((file, line), [rows_per_trip]) if rows_per_trip is not None else (None, None)
         if bounds == "tid,BR,T":
             return (file, line), [warp_rows(t.Br, t.threads_for(kernel), warp)]
-        if bounds in ("cols", "BC"):    # a row of S: one shared load an iteration, unrolled u-fold
-            u = max(1, region.lds32 + region.lds64 + region.lds128)
+        if bounds in ("cols", "BC"):    # a row of S: one shared access an iteration, unrolled u-fold
+            if _guard(file, line) in NEVER_TAKEN:
+                return (file, line), [0]
+            u = max(1, region.lds, region.sts)
             return (file, line), [-(-t.Bc // u)]
         return None, None
     return None, None
+
+
+#: Conditions of ``if`` statements in our kernels whose branch the modelled workloads never
+#: take: Algorithm 1's softmax rows past N_q (full tiles: none) and rows that have seen no
+#: key yet (none where every row sees a key: no mask, or a causal one whose diagonal is >= 0).
+#: A loop in such a branch runs 0 trips. (H200, 2026-12-02, ncu, fig2_middle: Algorithm 1's
+#: zero-filling ``range(BC)`` loops under them, compiled as loops at Bc = 128 and 256, left
+#: the executed shared stores at 1.22e8 and 1.14e8 a launch; the model counts 1.30e8 and
+#: 1.21e8 without those loops, 1.97e8 and 1.88e8 with them at Bc / 16 trips.)
+NEVER_TAKEN = ("r >= rows", "m_new == NEG_INF")
+
+
+def _guard(file: str, line: int) -> str | None:
+    """The condition of the ``if`` statement whose body holds source line ``line`` directly
+    (the nearest line above it, comments and blank lines aside, indented less); None where
+    that statement is no ``if`` (``else:``, a loop, a def)."""
+    source = _source(file)
+    indent = len(source[line - 1]) - len(source[line - 1].lstrip())
+    for text in reversed(source[:line - 1]):
+        code = text.split("#")[0].rstrip()
+        if code.strip() and len(code) - len(code.lstrip()) < indent:
+            found = re.fullmatch(r"\s*if (.+):", code)
+            return found.group(1).strip() if found else None
+    return None
 
 
 def warp_rows(rows: int, threads: int, warp: int | None) -> float:

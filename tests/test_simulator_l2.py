@@ -66,6 +66,36 @@ def test_concurrent_blocks_by_shared_memory_threads_and_block_limits():
     assert concurrent_blocks("flash_forward_v2", Tiling(4, 4), Workload(1, 1, 8, 8, 4), H200) == 132 * 32
 
 
+def test_resident_blocks_follow_the_recorded_occupancy():
+    from simulator.flash import flash_forward_v1
+    from simulator.l2 import resident_blocks
+    # Algorithm 1, 64 x 64, d = 64: 168 registers x 256 threads, one block an SM; the estimate
+    # from shared memory (70144 bytes fp32, half of it for 2-byte elements) has 3 and 6
+    t = Tiling(64, 64)
+    for dtype_bytes, estimate in ((4, 3), (2, 6)):
+        w = Workload(64, 16, 1024, 1024, 64, dtype_bytes=dtype_bytes)
+        p = flash_forward_v1(w, t).phases[0]
+        assert resident_blocks(p, t, w, H200) == 132
+        assert concurrent_blocks("flash_forward_v1", t, w, H200) == 132 * estimate
+    # a tiling never compiled: the estimate
+    w, t = Workload(1, 1, 256, 256, 64), Tiling(32, 16)
+    assert resident_blocks(flash_forward_v1(w, t).phases[0], t, w, H200) == \
+        concurrent_blocks("flash_forward_v1", t, w, H200)
+
+
+def test_algorithm_1_keeps_nothing_once_its_cyclic_re_reads_exceed_l2():
+    # 132 resident heads x (Q, O, l, m: 2 x 1024 x 64 + 2 x 1024 elements): 70.3 MB in fp32,
+    # over the 60 MiB L2, so every re-read misses; 35.1 MB in fp16 fits
+    t = Tiling(64, 128)
+    fp32 = predict_dram("flash_forward_v1", Workload(64, 16, 1024, 1024, 64), t, H200)
+    fp16 = predict_dram("flash_forward_v1", Workload(64, 16, 1024, 1024, 64, dtype_bytes=2), t, H200)
+    assert fp32.phases[0].working_set_bytes == 132 * (2 * 1024 * 64 + 2 * 1024) * 4 > H200.l2_bytes
+    assert fp32.phases[0].hit_fraction == 0.0
+    assert (fp32.dram_read_bytes, fp32.dram_write_bytes) == (fp32.sm_l2_read_bytes, fp32.sm_l2_write_bytes)
+    assert fp16.phases[0].hit_fraction == 1.0
+    assert fp16.dram_read_bytes == fp16.compulsory_read_bytes
+
+
 def test_report_renders_the_l2_line():
     r = predict("standard_forward", Workload(1, 1, 64, 64, 16))
     assert "L2 model (60 MiB)" in str(r)

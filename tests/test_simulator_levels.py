@@ -202,7 +202,7 @@ def test_half_kernels_are_timed_at_the_half_mma_rate_once_calibrate_measured_it(
 
 
 def test_an_uncompiled_tiling_gets_nan_where_resources_are_needed():
-    r = predict("flash_forward_v1", Workload(1, 1, 256, 256, 64), Tiling(16, 16), hardware=H200)
+    r = predict("flash_forward_v1", Workload(1, 1, 256, 256, 64), Tiling(32, 16), hardware=H200)
     assert math.isnan(r.time_s) and math.isnan(r.local_bytes)
     assert r.dram_read_bytes > 0 and r.smem_wavefronts > 0
 
@@ -304,3 +304,18 @@ def test_algorithm_1s_row_loop_and_its_softmax_loops_are_counted_as_compiled():
     assert inner_trips("flash_forward_v1", t, 64, False, "", 32, 2)[5] == 0
     assert [warp_rows(64, 256, w) for w in range(8)] == [1, 1, 0, 0, 0, 0, 0, 0]
     assert warp_rows(300, 256, 0) == 2 and warp_rows(300, 256, 2) == 1 and warp_rows(64, 256, None) == 0.25
+
+
+def test_algorithm_1s_zero_fills_under_branches_never_taken_run_no_trips():
+    from simulator.trips import KERNELS_DIR, _guard, inner_trips
+    # 64 x 128, 512 threads: ptxas keeps the softmax's zero fills as loops (16 stores a trip),
+    # one for rows past N_q (``if r >= rows``), one for rows that saw no key (``if m_new ==
+    # NEG_INF``): full tiles and rows that see a key take neither, so 0 trips; the max (128
+    # loads, 4 a trip) and exp (8 a trip) loops run as before
+    t = Tiling(64, 128)
+    assert inner_trips("flash_forward_v1", t, 64, False, "", 16) == (
+        4, 4, 16, 2, 16, 0.125, 0, 32, 16, 0, 32, 0)
+    source = "flash_forward_alg1.py"
+    lines = (KERNELS_DIR / source).read_text().splitlines()
+    row_loops = [n + 1 for n, text in enumerate(lines) if "for c in range(BC)" in text]
+    assert [_guard(source, n) for n in row_loops] == ["r >= rows", "m_new == NEG_INF", None]

@@ -9,7 +9,7 @@ import pytest
 
 from simulator.hardware import A100_40GB, H200
 from simulator.occupancy import RESOURCES_CSV, kernel_resources, occupancy, resources, waves
-from simulator.tiling import FORWARD_KERNELS, KERNELS, Tiling
+from simulator.tiling import FORWARD_KERNELS, H200_SMEM_PER_BLOCK, KERNELS, Tiling
 
 KB = 1024
 NCU = Path(__file__).resolve().parent.parent / "results" / "h200" / "ncu_levels"
@@ -97,21 +97,35 @@ def test_waves():
 
 # ---- the resources CSV ---------------------------------------------------------------------
 def test_csv_rows_match_the_tilings():
+    """Each row's shared memory and threads are its tiling's; every tiled kernel, variant and
+    causal has a row at today's default tiling at each recorded head dim (a default changed
+    since fails here); the other rows are the experiments' tilings
+    (tests/test_tables_cover_experiments.py)."""
     rows = kernel_resources()
     assert rows
     with open(RESOURCES_CSV, newline="") as f:
         assert len(list(csv.DictReader(f))) == len(rows)
+    defaults = set()
     for r in rows:
         assert r.ptxas and re.fullmatch(r"\d{4}-\d\d-\d\d", r.date)
-        if r.kernel in KERNELS:    # stale rows (a tiling or layout changed since) fail here
-            # block-sparse rows: the default tiling nested in FlexAttention's 128 x 128 blocks
-            blocks = (128, 128) if r.variant == "sparse" else None
-            assert r.tiling == Tiling.kernel_default(r.kernel, r.d or 0, block_size=blocks), r
+        if r.kernel in KERNELS:
             assert r.dynamic_smem_bytes == r.tiling.smem_bytes(r.kernel, r.d or 0), r
             assert r.threads == r.tiling.threads_for(r.kernel), r
+            # block-sparse rows: the default tiling nested in FlexAttention's 128 x 128 blocks
+            blocks = (128, 128) if r.variant == "sparse" else None
+            if r.tiling == Tiling.kernel_default(r.kernel, r.d or 0, block_size=blocks):
+                defaults.add((r.kernel, r.variant, r.d, r.causal))
         else:
             assert r.tiling is None and r.dynamic_smem_bytes == 0
-        assert r.occupancy(H200).blocks_per_sm >= 1, r
+        if r.dynamic_smem_bytes > H200_SMEM_PER_BLOCK:   # io_scaling's FA2 at 64 x 256: compiles,
+            with pytest.raises(ValueError, match="exceed"):  # but cannot launch there
+                r.occupancy(H200)
+        else:
+            assert r.occupancy(H200).blocks_per_sm >= 1, r
+    per_d = {key for key in defaults if key[2] is not None}    # (the matmul's d is free)
+    kinds = {(kernel, variant, causal) for kernel, variant, _, causal in per_d}
+    head_dims = {d for _, _, d, _ in per_d}
+    assert per_d == {(k, v, d, c) for k, v, c in kinds for d in head_dims}
 
 
 def test_csv_was_recorded_from_these_kernel_sources():
@@ -142,7 +156,7 @@ def test_every_default_launch_was_compiled(d, causal):
 
 def test_uncompiled_configuration_raises():
     with pytest.raises(LookupError, match="never compiled"):
-        resources("flash_forward_tc", Tiling(128, 32), 64, False)
+        resources("flash_forward_tc", Tiling(16, 32), 64, False)
     with pytest.raises(LookupError, match="never compiled"):
         resources("flash_forward_v2", Tiling.kernel_default("flash_forward_v2", 96), 96, False)
 

@@ -268,7 +268,7 @@ def test_ffma_kernels_have_no_tensor_work(d):
 
 def test_lookups_fail_clearly():
     with pytest.raises(LookupError, match="never compiled"):
-        sass("flash_forward_tc", Tiling(128, 32), 64, False)
+        sass("flash_forward_tc", Tiling(16, 32), 64, False)
     with pytest.raises(LookupError, match="never compiled"):
         sass("flash_forward_v2", Tiling.kernel_default("flash_forward_v2", 96), 96, False)
     with pytest.raises(LookupError, match="no region 'inner_loop_9'"):

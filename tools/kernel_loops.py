@@ -1,12 +1,13 @@
-"""The main loop of every kernel the API launches by default, instruction by instruction with its
-registers, from its sm_90 SASS: writes ``simulator/kernel_loops.json.gz``, which the issue
+"""The main loop of every kernel the API launches by default (and the experiments at other
+tilings), instruction by instruction with its registers, from its sm_90 SASS: writes ``simulator/kernel_loops.json.gz``, which the issue
 simulator reads (``simulator.issue.stream_for``, ``loop_cycles``).
 
     CUDA_HOME=/usr/local/cuda-13.0 python tools/kernel_loops.py [--d 32 64 ...] [--jobs 2] [--keep DIR]
     python tools/kernel_loops.py --from-sass DIR     # again from the SASS kept in DIR: seconds
 
-The configurations are tools/kernel_resources.py's (``configurations``), each compiled exactly as
-tools/kernel_sass.py compiles it for its counts (``compile_check.sm90_ptx``, ``ptxas
+The configurations are tools/kernel_resources.py's (``configurations``, ``--experiments`` and
+``--add`` as there; kernels without a main loop are listed under ``no_loop``), each compiled
+exactly as tools/kernel_sass.py compiles it for its counts (``compile_check.sm90_ptx``, ``ptxas
 -arch=sm_90`` with the kernel's register cap, ``nvdisasm -c``: that tool's ``disassemble``; no
 line-information compile). The main loop and the loops nested in it are simulator/sass.py's
 (``regions``); each instruction's operands are read by ``simulator.issue.decode_instruction``
@@ -32,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # simulator, n
 sys.path.insert(0, str(Path(__file__).resolve().parent))          # sibling tools
 
 from compile_check import register_cap, sm90_ptx
-from kernel_resources import configurations
+from kernel_resources import configurations, missing, row_key, selection
 from kernel_sass import _file_name, _key, arguments, disassemble, finish_stamp, stamp_of
 
 from simulator.issue import LOOPS_JSON, FORMAT, encode_loop
@@ -40,10 +41,10 @@ from simulator.issue import LOOPS_JSON, FORMAT, encode_loop
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def compile_sass(head_dims, index: int, source: Path | None) -> tuple[dict[str, str], str]:
-    """(the kernel_sass.csv key of configuration ``index``, its ``nvdisasm -c`` text), compiled
-    or read from ``source``."""
-    config = configurations(head_dims)[index]
+def compile_sass(chosen, index: int, source: Path | None) -> tuple[dict[str, str], str]:
+    """(the kernel_sass.csv key of configuration ``index`` of ``configurations(*chosen)``, its
+    ``nvdisasm -c`` text), compiled or read from ``source``."""
+    config = configurations(*chosen)[index]
     kernel = config.make(config.tiling)
     key = _key(config, kernel)
     if source:
@@ -53,15 +54,28 @@ def compile_sass(head_dims, index: int, source: Path | None) -> tuple[dict[str, 
     return key, text
 
 
+def kept(path: Path, digest: str) -> tuple[list[dict], list[dict]]:
+    """``--add``: the loops recorded in ``path`` and the keys of the kernels read that have none,
+    refused unless of the kernel sources ``digest`` (none if there is no file yet)."""
+    if not path.exists():
+        return [], []
+    with gzip.open(path) as f:
+        document = json.load(f)
+    if document["kernel_source"] != digest:
+        sys.exit(f"--add: {path} holds the loops of kernel sources {document['kernel_source']}, "
+                 f"not {digest}: regenerate it whole")
+    return document["loops"], document.get("no_loop", [])
+
+
 def main(argv) -> None:
     args = arguments(argv, __doc__.splitlines()[0], LOOPS_JSON)
-    head_dims = tuple(args.d)
-    count = len(configurations(head_dims))
+    chosen = selection(args)
     digest, ptxas, date = stamp_of(args)
-    loops = []
+    loops, no_loop = kept(args.out, digest) if args.add else ([], [])
+    indices = missing(chosen, {row_key(key) for key in loops + no_loop})
     with ProcessPoolExecutor(args.jobs) as pool:
-        for key, text in pool.map(compile_sass, [head_dims] * count, range(count),
-                                  [args.from_sass] * count):
+        for key, text in pool.map(compile_sass, [chosen] * len(indices), indices,
+                                  [args.from_sass] * len(indices)):
             if args.keep:
                 (args.keep / _file_name(key)).write_text(text)
             loop = encode_loop(text)
@@ -69,6 +83,7 @@ def main(argv) -> None:
                     f"causal={key['causal']:5s} {key['Br']:>3s}x{key['Bc']:<3s}")
             if loop is None:
                 print(f"{name} no loop", flush=True)
+                no_loop.append(key)
                 continue
             print(f"{name} main loop {loop['start']}-{loop['end']}: "
                   f"{len(loop['instructions'])} instructions, {len(loop['inner_loops'])} nested "
@@ -77,11 +92,11 @@ def main(argv) -> None:
     finish_stamp(args, digest, ptxas, date)
     document = {"format": FORMAT, "ptxas": ptxas, "date": date,
                 "kernel_source": digest,   # tests hold it to the sources
-                "loops": loops}
+                "loops": loops, "no_loop": no_loop}
     raw = json.dumps(document, separators=(",", ":")).encode()
     with gzip.open(args.out, "wb", compresslevel=9) as f:
         f.write(raw)
-    print(f"{count} kernels, {len(loops)} main loops -> {args.out} "
+    print(f"{len(indices)} kernels read, {len(loops)} main loops -> {args.out} "
           f"({len(raw) / 1e6:.1f} MB uncompressed, {args.out.stat().st_size / 1e6:.2f} MB)")
 
 

@@ -1,19 +1,26 @@
-"""Registers, spills and shared memory of every kernel the API launches by default, from ptxas:
-writes ``simulator/kernel_resources.csv``, which the occupancy model reads
+"""Registers, spills and shared memory of every kernel the API launches by default, and of the
+tiled kernels the experiments launch at other tilings, from ptxas: writes
+``simulator/kernel_resources.csv``, which the occupancy model reads
 (``simulator.occupancy.resources``).
 
     CUDA_HOME=/usr/local/cuda-13.0 python tools/kernel_resources.py [--d 32 64 ...] [--jobs 2]
+        [--experiments [NAME ...]] [--add]
 
 Each kernel is compiled to PTX for sm_90 and assembled by ``ptxas -arch=sm_90 -v`` with its
 register cap, as tools/compile_check.py does (and the driver's JIT at launch, which may be a
 different ptxas version: the H200's readings are checked in tests/test_simulator_occupancy.py).
-Configurations: the tensor-core forward and backward (fp32, and fp16 with 16-byte copies) and
-the FFMA forward, backward (dQ by
-atomics, and without for ``deterministic=True``), dQ kernel and Algorithm 1 forward at their
-default tilings (``Tiling.kernel_default``), causal and not, at each ``--d``; the standard
-attention's matmuls (64 x 64; each transpose variant), softmax, dS and D = rowsum(dO * O) kernels
-with the API's 128 threads (D at each --d), and the fp32 -> fp16 conversion of the half
-backward's dQ. A blank d or causal in the CSV: the kernel's code depends on neither.
+Configurations: the tensor-core forward and backward (fp32, and fp16 with 16-byte copies; each
+also block-sparse) and the FFMA forward, backward (dQ by atomics, and without for
+``deterministic=True``), dQ kernel and Algorithm 1 forward at their default tilings
+(``Tiling.kernel_default``), causal and not, at each ``--d``; the standard attention's matmuls
+(64 x 64; each transpose variant), softmax, dS and D = rowsum(dO * O) kernels with the API's 128
+threads (D at each --d), and the fp32 -> fp16 conversion of the half backward's dQ. A blank d or
+causal in the CSV: the kernel's code depends on neither. Then every tiled kernel that the
+experiments (``--experiments``: all by default; a few minutes to list) launch in a full GPU run
+and those lack -- fig2_middle's Bc sweep, io_scaling's M sweep, short sequences' cut tiles
+(``experiment_keys``) -- so that the model times them from their own code, not a roofline.
+``--add``: compile only what the table lacks and keep its rows (all of these kernel sources);
+tools/kernel_sass.py and tools/kernel_loops.py take the same options.
 """
 from __future__ import annotations
 
@@ -41,7 +48,7 @@ from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
 from numba_flash.checks import BLOCK_SIZE
 from simulator.flash import SPARSE_VARIANT
 from simulator.spec import Mask
-from simulator.tiling import Tiling, table_variant
+from simulator.tiling import WARP_PAIRS_VARIANT, Tiling, table_variant
 
 OUT = Path(__file__).resolve().parent.parent / "simulator" / "kernel_resources.csv"
 HEAD_DIMS = (32, 64, 80, 128, 256)
@@ -57,7 +64,8 @@ COLUMNS = ("kernel", "function", "variant", "Br", "Bc", "d", "causal", "threads"
 class Config:
     """One compiled kernel: its Tiling kernel name (or function name for the row kernels), a
     variant label, the compile_check SIGS kind, and how to build it. ``d`` or ``causal`` None:
-    the kernel's code does not depend on it."""
+    the kernel's code does not depend on it. Its tiling: ``at``, else the kernel's default
+    (nested in ``block_size`` for the block-sparse variant)."""
 
     kernel: str
     variant: str
@@ -67,49 +75,62 @@ class Config:
     make: Callable[[Tiling | None], object]
     tiled: bool = True
     block_size: tuple[int, int] | None = None   # block-sparse: the default tiling nested in these
+    at: Tiling | None = None
 
     @property
     def tiling(self) -> Tiling | None:
         if not self.tiled:
             return None
+        if self.at is not None:
+            return self.at
         return Tiling.kernel_default(self.kernel, self.d or 0, block_size=self.block_size)
 
 
-def configurations(head_dims) -> list[Config]:
-    """Every configuration, the slow tensor-core compiles first (so that parallel jobs balance)."""
+def _half(factory):
+    """A half kernel's factory in fp16 (bf16 compiles to the same code but its conversions),
+    16-byte copies."""
+    return lambda t, d, mask: factory(t, d, mask, "float16", True)
+
+
+#: (kernel, variant) of every tiled kernel -> (compile_check SIGS kind, its factory of
+#: (tiling, d, causal), causal a bool, or for the sparse variant ``Mask(upper=causal,
+#: sparse=True)``).
+TILED = {
+    ("flash_forward_tc", ""): ("fa2_tc", make_flash_forward_fa2_tc),
+    ("flash_backward_tc", ""): ("bwd_tc", make_flash_backward_tc),
+    ("flash_forward_half", ""): ("fwd_half", _half(make_flash_forward_half)),
+    ("flash_backward_half", ""): ("bwd_half", _half(make_flash_backward_half)),
+    ("flash_forward_tc", SPARSE_VARIANT): ("fa2_tc", make_flash_forward_fa2_tc),
+    ("flash_backward_tc", SPARSE_VARIANT): ("bwd_tc", make_flash_backward_tc),
+    ("flash_forward_half", SPARSE_VARIANT): ("fwd_half", _half(make_flash_forward_half)),
+    ("flash_backward_half", SPARSE_VARIANT): ("bwd_half", _half(make_flash_backward_half)),
+    ("flash_forward_v2", ""): ("fa2", make_flash_forward_fa2),
+    ("flash_forward_v1", ""): ("alg1", lambda t, d, causal: make_flash_forward_alg1(t, d, causal, "float32")),
+    ("flash_backward", ""): ("bwd_kv", lambda t, d, causal: make_flash_backward_kv(t, d, causal, True)),
+    ("flash_backward", "no_atomic_dq"): ("bwd_kv", lambda t, d, causal: make_flash_backward_kv(t, d, causal, False)),
+    ("flash_backward_dq", ""): ("bwd_dq", make_flash_backward_dq),
+}
+
+
+def tiled(kernel: str, variant: str, d: int, causal: bool, at: Tiling | None = None) -> Config:
+    """The Config of tiled kernel ``kernel`` (its ``variant``) at head dim ``d``, ``causal``,
+    tiling ``at`` (None: its default; the sparse variant's nested in ``BLOCK_SIZE``)."""
+    kind, factory = TILED[kernel, variant]
+    mask = Mask(upper=causal, sparse=True) if variant == SPARSE_VARIANT else causal
+    return Config(kernel, variant, kind, d, causal, lambda t: factory(t, d, mask),
+                  block_size=BLOCK_SIZE if variant == SPARSE_VARIANT else None, at=at)
+
+
+def configurations(head_dims, extra=()) -> list[Config]:
+    """Every configuration, the slow tensor-core compiles first (so that parallel jobs balance),
+    then ``extra``: (kernel, variant, Br, Bc, d, causal) keys of tiled kernels at other
+    tilings (``experiment_keys``)."""
     tc, fma = [], []
     for d in head_dims:
         for causal in (False, True):
-            tc.append(Config("flash_forward_tc", "", "fa2_tc", d, causal,
-                             lambda t, d=d, c=causal: make_flash_forward_fa2_tc(t, d, c)))
-            tc.append(Config("flash_backward_tc", "", "bwd_tc", d, causal,
-                             lambda t, d=d, c=causal: make_flash_backward_tc(t, d, c)))
-            # fp16 (bf16 compiles to the same code but its conversions), 16-byte copies
-            tc.append(Config("flash_forward_half", "", "fwd_half", d, causal,
-                             lambda t, d=d, c=causal: make_flash_forward_half(t, d, c, "float16", True)))
-            tc.append(Config("flash_backward_half", "", "bwd_half", d, causal,
-                             lambda t, d=d, c=causal: make_flash_backward_half(t, d, c, "float16", True)))
-            # block-sparse (Mask.sparse), at the tilings FlexAttention's 128 x 128 blocks leave
-            sparse = Mask(upper=causal, sparse=True)
-            tc += [Config(kernel, SPARSE_VARIANT, kind, d, causal,
-                          lambda t, d=d, m=sparse, f=factory: f(t, d, m), block_size=BLOCK_SIZE)
-                   for kernel, kind, factory in (
-                       ("flash_forward_tc", "fa2_tc", make_flash_forward_fa2_tc),
-                       ("flash_backward_tc", "bwd_tc", make_flash_backward_tc),
-                       ("flash_forward_half", "fwd_half",
-                        lambda t, d, m: make_flash_forward_half(t, d, m, "float16", True)),
-                       ("flash_backward_half", "bwd_half",
-                        lambda t, d, m: make_flash_backward_half(t, d, m, "float16", True)))]
-            fma.append(Config("flash_forward_v2", "", "fa2", d, causal,
-                              lambda t, d=d, c=causal: make_flash_forward_fa2(t, d, c)))
-            fma.append(Config("flash_forward_v1", "", "alg1", d, causal,
-                              lambda t, d=d, c=causal: make_flash_forward_alg1(t, d, c, "float32")))
-            fma.append(Config("flash_backward", "", "bwd_kv", d, causal,
-                              lambda t, d=d, c=causal: make_flash_backward_kv(t, d, c, True)))
-            fma.append(Config("flash_backward", "no_atomic_dq", "bwd_kv", d, causal,
-                              lambda t, d=d, c=causal: make_flash_backward_kv(t, d, c, False)))
-            fma.append(Config("flash_backward_dq", "", "bwd_dq", d, causal,
-                              lambda t, d=d, c=causal: make_flash_backward_dq(t, d, c)))
+            for kernel, variant in TILED:
+                (tc if TILED[kernel, variant][0] in ("fa2_tc", "bwd_tc", "fwd_half", "bwd_half")
+                 else fma).append(tiled(kernel, variant, d, causal))
         fma += [Config("row_dot", "zero_dq" if zero else "", "row_dot", d, None,
                        lambda _, d=d, z=zero: make_row_dot(ROW_THREADS, d, z, "float32"), tiled=False)
                 for zero in (True, False)]
@@ -124,17 +145,54 @@ def configurations(head_dims) -> list[Config]:
     # the half backward's dQ_accum -> dQ (fp16)
     standard.append(Config("convert", "narrow", "convert_narrow", None, None,
                            lambda _: make_convert("float16", False), tiled=False))
-    return tc + fma + standard
+    others = [tiled(kernel, variant, d, causal, Tiling(br, bc))
+              for kernel, variant, br, bc, d, causal in extra]
+    return tc + fma + standard + others
+
+
+def key_of(config: Config) -> tuple:
+    """(kernel, variant, Br, Bc, d, causal) of a tiled configuration."""
+    t = config.tiling
+    return (config.kernel, table_variant(config.variant, t), t.Br, t.Bc, config.d, config.causal)
+
+
+def experiment_keys(names, head_dims=HEAD_DIMS) -> list[tuple]:
+    """(kernel, variant, Br, Bc, d, causal) of every tiled launch that the experiments
+    ``names`` make in a full GPU run (their cases, ``experiments.common.kernels.listed_cases``,
+    through the model's launches) and ``configurations(head_dims)`` lacks: non-default
+    tilings (fig2_middle's Bc sweep, io_scaling's M sweep), short sequences' cut tiles. Band
+    kernels with a left window side or grouped K/V heads are left out (the tables have no key
+    for their compile-time mask: ``Workload.kernel_causal``)."""
+    from experiments import EXPERIMENTS
+    from experiments.common.kernels import listed_cases
+    from experiments.common.model import reports
+
+    known = {key_of(c) for c in configurations(head_dims) if c.tiled}
+    found = {}
+    for case in listed_cases([(EXPERIMENTS[n], n) for n in names], quick=False):
+        for report in reports(case):
+            w, t = report.workload, report.tiling
+            if w.kernel_causal is None:
+                continue
+            for p in report.phases:
+                kernel, variant = p.code
+                base = "+".join(v for v in variant.split("+") if v and v != WARP_PAIRS_VARIANT)
+                if not p.block_trips or (kernel, base) not in TILED:
+                    continue
+                key = (kernel, table_variant(base, t), t.Br, t.Bc, w.d, w.kernel_causal)
+                if key not in known:
+                    found[key] = (kernel, base, t.Br, t.Bc, w.d, w.kernel_causal)
+    return sorted(found.values())
 
 
 def _blank(value) -> str:
     return "" if value is None else str(value)
 
 
-def measure(head_dims, index: int) -> dict[str, str]:
-    """Compile configuration ``index`` of ``configurations(head_dims)``; its CSV row (ptxas and
+def measure(chosen, index: int) -> dict[str, str]:
+    """Compile configuration ``index`` of ``configurations(*chosen)``; its CSV row (ptxas and
     date columns left out)."""
-    config = configurations(head_dims)[index]
+    config = configurations(*chosen)[index]
     tiling = config.tiling
     kernel = config.make(tiling)
     cap = register_cap(kernel)
@@ -154,29 +212,84 @@ def measure(head_dims, index: int) -> dict[str, str]:
     return row
 
 
+def config_key(config: Config) -> tuple[str, ...]:
+    """(kernel, variant, Br, Bc, d, causal) of ``config`` as its table rows write them."""
+    t = config.tiling
+    return (config.kernel, table_variant(config.variant, t), _blank(t and t.Br), _blank(t and t.Bc),
+            _blank(config.d), _blank(config.causal))
+
+
+def row_key(row) -> tuple[str, ...]:
+    """``config_key`` of a table row (a dict of its columns)."""
+    return tuple(row[name] for name in ("kernel", "variant", "Br", "Bc", "d", "causal"))
+
+
+def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that choose the configurations, shared by the three table tools."""
+    parser.add_argument("--d", type=int, nargs="+", default=HEAD_DIMS, help="head dims")
+    parser.add_argument("--experiments", nargs="*", default=["all"], metavar="NAME",
+                        help="also the tiled kernels these experiments launch at other tilings "
+                             "(experiment_keys; default: all; none: --experiments with no name)")
+    parser.add_argument("--add", action="store_true",
+                        help="compile only the configurations the table lacks and add their rows "
+                             "(its rows must be of these kernel sources)")
+
+
+def selection(args) -> tuple[tuple[int, ...], tuple[tuple, ...]]:
+    """(head dims, extra keys) that ``configurations`` takes for these arguments."""
+    from experiments import EXPERIMENTS
+
+    head_dims = tuple(args.d)
+    names = list(EXPERIMENTS) if "all" in args.experiments else args.experiments
+    return head_dims, tuple(experiment_keys(names, head_dims)) if names else ()
+
+
+def kept_rows(path: Path, digest: str) -> list[dict]:
+    """``--add``: the rows of the table at ``path`` (none if there is no file yet), refused
+    unless every one is of the kernel sources ``digest`` (a table of other sources is
+    regenerated whole)."""
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    stale = {r["kernel_source"] for r in rows} - {digest}
+    if stale:
+        sys.exit(f"--add: {path} holds rows of other kernel sources ({', '.join(sorted(stale))}, "
+                 f"not {digest}): regenerate it whole")
+    return rows
+
+
+def missing(chosen, keys) -> list[int]:
+    """Indices of the configurations ``chosen`` (``selection``) whose key is not in ``keys``."""
+    return [i for i, c in enumerate(configurations(*chosen)) if config_key(c) not in keys]
+
+
 def main(argv) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--d", type=int, nargs="+", default=HEAD_DIMS, help="head dims")
+    add_selection_arguments(parser)
     parser.add_argument("--jobs", type=int, default=2, help="parallel compiles")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
-    head_dims = tuple(args.d)
-    count = len(configurations(head_dims))
+    chosen = selection(args)
+    digest = kernel_cache.source_digest()[:16]
+    kept = kept_rows(args.out, digest) if args.add else []
+    indices = missing(chosen, {row_key(r) for r in kept})
     with ProcessPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(measure, [head_dims] * count, range(count)))
-    write_table(args.out, COLUMNS, rows, ptxas_version(), datetime.date.today().isoformat(),
-                kernel_cache.source_digest()[:16])
-    print(f"{count} kernels -> {args.out}")
+        rows = list(pool.map(measure, [chosen] * len(indices), indices))
+    write_table(args.out, COLUMNS, kept + rows, ptxas_version(), datetime.date.today().isoformat(),
+                digest)
+    print(f"{len(indices)} kernels compiled, {len(kept)} rows kept -> {args.out}")
 
 
 def write_table(path: Path, columns, rows, ptxas: str, date: str, digest: str) -> None:
-    """The CSV of ``rows`` (dicts of ``columns``), each stamped with the ptxas version, the
-    date and the kernel-source digest (tests hold the digest to the sources)."""
-    stamp = {"ptxas": ptxas, "date": date, "kernel_source": digest}
+    """The CSV of ``rows`` (dicts of ``columns``), each stamped with the kernel-source digest
+    (tests hold it to the sources) and, where a row has none (a kept row has its own), the
+    ptxas version and the date."""
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, columns, lineterminator="\n")
         writer.writeheader()
-        writer.writerows({**row, **stamp} for row in rows)
+        writer.writerows({"ptxas": ptxas, "date": date, **row, "kernel_source": digest}
+                         for row in rows)
 
 
 if __name__ == "__main__":

@@ -1,14 +1,16 @@
-"""Instruction mix of every kernel the API launches by default, from its sm_90 SASS, per pipe, in
-the main loop and outside: writes ``simulator/kernel_sass.csv``, which the runtime model reads
-(``simulator.sass.sass``).
+"""Instruction mix of every kernel the API launches by default (and the experiments at other
+tilings), from its sm_90 SASS, per pipe, in the main loop and outside: writes
+``simulator/kernel_sass.csv``, which the runtime model reads (``simulator.sass.sass``).
 
     CUDA_HOME=/usr/local/cuda-13.0 python tools/kernel_sass.py [--d 32 ...] [--jobs 2] [--keep DIR]
+        [--experiments [NAME ...]] [--add]
     python tools/kernel_sass.py --from-sass DIR      # again from the SASS kept in DIR: seconds
 
 Needs ptxas (a CUDA toolkit) and nvdisasm (the toolkit's, or pip install nvidia-cuda-nvdisasm).
-The configurations are tools/kernel_resources.py's (``configurations``), each compiled as that
-tool compiles it: PTX for sm_90 (``compile_check.sm90_ptx``), ``ptxas -arch=sm_90`` with the
-kernel's register cap, then ``nvdisasm -c``; once more with line information (``lineinfo=True``,
+The configurations are tools/kernel_resources.py's (``configurations``, ``--experiments`` and
+``--add`` as there), each compiled as that tool compiles it: PTX for sm_90
+(``compile_check.sm90_ptx``), ``ptxas -arch=sm_90`` with the kernel's register cap, then
+``nvdisasm -c``; once more with line information (``lineinfo=True``,
 ``ptxas -lineinfo``, ``nvdisasm -g``), whose SASS must be the same, instruction for
 instruction, to name each region's source lines (a warning and no lines if not). The regions
 (kernel, main loop, nested and other loops), the opcode classes and the loop finder are
@@ -37,7 +39,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # simulator, numba_flash
 
 from compile_check import SIGS, ptxas_version, register_cap, sm90_ptx
-from kernel_resources import HEAD_DIMS, configurations, write_table
+from kernel_resources import (add_selection_arguments, configurations, kept_rows, missing, row_key,
+                              selection, write_table)
 from simulator.tiling import table_variant
 from numba.cuda import compile_ptx
 
@@ -105,10 +108,10 @@ def _file_name(key: dict[str, str]) -> str:
     return "_".join(v for v in key.values() if v) + ".sass"
 
 
-def measure(head_dims, index: int, keep: Path | None, source: Path | None) -> list[dict[str, str]]:
-    """Compile configuration ``index`` of ``configurations(head_dims)`` (or read its SASS from
+def measure(chosen, index: int, keep: Path | None, source: Path | None) -> list[dict[str, str]]:
+    """Compile configuration ``index`` of ``configurations(*chosen)`` (or read its SASS from
     ``source``); its CSV rows, one per region (ptxas, date and kernel_source left out)."""
-    config = configurations(head_dims)[index]
+    config = configurations(*chosen)[index]
     kernel = config.make(config.tiling)
     key = _key(config, kernel)
     if source:
@@ -146,7 +149,7 @@ def measure(head_dims, index: int, keep: Path | None, source: Path | None) -> li
 def arguments(argv, description: str, out: Path) -> argparse.Namespace:
     """The command line shared with tools/kernel_loops.py."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--d", type=int, nargs="+", default=HEAD_DIMS, help="head dims")
+    add_selection_arguments(parser)
     parser.add_argument("--jobs", type=int, default=2, help="parallel compiles")
     parser.add_argument("--out", type=Path, default=out)
     parser.add_argument("--keep", type=Path, help="write each kernel's SASS to this folder")
@@ -181,16 +184,17 @@ def finish_stamp(args, digest: str, ptxas: str, date: str) -> None:
 
 def main(argv) -> None:
     args = arguments(argv, __doc__.splitlines()[0], OUT)
-    head_dims = tuple(args.d)
-    count = len(configurations(head_dims))
+    chosen = selection(args)
     digest, ptxas, date = stamp_of(args)
+    kept = kept_rows(args.out, digest) if args.add else []
+    indices = missing(chosen, {row_key(r) for r in kept})
     with ProcessPoolExecutor(args.jobs) as pool:
-        rows = [row for rows in pool.map(measure, [head_dims] * count, range(count),
-                                         [args.keep] * count, [args.from_sass] * count)
+        rows = [row for rows in pool.map(measure, [chosen] * len(indices), indices,
+                                         [args.keep] * len(indices), [args.from_sass] * len(indices))
                 for row in rows]
     finish_stamp(args, digest, ptxas, date)
-    write_table(args.out, COLUMNS, rows, ptxas, date, digest)
-    print(f"{count} kernels, {len(rows)} regions -> {args.out}")
+    write_table(args.out, COLUMNS, kept + rows, ptxas, date, digest)
+    print(f"{len(indices)} kernels, {len(rows)} regions added to {len(kept)} kept -> {args.out}")
 
 
 if __name__ == "__main__":

@@ -56,7 +56,7 @@ class RunContext:
     skipped: list[str] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     #: a list: a listing run (``python -m experiments kernels``); the experiment stops where it
-    #: would build its kernels and appends their configs here (common.kernels.build_kernels)
+    #: would build its kernels and appends their cases here (common.kernels.build_kernels)
     listed: list | None = None
 
     @property

@@ -35,9 +35,9 @@ class KernelsListed(Exception):
 
 def build_kernels(ctx: RunContext, name: str, cases: list[Case]) -> None:
     """On the GPU, build the kernels of ``cases`` (each config once); print what it took. In a
-    listing run, append their configs to ``ctx.listed`` and raise ``KernelsListed``."""
+    listing run, append the cases to ``ctx.listed`` and raise ``KernelsListed``."""
     if ctx.listed is not None:
-        ctx.listed.extend(kernel_config(case) for case in cases)
+        ctx.listed.extend(cases)
         raise KernelsListed(name)
     if not ctx.gpu:
         return
@@ -61,9 +61,15 @@ BUILT_AS_THEY_RUN = ("calibrate", "ring", "train_gpt", "validation")
 
 def listed_configs(jobs: list[tuple[str, str]], quick: bool, dtypes: tuple = ()) -> list:
     """The distinct ``KernelConfig``s that the experiments of ``jobs`` ((module, name) pairs, as
-    the CLI runs them) would build in a GPU run, found without a GPU: each experiment runs in a
-    listing context up to its first ``build_kernels`` (its only one, but for window and
-    block_sparse, whose timing reuses the kernels their traffic built)."""
+    the CLI runs them) would build in a GPU run, found without a GPU (``listed_cases``)."""
+    return list(dict.fromkeys(kernel_config(case) for case in listed_cases(jobs, quick, dtypes)))
+
+
+def listed_cases(jobs: list[tuple[str, str]], quick: bool, dtypes: tuple = ()) -> list[Case]:
+    """The distinct cases whose kernels the experiments of ``jobs`` would build in a GPU run,
+    found without a GPU: each experiment runs in a listing context up to its first
+    ``build_kernels`` (its only one, but for window and block_sparse, whose timing reuses the
+    kernels their traffic built)."""
     import importlib
 
     listed: list = []
