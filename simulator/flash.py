@@ -42,7 +42,7 @@ import dataclasses
 
 from .blocks import BlockGrid, sparse_tiles
 from .phases import Phase, Plan, phase
-from .tiling import Tiling
+from .tiling import WARP_PAIRS_VARIANT, Tiling
 from .workload import Workload
 
 FORWARD_SCORE_FLOPS = 5
@@ -69,9 +69,13 @@ def _grid(w: Workload, t: Tiling) -> BlockGrid:
     return BlockGrid(w.N_q, w.N_k, t.Br, t.Bc, w.causal, w.diagonal, w.window, tiles)
 
 
-def _variant(w: Workload) -> str:
-    """The fa2 kernels' ``Phase.code`` variant: ``SPARSE_VARIANT`` with a block mask."""
-    return SPARSE_VARIANT if w.block_mask is not None else ""
+def _variant(w: Workload, t: Tiling | None = None) -> str:
+    """The fa2 kernels' ``Phase.code`` variant: ``SPARSE_VARIANT`` with a block mask, joined by
+    "+" to ``WARP_PAIRS_VARIANT`` for a tiling ``t`` with ``warp_pairs`` (the tc backward)."""
+    parts = [SPARSE_VARIANT] if w.block_mask is not None else []
+    if t is not None and t.warp_pairs:
+        parts.append(WARP_PAIRS_VARIANT)
+    return "+".join(parts)
 
 
 def _heaviest_first(w: Workload) -> bool:
@@ -273,28 +277,33 @@ def flash_backward_tc(w: Workload, t: Tiling) -> Plan:
     elementwise reads of L and D are not counted. Causal launches (an upper edge alone) start
     the K/V blocks heaviest (first) first over all heads (L2 model: the blocks in flight belong
     to as many heads). Under GQA a block (K/V head, j) stores K_j, V_j once and runs the steps
-    above for each query head of its group."""
+    above for each query head of its group. With ``warp_pairs`` (v12) each 16-key tile has two
+    warps, one for S^T and dV, one for dP^T and dK (the reads above unchanged), P^T passed
+    from the first to the second through SRAM (Br x Bc elements written and read per active
+    pair), and the dQ product dealt to 2 Bc/16 warps."""
     t.check_mma("flash_backward_tc")
     g, d8 = _grid(w, t), t.mma_depth(w.d)
-    warps, pairs = t.Bc // 16, g.active_pairs
+    warps, pairs = t.threads_for("flash_backward_tc") // 32, g.active_pairs
+    tiles = t.Bc // 16                                       # 16-key tiles
     units = (t.Br // 16) * (d8 // 8)
     per_warp = -(-units // warps)
     products = warps * per_warp
     ds_reads = warps * (1 if (d8 // 8) % per_warp == 0 else per_warp)   # 16 x Bc reads of dS
     pre, main = flash_backward(w, t).phases
-    head_reads = pairs * 2 * warps * t.Br * d8 * 2          # Q (or dO): two products a warp
+    head_reads = pairs * 2 * tiles * t.Br * d8 * 2          # Q (or dO): two products a tile
+    exchange = {"P": pairs * t.Br * t.Bc} if t.warp_pairs else {}
 
     heavy = _heaviest_first(w)
     main = dataclasses.replace(
         main, name="main: dK, dV, dQ atomics (tensor cores)", kernel="flash_backward_tc",
-        code=("flash_backward_tc", _variant(w)), tile_major=heavy,
+        code=("flash_backward_tc", _variant(w, t)), tile_major=heavy,
         sram_reads=_mixed(w, {"Q": head_reads, "dO": head_reads,
                               "K": pairs * (t.Bc * d8 * 2 + products * t.Bc * 8 * 2),
                               "V": pairs * t.Bc * d8 * 2,
-                              "dS": pairs * ds_reads * 16 * t.Bc * 2}),
+                              "dS": pairs * ds_reads * 16 * t.Bc * 2, **exchange}),
         sram_writes=_mixed(w, {"Q": pairs * t.Br * d8 * 4, "dO": pairs * t.Br * d8 * 4,
                                "L": pairs * t.Br, "D": pairs * t.Br,
-                               "dS": pairs * t.Br * t.Bc * 2},
+                               "dS": pairs * t.Br * t.Bc * 2, **exchange},
                            {"K": g.tc * t.Bc * d8 * 2, "V": g.tc * t.Bc * d8 * 2}),
         blocks_per_unit=1 if heavy else g.tc)
     return Plan((pre, main), workspace={"D": w.tensor_elements("D")})

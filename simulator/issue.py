@@ -356,6 +356,9 @@ def loop_record(kernel: str, tiling: Tiling | None, d: int, causal: bool, varian
                 path: Path = LOOPS_JSON) -> dict:
     """The recorded main loop of ``kernel`` (as ``simulator.sass.sass`` keys it); LookupError
     listing what was compiled if none."""
+    from .tiling import table_variant
+
+    variant = table_variant(variant, tiling)
     rows = [r for r in kernel_loops(path)["loops"]
             if r["kernel"] == kernel and r["variant"] == variant]
     br, bc = (str(tiling.Br), str(tiling.Bc)) if tiling else ("", "")

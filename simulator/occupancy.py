@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .hardware import H200, Hardware
-from .tiling import Tiling
+from .tiling import WARP_PAIRS_VARIANT, Tiling, table_variant
 
 WARP = 32
 #: Kernel resources from ptxas: written by tools/kernel_resources.py, read by ``resources``.
@@ -207,8 +207,9 @@ def _optional(text: str, kind):
 def key_fields(r: Mapping[str, str]) -> dict:
     """The columns that name a compiled kernel (kernel, function, variant, tiling, d, causal)
     of a row of kernel_resources.csv or kernel_sass.csv, parsed."""
+    pairs = WARP_PAIRS_VARIANT in r["variant"].split("+")
     return dict(kernel=r["kernel"], function=r["function"], variant=r["variant"],
-                tiling=Tiling(int(r["Br"]), int(r["Bc"])) if r["Br"] else None,
+                tiling=Tiling(int(r["Br"]), int(r["Bc"]), pairs) if r["Br"] else None,
                 d=_optional(r["d"], int), causal=_optional(r["causal"], lambda s: s == "True"))
 
 
@@ -233,6 +234,7 @@ def resources(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant:
     """The recorded resources of ``kernel`` (its ``variant``) compiled for ``tiling`` (None for
     the row kernels), head dim ``d`` and ``causal``. LookupError, listing what was compiled,
     if this configuration never was: resources are measured, never guessed."""
+    variant = table_variant(variant, tiling)
     rows = compiled_rows(kernel_resources(path), kernel, variant)
     found = matching(rows, tiling, d, causal)
     if found:

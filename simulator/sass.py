@@ -503,7 +503,9 @@ def sass(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant: str 
     ``simulator.occupancy.resources``. LookupError, listing what was compiled (or the regions
     the kernel has), if there is no such row: counts are read from the SASS, never guessed."""
     from .occupancy import compiled_rows, never_compiled
+    from .tiling import table_variant
 
+    variant = table_variant(variant, tiling)
     matches = regions_of(kernel, tiling, d, causal, variant, path)
     for r in matches:
         if r.region == region:
@@ -523,5 +525,7 @@ def regions_of(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant
                path: Path = SASS_CSV) -> list[KernelSass]:
     """Every recorded region of ``kernel`` compiled for this configuration (none: [])."""
     from .occupancy import compiled_rows, matching
+    from .tiling import table_variant
 
-    return matching(compiled_rows(kernel_sass(path), kernel, variant), tiling, d, causal)
+    return matching(compiled_rows(kernel_sass(path), kernel, table_variant(variant, tiling)),
+                    tiling, d, causal)

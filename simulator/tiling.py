@@ -19,7 +19,7 @@ This module imports nothing beyond the standard library: the simulator must run 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 #: Largest register tile a thread owns along each side of an S tile.
 MICRO_TILE = 4
@@ -32,6 +32,23 @@ MMA_KERNELS = {"flash_forward_tc": (MMA_ROWS, MMA_K, "Br"),
                "flash_forward_half": (MMA_ROWS, MMA_ROWS, "Br"),
                "flash_backward_tc": (MMA_ROWS, MMA_ROWS, "Bc"),
                "flash_backward_half": (MMA_ROWS, MMA_ROWS, "Bc")}
+#: ``Tiling.warp_pairs`` (the tensor-core backward: two warps a 16-key tile, one for S^T, P^T, dV
+#: and one for dP^T, dS^T, dK) synchronises each pair by a named barrier, ids 1 .. PAIR_BARRIERS
+#: (0 is the block's): at most that many pairs, Bc <= 16 * PAIR_BARRIERS.
+PAIR_BARRIERS = 15
+#: ``Phase.code``'s variant (joined to others by "+") of a kernel compiled for a tiling with
+#: ``warp_pairs``: the recorded tables (resources, SASS, loops) key it by this, as their Br, Bc
+#: columns do not say.
+WARP_PAIRS_VARIANT = "warp_pairs"
+
+
+def table_variant(variant: str, tiling: "Tiling | None") -> str:
+    """The recorded tables' variant of a kernel of ``variant`` compiled for ``tiling``:
+    ``variant`` with ``WARP_PAIRS_VARIANT`` joined where ``tiling.warp_pairs`` (once)."""
+    parts = [p for p in variant.split("+") if p]
+    if tiling is not None and tiling.warp_pairs and WARP_PAIRS_VARIANT not in parts:
+        parts.append(WARP_PAIRS_VARIANT)
+    return "+".join(parts)
 #: Dropout (``spec.Mask.dropout``): each Philox call covers 8 scores of a block of 16 rows x 16
 #: keys (``numba_flash.reference.dropout_keep``) that the kernels' lanes must find inside one
 #: tile, so with dropout Br and Bc are multiples of DROPOUT_SIDE (``check_dropout``).
@@ -78,18 +95,21 @@ PREFERRED = {"flash_forward_v2": (128, 64), "flash_forward_tc": (256, 32),
 #: d = 64: 146 TFLOP/s at 128 x 64 and 256 x 64 (4,16,4096), 183 / 176 at (1,16,16384); d = 128:
 #: 200 at 128 x 32, 205 at 256 x 64, 197 at 128 x 64; causal (2,32,4096,128): 174 at 128 x 32,
 #: 166 at 256 x 64, 138 at 128 x 64.
-#: ... and for d > 64: the tensor-core forward (v8, Qi in fp32) at d = 128 (4,16,4096): 46.3
+#: ... and for d > 64 (a third entry True: ``Tiling.warp_pairs``): the tensor-core forward (v8, Qi in fp32) at d = 128 (4,16,4096): 46.3
 #: TFLOP/s at 256 x 32 (16 warps, 128 registers, 220 B of spill stores by ptxas), 45.1 at 192 x 32
 #: (12 warps, 168 registers), 38.8 at 128 x 32 (v7 with Qi split in SRAM: 40.8 and 40.1 at 128 x
 #: 32 in two sessions); from d = 72 on the fp32 Qi is a guess (at d = 72-80 the split Qi would
 #: also fit 256 x 32; not measured); the backward's
 #: dK and dV fragments (64 registers each at d = 128) spill at 16 x 64 (0.9 KB), less than at
-#: 32 x 64 (1.5 KB; not measured either).
+#: 32 x 64 (1.5 KB; not measured either). Backward v4-v11 at 16 x 64 (4 warps, 205 KB, so 4 warps
+#: an SM): (4,16,4096,128) ~78 ms on the H200, 4.7x d = 64's time per FLOP; v12 pairs the warps
+#: (``warp_pairs``: 8 warps, 64 accumulator registers a lane instead of 128): 79.1 -> 47.8 ms
+#: (H200, 2026-12-03, results/h200/tuning/warp_pairs_2026-12-03.log).
 #: fp16 backward (flash_backward_half v1, H200, backward alone, results/h200/tuning/
 #: tune_half_bwd_v1_d*.csv): (4,16,4096,64): 149 TFLOP/s at 64 x 128, 136 at 32 x 128, 133 at
 #: 64 x 64, 87 at 128 x 64; d = 128: 160 at 32 x 128, 136 at 32 x 64, 123 at 16 x 64, 77 at
 #: 64 x 64 (causal and N = 16384 not tuned).
-PREFERRED_WIDE_HEADS = {"flash_forward_tc": (256, 32), "flash_backward_tc": (16, 64),
+PREFERRED_WIDE_HEADS = {"flash_forward_tc": (256, 32), "flash_backward_tc": (16, 64, True),
                         "flash_forward_half": (128, 32), "flash_backward_half": (32, 128)}
 #: Bytes of a shared-memory element of the kernels whose tiles are not fp32 (``smem_terms``
 #: counts elements): the fp16 / bf16 forward's 16-bit ones.
@@ -111,21 +131,34 @@ def _padded(n: int) -> int:
 
 @dataclass(frozen=True)
 class Tiling:
-    """Block sizes Br x Bc of the tiled algorithms (the paper's notation)."""
+    """Block sizes Br x Bc of the tiled algorithms (the paper's notation).
+
+    ``warp_pairs`` (the tensor-core backward, ``flash_backward_tc``, only; the other kernels
+    ignore it): two warps a 16-key tile of Bc instead of one, one computing S^T, P^T and dV,
+    the other dP^T, dS^T and dK (P^T passed through shared memory), so a block has Bc/8 warps
+    and each lane holds one of the dK, dV accumulators, not both (that kernel's v12: wide
+    heads, where one warp's two would take 128 registers at d = 128)."""
 
     Br: int
     Bc: int
+    warp_pairs: bool = False
 
     def __post_init__(self):
         for name in ("Br", "Bc"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"Tiling.{name} must be a positive int, got {value!r}")
+        if not isinstance(self.warp_pairs, bool):
+            raise ValueError(f"Tiling.warp_pairs must be a bool, got {self.warp_pairs!r}")
         if self.threads > 1024:
             raise ValueError(
                 f"Tiling(Br={self.Br}, Bc={self.Bc}) needs {self.threads} threads a block; "
                 "CUDA allows 1024: choose Br * Bc <= 16384"
             )
+
+    def __repr__(self) -> str:
+        pairs = ", warp_pairs=True" if self.warp_pairs else ""
+        return f"{type(self).__name__}(Br={self.Br}, Bc={self.Bc}{pairs})"
 
     # ---- thread layout -------------------------------------------------------------------
     @property
@@ -150,12 +183,18 @@ class Tiling:
 
     def threads_for(self, kernel: str) -> int:
         """Threads a block of ``kernel`` has: one warp per 16 rows of Br (``flash_forward_tc``)
-        or of Bc (``flash_backward_tc``) for the tensor-core kernels, the ``threads`` of the
-        4 x 4 layout for the others."""
+        or of Bc (``flash_backward_tc``; two with ``warp_pairs``) for the tensor-core kernels,
+        the ``threads`` of the 4 x 4 layout for the others."""
         if kernel in MMA_KERNELS:
             self.check_mma(kernel)
-            return WARP * getattr(self, MMA_KERNELS[kernel][2]) // self.rows_per_warp(kernel)
+            return (WARP * getattr(self, MMA_KERNELS[kernel][2]) // self.rows_per_warp(kernel)
+                    * self.warps_per_tile(kernel))
         return self.threads
+
+    def warps_per_tile(self, kernel: str) -> int:
+        """Warps that share each 16-row tile of a tensor-core kernel: 2 for ``flash_backward_tc``
+        with ``warp_pairs``, else 1."""
+        return 2 if self.warp_pairs and kernel == "flash_backward_tc" else 1
 
     def rows_per_warp(self, kernel: str) -> int:
         """Rows (of the side with one warp per MMA_ROWS, ``MMA_KERNELS``) each warp of a
@@ -169,17 +208,21 @@ class Tiling:
     def suits_mma(self, kernel: str = "flash_forward_tc") -> bool:
         """Whether the tensor-core ``kernel`` can use this tiling (see ``check_mma``)."""
         br, bc, side = MMA_KERNELS[kernel]
+        pairs = self.warps_per_tile(kernel)
         return (self.Br % br == 0 and self.Bc % bc == 0
-                and getattr(self, side) <= 1024 // WARP * MMA_ROWS)
+                and getattr(self, side) <= 1024 // WARP * MMA_ROWS // pairs
+                and (pairs == 1 or self.Bc <= MMA_ROWS * PAIR_BARRIERS))
 
     def check_mma(self, kernel: str = "flash_forward_tc") -> None:
         """Raise ValueError unless the tensor-core ``kernel`` can use this tiling."""
         if not self.suits_mma(kernel):
             br, bc, side = MMA_KERNELS[kernel]
+            most = (1024 // WARP * MMA_ROWS if self.warps_per_tile(kernel) == 1
+                    else MMA_ROWS * PAIR_BARRIERS)
             raise ValueError(
-                f"tiling=Tiling(Br={self.Br}, Bc={self.Bc}) does not suit the tensor-core kernel "
+                f"tiling={self!r} does not suit the tensor-core kernel "
                 f"({kernel}): choose Br a multiple of {br} and Bc a multiple of {bc}, "
-                f"{side} up to {1024 // WARP * MMA_ROWS}"
+                f"{side} up to {most}"
             )
 
     def suits_dropout(self) -> bool:
@@ -327,9 +370,12 @@ class Tiling:
         if kernel == "flash_backward_tc":
             self.check_mma(kernel)
             d8, lq = self.mma_depth(d), self.mma_swizzled_stride(d)
-            return {"Kj": bc * 2 * d8, "Vj": bc * 2 * d8, "Qi": br * lq, "dOi": br * lq,
-                    "Qi^T": d8 * 2 * br, "dOi^T": d8 * 2 * br, "dS": br * 2 * bc,
-                    "L": br, "D": br}
+            terms = {"Kj": bc * 2 * d8, "Vj": bc * 2 * d8, "Qi": br * lq, "dOi": br * lq,
+                     "Qi^T": d8 * 2 * br, "dOi^T": d8 * 2 * br, "dS": br * 2 * bc,
+                     "L": br, "D": br}
+            if self.warp_pairs:       # P^T from each pair's first warp to its second
+                terms["P^T"] = bc * br
+            return terms
         raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
 
     def smem_bytes(self, kernel: str, d: int, dtype_bytes: int | None = None) -> int:
@@ -375,8 +421,8 @@ class Tiling:
             kernel, PREFERRED.get(kernel, (64, 64))))
         candidates = [first] + [cls(size, size) for size in (64, 32, 16, 8, 4, 2, 1)]
         if block_size is not None:
-            candidates = [cls(math.gcd(t.Br, block_size[0]), math.gcd(t.Bc, block_size[1]))
-                          for t in candidates]
+            candidates = [replace(t, Br=math.gcd(t.Br, block_size[0]),
+                                  Bc=math.gcd(t.Bc, block_size[1])) for t in candidates]
         if kernel in MMA_KERNELS:
             candidates = [t for t in candidates if t.suits_mma(kernel)]
         if dropout:
@@ -399,7 +445,7 @@ class Tiling:
             br = min(br, fit_side(n_q, max(grain_r, grain)))
         if grain_c and n_k is not None:
             bc = min(bc, fit_side(n_k, max(grain_c, grain)))
-        return type(self)(br, bc)
+        return replace(self, Br=br, Bc=bc)
 
 
 def fit_side(n: int, grain: int) -> int:

@@ -5,6 +5,7 @@ import pytest
 
 from simulator.issue import (LOOPS_JSON, SCHEDULERS, decode_instruction, decode_loop,
                              kernel_loops, loop_cycles, op, simulate, stream_for)
+from simulator.occupancy import key_fields
 from simulator.rates import load_rates
 from simulator.sass import sass
 from simulator.tiling import Tiling
@@ -147,7 +148,7 @@ def test_json_was_recorded_from_these_kernel_sources():
 def test_recorded_loops_match_kernel_sass_counts():
     """Each recorded main loop (no nested loop inlined twice) has kernel_sass.csv's counts."""
     for r in kernel_loops(LOOPS_JSON)["loops"]:
-        tiling = Tiling(int(r["Br"]), int(r["Bc"])) if r["Br"] else None
+        tiling = key_fields(r)["tiling"]       # with warp_pairs where its variant says so
         d = int(r["d"]) if r["d"] else 0
         causal = r["causal"] == "True"
         stream = stream_for(r["kernel"], tiling, d, causal, r["variant"])

@@ -48,7 +48,7 @@ from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
 from numba_flash.checks import BLOCK_SIZE
 from simulator.flash import SPARSE_VARIANT
 from simulator.spec import Mask
-from simulator.tiling import Tiling
+from simulator.tiling import WARP_PAIRS_VARIANT, Tiling, table_variant
 
 OUT = Path(__file__).resolve().parent.parent / "simulator" / "kernel_resources.csv"
 HEAD_DIMS = (32, 64, 80, 128, 256)
@@ -170,10 +170,11 @@ def experiment_keys(names, head_dims=HEAD_DIMS) -> list[tuple]:
                 continue
             for p in report.phases:
                 kernel, variant = p.code
-                if not p.block_trips or (kernel, variant) not in TILED:
+                base = "+".join(v for v in variant.split("+") if v and v != WARP_PAIRS_VARIANT)
+                if not p.block_trips or (kernel, base) not in TILED:
                     continue
-                if config_key(tiled(kernel, variant, w.d, w.kernel_causal, t)) not in known:
-                    found.add((kernel, variant, t.Br, t.Bc, w.d, w.kernel_causal))
+                if config_key(tiled(kernel, base, w.d, w.kernel_causal, t)) not in known:
+                    found.add((kernel, base, t.Br, t.Bc, w.d, w.kernel_causal))
     return sorted(found)
 
 
@@ -189,7 +190,8 @@ def measure(chosen, index: int) -> dict[str, str]:
     kernel = config.make(tiling)
     cap = register_cap(kernel)
     found = ptxas_resources(sm90_ptx(config.kind, kernel), cap)
-    row = {"kernel": config.kernel, "function": kernel.py_func.__name__, "variant": config.variant,
+    row = {"kernel": config.kernel, "function": kernel.py_func.__name__,
+           "variant": table_variant(config.variant, tiling),
            "Br": _blank(tiling and tiling.Br), "Bc": _blank(tiling and tiling.Bc),
            "d": _blank(config.d), "causal": _blank(config.causal),
            "threads": str(tiling.threads_for(config.kernel) if tiling else ROW_THREADS),
@@ -206,7 +208,7 @@ def measure(chosen, index: int) -> dict[str, str]:
 def config_key(config: Config) -> tuple[str, ...]:
     """(kernel, variant, Br, Bc, d, causal) of ``config`` as its table rows write them."""
     t = config.tiling
-    return (config.kernel, config.variant, _blank(t and t.Br), _blank(t and t.Bc),
+    return (config.kernel, table_variant(config.variant, t), _blank(t and t.Br), _blank(t and t.Bc),
             _blank(config.d), _blank(config.causal))
 
 

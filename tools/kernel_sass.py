@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # simulator, n
 from compile_check import SIGS, ptxas_version, register_cap, sm90_ptx
 from kernel_resources import (add_selection_arguments, configurations, kept_rows, missing, row_key,
                               selection, write_table)
+from simulator.tiling import table_variant
 from numba.cuda import compile_ptx
 
 from numba_flash import kernel_cache
@@ -97,7 +98,8 @@ def _blank(value) -> str:
 
 def _key(config, kernel) -> dict[str, str]:
     tiling = config.tiling
-    return {"kernel": config.kernel, "function": kernel.py_func.__name__, "variant": config.variant,
+    return {"kernel": config.kernel, "function": kernel.py_func.__name__,
+            "variant": table_variant(config.variant, tiling),
             "Br": _blank(tiling and tiling.Br), "Bc": _blank(tiling and tiling.Bc),
             "d": _blank(config.d), "causal": _blank(config.causal)}
 

@@ -20,6 +20,15 @@ Algorithm (per K/V head and K/V block j; grid Tc x B*H_kv, Bc/16 warps a block):
     dKj times ln 2 (scale dS^T Q, as Qi holds scale*log2(e) q), dVj -> HBM, once: with GQA
     they are sums over the group's query heads
 
+Warp pairs (``Tiling.warp_pairs``, compile-time; v12, the default for 64 < d <= 128): warps 2p
+and 2p + 1 share keys 16p..16p + 15, Bc/8 warps a block. Role 0 computes S^T, P^T (mask,
+dropout) and dVj += P^T dOi, passing P^T to role 1 through SRAM; role 1 computes dP^T in the
+meantime, then dS^T, dKj += dS^T Qi and the dS store; all warps share the dQ product. Each lane
+holds one accumulator (dVj or dKj: 64 registers at d = 128, not 128), so that 8 warps fit a
+multiprocessor at d = 128 (16 x 64: 171 registers, no spills, 209 KB) where one warp a tile
+had 4 (255 registers, spills). Same instructions a tile as one warp, split in two, plus P^T's
+16-byte stores and loads (Br/8 each a lane a step) and its named barrier.
+
 The mask is a band (simulator.spec.Mask: causal, a sliding window, or both sides), fixed at
 compile time as ``upper`` / ``lower``, its offsets ``hi``, ``lo`` at run time; tiles inside
 the band (``needs_mask`` false) skip the per-element comparisons.
@@ -67,6 +76,10 @@ SRAM layouts (floats; an element's hi part named, its lo part in the chunk given
              in slots t, t + 4). One i step
     L, D     Br floats: L_i times log2(e) (+inf for rows past N_q and rows that saw no key, so
              P = 0 there), D_i: one i step
+    P^T      (warp pairs only) 16 Br floats a 16-key tile p, at 16 Br p: role 0's C fragments
+             of P^T by lane, slots (n, 0..3) of lane l in chunk 32 n + l (conflict-free 16-byte
+             stores and loads); with dropout a dropped score's P negated (role 1 reads the kept
+             bits from the signs). One i step
 Bank conflicts: none on fragment reads (the 8 lanes of a 16-byte access phase, 16 of an 8-byte
 one, cover all 32 banks: the XOR masks above); 2-way on the 16-byte stores of dS (Br Bc / 64 of
 them a block a step) and of Kj, Vj (once); none on the stores of Qi, dOi where D8 is a multiple
@@ -82,6 +95,10 @@ are complete before any warp reads fragments of them, and every warp's dQ produc
 previous dS before it is overwritten; (2) after writing dS: dS is complete before the dQ product
 reads other warps' keys. The loads need no barrier before them: every warp last read the
 previous Qi, dOi, L, D before barrier (2) of the previous step (racecheck agrees, v7).
+Warp pairs add one named barrier a step, 1 + p for tile p (so at most 15 tiles, Bc <= 240):
+role 0 arrives (``bar.arrive``, no wait) after storing P^T, role 1 waits there (``bar.sync``)
+after its dP^T and before loading P^T. Role 0 overwrites P^T only after barrier (1) of the next
+step, which role 1 reaches after its loads of it: no barrier for that.
 
 ``deterministic=True`` in the API keeps the FFMA kernels (v3's dK/dV kernel and its dQ kernel
 without atomics); this kernel always adds dQ atomically.
@@ -134,6 +151,15 @@ same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py --back
     v11 block-sparse (Mask.sparse, compile-time; Algorithm 5): K/V block j visits the row
         blocks of its list (simulator.blocks.BlockGrid.column_lists); kernels without it take
         two more (unread) arguments.
+    v12 warp pairs (Tiling.warp_pairs; default for 64 < d <= 128, 16 x 64): two warps a 16-key
+        tile, S^T + dV on one, dP^T + dK on the other, P^T through SRAM; at d = 128 8 warps an
+        SM instead of 4, 171 registers and no spills instead of 255 and 12 B (ptxas 13.0,
+        sm_90). H200, 2026-12-03, backward alone against v11's 16 x 64 in the same run (per-call
+        CUDA events, median of 10: results/h200/tuning/warp_pairs_2026-12-03.log):
+        (4,16,4096,128) 79.1 -> 47.8 ms (17.4 -> 28.7 TFLOP/s), causal (2,32,4096,128) 45.9 ->
+        28.0, (8,32,2048,128) 80.0 -> 48.5, d = 80 (4,16,4096) 51.0 -> 41.2; gradient errors
+        unchanged (<= 7.0e-6 of max |dx| against float64). The runtime model had predicted 71.5
+        ms (51.6 counting each warp's role alone). Kernels without pairs unchanged.
 """
 from __future__ import annotations
 
@@ -148,11 +174,11 @@ from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
 from .tiles import (LN2, ONE, POS_INF, ZERO, dropout_kept, dropout_words, identity, lse_base2,
-                    make_key_rows_store, masked, needs_mask, row_block_range,
+                    make_key_row_store, make_key_rows_store, masked, needs_mask, row_block_range,
                     scaled_element, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 11
+VERSION = 12
 
 
 @kernel_factory
@@ -179,6 +205,7 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
         tiling.check_dropout()
     T = tiling.threads_for("flash_backward_tc")
     WARPS = T // 32
+    PAIRS = tiling.warps_per_tile("flash_backward_tc") == 2   # v12: two warps a 16-key tile
     D8 = tiling.mma_depth(d)           # d rounded up to the mma's k = 8 (zero columns)
     LP, LQ, LT, LS = 4 * D8, tiling.mma_swizzled_stride(d), 2 * BR, 4 * BC   # strides (header)
     KS, NT, OT = D8 // 8, BR // 8, D8 // 8   # k steps over d; 8-query tiles; 8-column tiles
@@ -187,9 +214,9 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
     UNITS = (BR // 16) * OT                  # 16 x 8 tiles of dQ_i
     PER_WARP = -(-UNITS // WARPS)
     SHARED_ROWS = OT % PER_WARP == 0           # a warp's tiles of dQ_i share their 16 rows
-    # shared-memory carve-up (Tiling.smem_terms order)
-    KO, VO, QO, OO, QTO, OTO, SO, LO, DO = (np.uint64(x) for x in np.cumsum(
-        [0, *tiling.smem_terms("flash_backward_tc", d).values()])[:-1])
+    # shared-memory carve-up (Tiling.smem_terms order; XO: the pairs' P^T, else the end)
+    KO, VO, QO, OO, QTO, OTO, SO, LO, DO, XO = (np.uint64(x) for x in np.cumsum(
+        [0, *tiling.smem_terms("flash_backward_tc", d).values()])[:10])
     # uint64 offsets throughout: Numba would add a negative-index fix-up to every signed one
     U1, U2, U3, U4 = np.uint64(1), np.uint64(2), np.uint64(3), np.uint64(4)
     QC, OC, QTC, OTC = (x // U4 for x in (QO, OO, QTO, OTO))   # in chunks of 4 floats
@@ -197,7 +224,9 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
 
     w = warp_ops(lo_truncated=True)   # see the module docstring
     split, split_finite, exp2, mma_3xtf32 = w.split, w.split_finite, w.exp2_ftz, w.mma_3xtf32
+    pair_arrive, pair_sync = w.pair_arrive, w.pair_sync
     store_key_rows = make_key_rows_store(d, OT, identity)
+    store_key_row = make_key_row_store(d, OT, identity)   # v12: a warp's one of dKj, dVj
     ALIGN = smem_alignment()
 
     @cuda.jit(device=True)
@@ -298,13 +327,14 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
             acc[n, 3] += c3
 
     rows_times_tile_t, add_scores_times_tile = (
-        cuda.jit(device=True)(unrolled(f)) for f in (rows_times_tile_t, add_scores_times_tile))
+        cuda.jit(device=True)(unrolled(f))
+        for f in (rows_times_tile_t, add_scores_times_tile))
 
     def flash_backward_tc(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo,
                           seed_lo, seed_hi, keep_from, rp, blk_ptr, blk_idx):
         smem = cuda.shared.array(0, float32, alignment=ALIGN)
         # SRAM tiles: Kj at KO and Vj at VO for the whole kernel; Qi at QO and QTO, dOi at OO
-        # and OTO, dS at SO, L at LO, D at DO for one i step
+        # and OTO, dS at SO, L at LO, D at DO (and with pairs, P^T at XO) for one i step
         j, kvh = cuda.blockIdx.x, cuda.blockIdx.y     # K/V block, K/V head
         if UPPER and not LOWER:
             # low j see the most row blocks: start them first over all heads, so that the final
@@ -316,7 +346,15 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
         warp = tid // 32
         g = lane // 4           # fragment row group: this lane's keys are g and g + 8 (of 16)
         t = lane % 4            # thread in group: its queries are 2t, 2t + 1 of each 8
-        wkey = warp * 16        # this warp's first key of the Bc tile
+        if PAIRS:
+            # v12: warps 2p and 2p + 1 share keys 16p..16p + 15; the first (role 0) computes
+            # S^T, P^T and dV, the second (role 1) dP^T, dS^T and dK
+            tile = warp // 2
+            role = warp % 2
+        else:
+            tile = warp
+            role = 0
+        wkey = tile * 16        # this warp's first key of the Bc tile
         col0 = j * BC
         cols = min(BC, n_k - col0)
         if SPARSE:                    # row blocks blk_idx[first..end - 1]
@@ -331,7 +369,10 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
         lo_part = cuda.local.array((NT, 4), float32)   # registers: lo parts of P^T, then of dS^T
         wd = cuda.local.array((2, 4), uint64)          # registers: two Philox calls' words (dropout)
         dk_acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of dKj
-        dv_acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of dVj
+        if PAIRS:
+            dv_acc = dk_acc    # one accumulator a warp: dVj (role 0) or dKj (role 1)
+        else:
+            dv_acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of dVj
         cq = cuda.local.array((PER_WARP, 4), float32)  # registers: this warp's tiles of dQ_i
         qa = cuda.local.array(PER_WARP, uint64)        # their offsets in dS (row block)
         qb = cuda.local.array(PER_WARP, uint64)        # ... and in Kj (column tile)
@@ -366,6 +407,8 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
         ss_lo0 = SO + uint64(2 * t * LS + 4 * (wkey + ((2 * g + 1) ^ (2 * t))))
         ss_hi1 = SO + uint64((2 * t + 1) * LS + 4 * (wkey + ((2 * g) ^ (2 * t + 1))))
         ss_lo1 = SO + uint64((2 * t + 1) * LS + 4 * (wkey + ((2 * g + 1) ^ (2 * t + 1))))
+        # - pairs: P^T of the tile, C fragments by lane (n-th 16-byte chunk of lane at 32n + lane)
+        xs = XO + uint64(tile * 16 * BR + 4 * lane)
 
         # steps: the row blocks first <= i < end of each query head of the group in turn (one
         # loop, as flash_backward_half: a loop over heads around one over row blocks cost ptxas
@@ -387,74 +430,111 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
             # fragments of them; every warp's dQ product done with the previous dS
             cuda.syncthreads()
 
-            rows_times_tile_t(s, smem, ka_hi, ka_lo, QC + row_even, QC + row_odd)   # S^T, base 2
-            # interior tiles (full, and inside the band) need no mask; rows past N_q have
-            # L = +inf
-            edge = needs_mask(row0, BR, col0, cols, BC, hi, lo, UPPER, LOWER)
-            for h in static_range(2):             # slots 2h, 2h + 1 hold key wkey + g + 8h
-                key = wkey + g + 8 * h
-                for n in static_range(NT):
-                    for e in static_range(2):
-                        r = 8 * n + 2 * t + e
-                        if edge and masked(r, key, row0, col0, cols, hi, lo, UPPER, LOWER):
-                            s[n, 2 * h + e] = ZERO
-                        else:
-                            s[n, 2 * h + e] = exp2(s[n, 2 * h + e] - smem[LO + uint64(r)])
-            if DROPOUT:
-                # the forward's mask, regenerated: bit 4n + 2h + e of ``kept`` for slot (n, 2h
-                # + e), query 8n + 2t + e and key wkey + g + 8h; a pair of query tiles takes two
-                # Philox calls, one a query parity e (tiles.dropout_words: word 2 (n % 2) + h,
-                # half g % 2); dVj += (P Z)^T dOi with Z = kept / (1 - p), P kept in s for dS
-                kept = uint64(0)
-                for n in static_range(NT):
-                    if n % 2 == 0:
+            if not PAIRS or role == 0:
+                rows_times_tile_t(s, smem, ka_hi, ka_lo, QC + row_even, QC + row_odd)  # S^T, base 2
+                # interior tiles (full, and inside the band) need no mask; rows past N_q have
+                # L = +inf
+                edge = needs_mask(row0, BR, col0, cols, BC, hi, lo, UPPER, LOWER)
+                for h in static_range(2):             # slots 2h, 2h + 1 hold key wkey + g + 8h
+                    key = wkey + g + 8 * h
+                    for n in static_range(NT):
                         for e in static_range(2):
-                            wd[e, 0], wd[e, 1], wd[e, 2], wd[e, 3] = dropout_words(
-                                seed_lo, seed_hi, bh, row0 + 8 * n + 2 * t + e, col0 + wkey + g)
-                    for h in static_range(2):
-                        for e in static_range(2):
-                            if dropout_kept(wd[e, 2 * (n % 2) + h], g, keep_from):
-                                kept |= uint64(1) << uint64(4 * n + 2 * h + e)
-                                ds[n, 2 * h + e], lo_part[n, 2 * h + e] = split_finite(s[n, 2 * h + e] * rp)
+                            r = 8 * n + 2 * t + e
+                            if edge and masked(r, key, row0, col0, cols, hi, lo, UPPER, LOWER):
+                                s[n, 2 * h + e] = ZERO
                             else:
-                                ds[n, 2 * h + e], lo_part[n, 2 * h + e] = ZERO, ZERO
-                add_scores_times_tile(dv_acc, ds, lo_part, smem, OTC + col_even, OTC + col_odd)
-            else:
-                for n in static_range(NT):
-                    for e in static_range(4):
-                        s[n, e], lo_part[n, e] = split_finite(s[n, e])
-                # dVj += P^T dOi
-                add_scores_times_tile(dv_acc, s, lo_part, smem, OTC + col_even, OTC + col_odd)
-                for n in static_range(NT):
-                    for e in static_range(4):
-                        s[n, e] += lo_part[n, e]          # P^T again, within 2^-21 (exact sum)
+                                s[n, 2 * h + e] = exp2(s[n, 2 * h + e] - smem[LO + uint64(r)])
+                if DROPOUT:
+                    # the forward's mask, regenerated: bit 4n + 2h + e of ``kept`` for slot (n,
+                    # 2h + e), query 8n + 2t + e and key wkey + g + 8h; a pair of query tiles
+                    # takes two Philox calls, one a query parity e (tiles.dropout_words: word
+                    # 2 (n % 2) + h, half g % 2); dVj += (P Z)^T dOi with Z = kept / (1 - p), P
+                    # kept in s for dS
+                    kept = uint64(0)
+                    for n in static_range(NT):
+                        if n % 2 == 0:
+                            for e in static_range(2):
+                                wd[e, 0], wd[e, 1], wd[e, 2], wd[e, 3] = dropout_words(
+                                    seed_lo, seed_hi, bh, row0 + 8 * n + 2 * t + e, col0 + wkey + g)
+                        for h in static_range(2):
+                            for e in static_range(2):
+                                if dropout_kept(wd[e, 2 * (n % 2) + h], g, keep_from):
+                                    kept |= uint64(1) << uint64(4 * n + 2 * h + e)
+                                    ds[n, 2 * h + e], lo_part[n, 2 * h + e] = split_finite(s[n, 2 * h + e] * rp)
+                                else:
+                                    ds[n, 2 * h + e], lo_part[n, 2 * h + e] = ZERO, ZERO
+                    if PAIRS:
+                        # P^T -> SRAM for role 1, a dropped score's P negated (P >= 0), then
+                        # arrive: the stores are visible to role 1 once it waits there
+                        for n in static_range(NT):
+                            at = xs + uint64(128 * n)
+                            smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = (
+                                s[n, 0] if (kept >> uint64(4 * n)) & uint64(1) else -s[n, 0],
+                                s[n, 1] if (kept >> uint64(4 * n + 1)) & uint64(1) else -s[n, 1],
+                                s[n, 2] if (kept >> uint64(4 * n + 2)) & uint64(1) else -s[n, 2],
+                                s[n, 3] if (kept >> uint64(4 * n + 3)) & uint64(1) else -s[n, 3])
+                        pair_arrive(1 + tile)
+                    add_scores_times_tile(dv_acc, ds, lo_part, smem, OTC + col_even, OTC + col_odd)
+                else:
+                    if PAIRS:      # P^T -> SRAM for role 1, then arrive (as above)
+                        for n in static_range(NT):
+                            at = xs + uint64(128 * n)
+                            smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = (
+                                s[n, 0], s[n, 1], s[n, 2], s[n, 3])
+                        pair_arrive(1 + tile)
+                    for n in static_range(NT):
+                        for e in static_range(4):
+                            s[n, e], lo_part[n, e] = split_finite(s[n, e])
+                    # dVj += P^T dOi
+                    add_scores_times_tile(dv_acc, s, lo_part, smem, OTC + col_even, OTC + col_odd)
+                    if not PAIRS:
+                        for n in static_range(NT):
+                            for e in static_range(4):
+                                s[n, e] += lo_part[n, e]      # P^T again, within 2^-21 (exact sum)
 
-            rows_times_tile_t(ds, smem, va_hi, va_lo, OC + row_even, OC + row_odd)   # dP^T
-            for h in static_range(2):
+            if PAIRS:
+                if role == 1:
+                    rows_times_tile_t(ds, smem, va_hi, va_lo, OC + row_even, OC + row_odd)  # dP^T
+                    # wait for role 0's P^T (barrier 1 + tile: its stores are visible)
+                    pair_sync(1 + tile)
+                    kept = uint64(0)
+                    for n in static_range(NT):
+                        at = xs + uint64(128 * n)
+                        s[n, 0], s[n, 1], s[n, 2], s[n, 3] = (
+                            smem[at], smem[at + U1], smem[at + U2], smem[at + U3])
+                        if DROPOUT:     # the sign: kept (P > 0; P = 0 gives dS = 0 either way)
+                            for e in static_range(4):
+                                if s[n, e] > ZERO:
+                                    kept |= uint64(1) << uint64(4 * n + e)
+                                s[n, e] = abs(s[n, e])
+            else:
+                rows_times_tile_t(ds, smem, va_hi, va_lo, OC + row_even, OC + row_odd)   # dP^T
+            if not PAIRS or role == 1:
+                for h in static_range(2):
+                    for n in static_range(NT):
+                        for e in static_range(2):
+                            r = 8 * n + 2 * t + e
+                            dp = ds[n, 2 * h + e]
+                            if DROPOUT:   # dS = P (Z dP - D): dropped scores keep -P D
+                                dp = dp * rp if (kept >> uint64(4 * n + 2 * h + e)) & uint64(1) else ZERO
+                            ds[n, 2 * h + e] = s[n, 2 * h + e] * (dp - smem[DO + uint64(r)])
+                # dS^T split once for both products
                 for n in static_range(NT):
+                    for e in static_range(4):
+                        ds[n, e], lo_part[n, e] = split(ds[n, e])
+                # dKj += dS^T Qi
+                add_scores_times_tile(dk_acc, ds, lo_part, smem, QTC + col_even, QTC + col_odd)
+                # dS -> SRAM (for dQ): a lane's slots e, 2 + e of query tiles 2m, 2m + 1 are one
+                # chunk (queries 16m + 2t + e, + 8; keys wkey + g, + 8)
+                for m in static_range(NT // 2):
                     for e in static_range(2):
-                        r = 8 * n + 2 * t + e
-                        dp = ds[n, 2 * h + e]
-                        if DROPOUT:   # dS = P (Z dP - D): dropped scores keep -P D
-                            dp = dp * rp if (kept >> uint64(4 * n + 2 * h + e)) & uint64(1) else ZERO
-                        ds[n, 2 * h + e] = s[n, 2 * h + e] * (dp - smem[DO + uint64(r)])
-            # dS^T split once for both products
-            for n in static_range(NT):
-                for e in static_range(4):
-                    ds[n, e], lo_part[n, e] = split(ds[n, e])
-            # dKj += dS^T Qi
-            add_scores_times_tile(dk_acc, ds, lo_part, smem, QTC + col_even, QTC + col_odd)
-            # dS -> SRAM (for dQ): a lane's slots e, 2 + e of query tiles 2m, 2m + 1 are one
-            # chunk (queries 16m + 2t + e, + 8; keys wkey + g, + 8)
-            for m in static_range(NT // 2):
-                for e in static_range(2):
-                    at = (ss_hi1 if e else ss_hi0) + uint64(8 * m * LS)
-                    smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = (
-                        ds[2 * m, e], ds[2 * m + 1, e], ds[2 * m, 2 + e], ds[2 * m + 1, 2 + e])
-                    at = (ss_lo1 if e else ss_lo0) + uint64(8 * m * LS)
-                    smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = (
-                        lo_part[2 * m, e], lo_part[2 * m + 1, e], lo_part[2 * m, 2 + e],
-                        lo_part[2 * m + 1, 2 + e])
+                        at = (ss_hi1 if e else ss_hi0) + uint64(8 * m * LS)
+                        smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = (
+                            ds[2 * m, e], ds[2 * m + 1, e], ds[2 * m, 2 + e], ds[2 * m + 1, 2 + e])
+                        at = (ss_lo1 if e else ss_lo0) + uint64(8 * m * LS)
+                        smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = (
+                            lo_part[2 * m, e], lo_part[2 * m + 1, e], lo_part[2 * m, 2 + e],
+                            lo_part[2 * m + 1, 2 + e])
             # barrier: dS complete before the dQ product reads other warps' keys
             cuda.syncthreads()
 
@@ -498,6 +578,12 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
                                                     scale * cq[f, 2 * h + e])
 
         # dKj times ln 2 (scale dS^T Q, as Qi holds scale*log2(e) q)
-        store_key_rows(dk, dv, dk_acc, dv_acc, LN2_F, kvh * n_k + col0, wkey + g, cols, t)
+        if PAIRS:
+            if role == 0:
+                store_key_row(dv, dv_acc, ONE, kvh * n_k + col0, wkey + g, cols, t)
+            else:
+                store_key_row(dk, dk_acc, LN2_F, kvh * n_k + col0, wkey + g, cols, t)
+        else:
+            store_key_rows(dk, dv, dk_acc, dv_acc, LN2_F, kvh * n_k + col0, wkey + g, cols, t)
 
     return cuda.jit(**jit_options("flash_backward_tc", tiling, d))(unrolled(flash_backward_tc))

@@ -103,8 +103,29 @@ def _gpu_primitives() -> SimpleNamespace:
     def shfl_xor(x, lane_mask):
         return cuda.shfl_xor_sync(FULL_MASK, x, lane_mask)
 
+    def pair_barrier(asm_text, doc):
+        @intrinsic
+        def op(typingctx, barrier):
+            def codegen(context, builder, sig, args):
+                # a side effect that LLVM keeps in place, and a memory clobber: no shared load
+                # or store moves across it
+                asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i32]), asm_text,
+                                   "r,~{memory}", side_effect=True)
+                builder.call(asm, [context.cast(builder, args[0], sig.args[0], types.int32)])
+                return context.get_dummy_value()
+            return types.none(barrier), codegen
+        op.__doc__ = doc
+        return op
+
+    pair_sync = pair_barrier("bar.sync $0, 64;", "Wait at named barrier ``barrier`` (1-15) "
+                             "until the 64 threads of a pair of warps have reached it.")
+    pair_arrive = pair_barrier("bar.arrive $0, 64;", "Arrive at named barrier ``barrier`` "
+                               "without waiting: the shared stores before it are visible to "
+                               "the warp that waits there (``pair_sync``).")
+
     return SimpleNamespace(tf32_nearest=tf32_nearest, tf32_truncate=tf32_truncate, exp2_ftz=exp2_ftz,
-                           mma_tf32=mma_tf32, mma_3xtf32=mma_3xtf32, shfl_xor=shfl_xor)
+                           mma_tf32=mma_tf32, mma_3xtf32=mma_3xtf32, shfl_xor=shfl_xor,
+                           pair_sync=pair_sync, pair_arrive=pair_arrive)
 
 
 def gpu_instructions() -> SimpleNamespace:
@@ -197,8 +218,15 @@ def _simulator_primitives() -> SimpleNamespace:
         cuda.syncthreads()       # every lane's value is visible
         return lanes[buf, tid ^ lane_mask]
 
+    @cuda.jit(device=True)
+    def pair_barrier(barrier):
+        # the whole block: the pair's two warps reach it at the same count of barriers (the
+        # mma above synchronise the block too), so their exchange is ordered as on the GPU
+        cuda.syncthreads()
+
     return SimpleNamespace(tf32_nearest=tf32_nearest, tf32_truncate=tf32_truncate, exp2_ftz=exp2_ftz,
-                           mma_3xtf32=mma_3xtf32, shfl_xor=shfl_xor)
+                           mma_3xtf32=mma_3xtf32, shfl_xor=shfl_xor, pair_sync=pair_barrier,
+                           pair_arrive=pair_barrier)
 
 
 @lru_cache(maxsize=None)
@@ -217,7 +245,11 @@ def warp_ops(lo_truncated: bool = False) -> SimpleNamespace:
       accuracy from split fragments: three TF32 mma, the two small cross terms first, so that
       they are not lost below the large term's rounding;
     - ``quad_max(x)`` (NaN sticky), ``quad_sum(x)`` over the 4 lanes that share fragment rows;
-      ``warp_sum(x)`` over all 32 lanes.
+      ``warp_sum(x)`` over all 32 lanes;
+    - ``pair_arrive(barrier)``, ``pair_sync(barrier)``: named barrier ``barrier`` (1-15) of a
+      pair of warps (64 threads), one warp arriving after its shared stores, the other waiting
+      for them (``bar.arrive`` / ``bar.sync``; in the simulator, a barrier of the whole block,
+      which both warps must then reach after as many barriers and mma as each other).
 
     ``lo_truncated``: the splits return lo with its low 13 bits cleared, as the mma reads it
     (hi + lo then within 2^-21 of x, not exact): one instruction more, for kernels that also add
@@ -271,4 +303,4 @@ def warp_ops(lo_truncated: bool = False) -> SimpleNamespace:
 
     return SimpleNamespace(split=split, split_finite=split_finite, clamp=clamp, exp2_ftz=base.exp2_ftz,
                            mma_3xtf32=base.mma_3xtf32, quad_max=quad_max, quad_sum=quad_sum,
-                           warp_sum=warp_sum)
+                           warp_sum=warp_sum, pair_sync=base.pair_sync, pair_arrive=base.pair_arrive)

@@ -155,13 +155,13 @@ def tile_major_block():
     return at // cuda.gridDim.y, at % cuda.gridDim.y
 
 
-def make_key_rows_store(d: int, tiles: int, store):
-    """Device function ``(dk, dv, dk_acc, dv_acc, k_factor, row0, key0, cols, t)`` of the
-    KV-outer backwards: a lane's C fragments of dKj (times ``k_factor``) and dVj -- ``tiles``
-    8-column tiles of keys key0 and key0 + 8 (slots 0, 1 and 2, 3), columns 8n + 2t (+1) -- to
-    rows row0 + key of the flat (rows, d) dk, dv, keys past ``cols`` and columns past d left
-    out, each element through ``store`` (the format's rounding, or ``identity``)."""
-    def store_key_rows(dk, dv, dk_acc, dv_acc, k_factor, row0, key0, cols, t):
+def make_key_row_store(d: int, tiles: int, store):
+    """Device function ``(out, acc, factor, row0, key0, cols, t)`` of the KV-outer backwards: a
+    lane's C fragments ``acc`` of dKj or dVj, times ``factor`` -- ``tiles`` 8-column tiles of
+    keys key0 and key0 + 8 (slots 0, 1 and 2, 3), columns 8n + 2t (+1) -- to rows row0 + key of
+    the flat (rows, d) ``out``, keys past ``cols`` and columns past d left out, each element
+    through ``store`` (the format's rounding, or ``identity``)."""
+    def store_key_row(out, acc, factor, row0, key0, cols, t):
         for h in static_range(2):
             key = key0 + 8 * h
             if key < cols:
@@ -169,9 +169,20 @@ def make_key_rows_store(d: int, tiles: int, store):
                 for n in static_range(tiles):
                     for e in static_range(2):
                         if 8 * n + 2 * t + e < d:
-                            dk[at + uint64(8 * n + e)] = store(k_factor * dk_acc[n, 2 * h + e])
-                            dv[at + uint64(8 * n + e)] = store(dv_acc[n, 2 * h + e])
-    return cuda.jit(device=True)(unrolled(store_key_rows))
+                            out[at + uint64(8 * n + e)] = store(factor * acc[n, 2 * h + e])
+    return cuda.jit(device=True)(unrolled(store_key_row))
+
+
+def make_key_rows_store(d: int, tiles: int, store):
+    """Device function ``(dk, dv, dk_acc, dv_acc, k_factor, row0, key0, cols, t)``: dKj (times
+    ``k_factor``) and dVj, each as ``make_key_row_store`` stores one."""
+    store_key_row = make_key_row_store(d, tiles, store)
+
+    @cuda.jit(device=True)
+    def store_key_rows(dk, dv, dk_acc, dv_acc, k_factor, row0, key0, cols, t):
+        store_key_row(dk, dk_acc, k_factor, row0, key0, cols, t)
+        store_key_row(dv, dv_acc, ONE, row0, key0, cols, t)
+    return store_key_rows
 
 
 @cuda.jit(device=True)
