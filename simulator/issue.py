@@ -566,7 +566,13 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
     last = None
     t = 0.0                                  # the scheduler's next free issue slot
 
-    def earliest(w: int) -> float:
+    # A warp's next instruction can issue once its registers and its barrier allow
+    # (``waits[w]``: changes only when the warp issues or its barrier releases, so it is kept
+    # until then) and its dispatch unit is free (read at each step: other warps move it).
+    waits: list[float | None] = [None] * warps
+    units: list[str | None] = [None] * warps
+
+    def own_wait(w: int) -> float:
         c = code[w]
         k = pc[w] % lengths[w]
         rw = ready[w]
@@ -578,21 +584,31 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
         for d in c.dests[k]:
             if tw[d] and rw[d] > e:
                 e = rw[d]
-        unit = c.units[k]
-        if unit == "fp32":
-            e = max(e, min(unit_free["fmaheavy"], unit_free["fmalite"]))
-        elif unit is not None:
-            e = max(e, unit_free[unit])
+        units[w] = c.units[k]
+        waits[w] = e
         return e
 
     issued = 0
     while issued < per_trip_issues * trips:
-        live = [w for w in range(warps) if pc[w] < totals[w] and not waiting[w]]
-        times = {w: earliest(w) for w in live}
+        candidates, times = [], []
+        fp32_free = min(unit_free["fmaheavy"], unit_free["fmalite"])
+        for w in range(warps):
+            if pc[w] >= totals[w] or waiting[w]:
+                continue
+            e = waits[w]
+            if e is None:
+                e = own_wait(w)
+            unit = units[w]
+            if unit is not None:
+                free = fp32_free if unit == "fp32" else unit_free[unit]
+                if free > e:
+                    e = free
+            candidates.append(w)
+            times.append(e)
         if not times:
             raise RuntimeError("every warp waits at a barrier that cannot release")
-        t = max(t, min(times.values()))
-        ready_now = [w for w in live if times[w] <= t + 1e-9]
+        t = max(t, min(times))
+        ready_now = [w for w, e in zip(candidates, times) if e <= t + 1e-9]
         w = last if policy == "gto" and last in ready_now else ready_now[0]
         c = code[w]
         k = pc[w] % lengths[w]
@@ -609,6 +625,7 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
         for d in c.dests[k]:
             ready[w][d] = start + c.latency[k]
             tracked[w][d] = c.variable[k]
+        waits[w] = None
         pc[w] += 1
         issued += 1
         last = w
@@ -622,6 +639,7 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
                 for v in group:
                     waiting[v] = False
                     resume[v] = t + barrier_cost
+                    waits[v] = None
                 group.clear()
         t += 1
     ends = tuple(trip_end)
