@@ -105,7 +105,9 @@ _GLOBAL = {"ldg32", "ldg64", "ldg128", "stg32", "stg64", "stg128", "ldl", "stl",
 class Op:
     """One instruction of a stream: its ``opcode_key``, ``pipe_class``, the registers it writes
     and reads (``R4``, ``P0``, ``UR6``, ``UP1``; zero registers left out), whether it waits for
-    the block (``BAR.SYNC``), and its shared-memory / L1 wavefronts (0 for other pipes)."""
+    the block (``BAR.SYNC``), its shared-memory / L1 wavefronts (0 for other pipes), and the
+    warp role it belongs to (None: every warp runs it; 0 / 1: only the warps of that role, the
+    two warps of a pair in the tensor-core backward's v12, ``role = warp % 2``)."""
 
     key: str
     pipe: str
@@ -113,6 +115,7 @@ class Op:
     srcs: tuple[str, ...] = ()
     barrier: bool = False
     wavefronts: int = 0
+    role: int | None = None
 
 
 def op(key: str, dests=(), srcs=(), barrier: bool | None = None) -> Op:
@@ -282,11 +285,14 @@ def _parse_registers(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def encode_loop(text: str) -> dict | None:
+def encode_loop(text: str, line_roles: dict[int, int] | None = None) -> dict | None:
     """The main loop of a kernel's ``nvdisasm -c`` text, for the JSON file (None without a
     loop): its address range; ``opcodes``: [opcode_key, pipe_class] of each distinct opcode;
     ``instructions``: one string an instruction, ``"<opcode index>;<dests>;<srcs>;<flags>"``
-    with registers as runs (``R24-27 P0``) and flags ``B`` (BAR.SYNC: waits for the block);
+    with registers as runs (``R24-27 P0``) and flags ``B`` (BAR.SYNC: waits for the block) and
+    ``0`` / ``1`` (only warps of that role run it: ``line_roles`` maps kernel-source lines
+    inside a ``role == k`` branch to k, and an instruction takes the line of the ``//## File
+    ..., line N`` marker before it -- the kernel file's line, call sites for inlined code);
     ``inner_loops``: each loop nested in it, as indices of its first and last instruction,
     depth, and trips (null: not known statically, ``stream_for`` inlines it once)."""
     instructions = parse(text)
@@ -295,6 +301,7 @@ def encode_loop(text: str) -> dict | None:
     if main is None:
         return None
     ops = decode_text(text)
+    roles = _address_roles(text, line_roles) if line_roles else {}
     index = {i.address: k for k, i in enumerate(main.instructions)}
     opcodes, encoded = {}, []
     for i in main.instructions:
@@ -302,13 +309,32 @@ def encode_loop(text: str) -> dict | None:
         if o.key != i.key:
             raise ValueError(f"{i.address:x}: {o.key} is {i.key} to simulator.sass")
         k = opcodes.setdefault((o.key, o.pipe), len(opcodes))
+        role = roles.get(i.address)
         encoded.append(f"{k};{_format_registers(o.dests)};{_format_registers(o.srcs)};"
-                       f"{'B' if o.barrier else ''}")
+                       f"{'B' if o.barrier else ''}{'' if role is None else role}")
     inner = [{"first": index[r.instructions[0].address], "last": index[r.instructions[-1].address],
               "depth": r.depth, "trips": None}
              for name, r in found.items() if name.startswith(INNER_LOOP)]
     return {"start": f"{main.start:x}", "end": f"{main.end:x}",
             "opcodes": [list(k) for k in opcodes], "instructions": encoded, "inner_loops": inner}
+
+
+_MARKER = re.compile(r'//## File ".*", line (\d+)')
+
+
+def _address_roles(text: str, line_roles: dict[int, int]) -> dict[int, int]:
+    """Address -> role of the instructions whose source line (the last marker before them)
+    ``line_roles`` maps."""
+    out, line = {}, None
+    for row in text.splitlines():
+        marker = _MARKER.search(row)
+        if marker:
+            line = int(marker.group(1))
+            continue
+        found = _LINE.match(row)
+        if found and line in line_roles:
+            out[int(found.group(1), 16)] = line_roles[line]
+    return out
 
 
 def decode_loop(loop: dict, inner_trips=None) -> tuple[Op, ...]:
@@ -320,8 +346,9 @@ def decode_loop(loop: dict, inner_trips=None) -> tuple[Op, ...]:
     for item in loop["instructions"]:
         k, dests, srcs, flags = item.split(";")
         key, pipe = table[int(k)]
+        role = next((int(c) for c in flags if c.isdigit()), None)
         ops.append(Op(key, pipe, _parse_registers(dests), _parse_registers(srcs), "B" in flags,
-                      _wavefronts(key, pipe)))
+                      _wavefronts(key, pipe), role))
     inner = loop["inner_loops"]
     trips = [(n if n is not None else 1) for n in
              (inner_trips if inner_trips is not None else [r["trips"] for r in inner])]

@@ -12,7 +12,9 @@ blocks an SM from ptxas's registers and the shared memory):
    dependency latencies (global loads at the L2 latency, plus DRAM's beyond it for the share
    of their bytes the L2 model sends to DRAM; spill refills at L1's or, where the
    spills do not fit beside the tiles in L1 (``simulator.local``), L2's), pipe rates and
-   barriers, all at measured rates. Otherwise a
+   barriers, all at measured rates; where the loop's warps split by role (v12's warp pairs:
+   ``issue.Op.role``, warps w, w + 4, ... of a scheduler share one), each role's stream on its
+   own scheduler, the slower one. Otherwise a
    throughput bound, one trip of one block costing the SM
    ``t_trip = max(t_smem, t_rest) + overlap x min(t_smem, t_rest) + barriers``, where
    - ``t_smem``: the block's shared-memory wavefronts of one trip (the SRAM model's bytes / 128,
@@ -288,8 +290,26 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
                        inner_trips(kernel, t, w.d, causal, variant, rows, 4 * (i // blocks)))
             for i in range(per_scheduler)))
     l2, l1 = memory_latencies(r)
-    return loop_cycles(stream, per_scheduler, r, global_latency=global_load_latency(r, l2_miss),
-                       local_latency=l2 if spills_miss else l1, blocks=blocks, mma_format=fmt)
+    # warp roles (v12's warp pairs, role = warp % 2): a scheduler's warps w, w + 4, ... share
+    # one role, so each scheduler runs one role's part of the loop beside the common part:
+    # the SM's trip is the slower scheduler's
+    bodies = stream.per_warp if isinstance(stream, Streams) else (stream,)
+    roles = sorted({o.role for body in bodies for o in body if o.role is not None}) or [None]
+    return max(loop_cycles(_of_role(stream, role), per_scheduler, r,
+                           global_latency=global_load_latency(r, l2_miss),
+                           local_latency=l2 if spills_miss else l1, blocks=blocks, mma_format=fmt)
+               for role in roles)
+
+
+def _of_role(stream, role: int | None):
+    """``stream`` (a tuple of ``Op`` or ``issue.Streams``) as the warps of ``role`` run it: the
+    common instructions and that role's (all of it for None)."""
+    from .issue import Streams
+
+    if role is None:
+        return stream
+    keep = lambda body: tuple(o for o in body if o.role in (None, role))  # noqa: E731
+    return Streams(tuple(keep(b) for b in stream.per_warp)) if isinstance(stream, Streams) else keep(stream)
 
 
 def _smem_wavefronts(p: Phase, w: Workload) -> float:

@@ -205,3 +205,61 @@ def test_a_global_load_waits_dram_for_the_share_of_bytes_l2_misses(rates):
     assert global_load_latency(rates, 0.0) == l2 and global_load_latency(rates, 1.0) == dram
     assert global_load_latency(rates, 0.25) == pytest.approx(l2 + 0.25 * (dram - l2))
     assert global_load_latency(rates, 3.0) == dram and global_load_latency(rates, -1) == l2
+
+
+def test_warp_pairs_loops_carry_each_instructions_role():
+    """v12's warp pairs: the recorded main loop tags the instructions of each role's branch
+    (tools/kernel_loops.warp_roles from the kernel source's ``role == k`` ifs), the two roles
+    run the same tile products (as many HMMA each), and a kernel without pairs has no roles.
+    (H200, 2026-12-03, ncu: the d = 128 kernel executed 0.556x the static HMMA count, which
+    is what a warp runs of the tagged loop: (common + one role's) / all.)"""
+    for r in kernel_loops(LOOPS_JSON)["loops"]:
+        if r["kernel"] != "flash_backward_tc":
+            continue
+        tiling = key_fields(r)["tiling"]
+        stream = stream_for(r["kernel"], tiling, int(r["d"]), r["causal"] == "True", r["variant"])
+        hmma = {k: sum(o.pipe == "hmma" for o in stream if o.role == k) for k in (None, 0, 1)}
+        if tiling.warp_pairs:
+            assert hmma[0] == hmma[1] > 0, r
+            if r["d"] == "128" and r["variant"] == "warp_pairs" and r["causal"] == "False":
+                assert (hmma[None] + hmma[0]) / sum(hmma.values()) == pytest.approx(0.556, abs=0.005)
+        else:
+            assert all(o.role is None for o in stream), r
+
+
+def test_warp_roles_of_a_kernel_source(tmp_path):
+    """Lines inside ``if role == k`` (or ``if not PAIRS or role == k``) take role k, an else
+    of ``role == k`` the other role; other lines none."""
+    import sys
+    from pathlib import Path
+
+    sys.path.append(str(Path(__file__).resolve().parents[1] / "tools"))
+    from kernel_loops import warp_roles
+
+    source = tmp_path / "k.py"
+    source.write_text("def k(role, PAIRS):\n"       # 1
+                      "    a = 1\n"                 # 2
+                      "    if not PAIRS or role == 0:\n"
+                      "        b = 2\n"             # 4
+                      "    if role == 1:\n"
+                      "        c = 3\n"             # 6
+                      "    else:\n"
+                      "        d = 4\n"             # 8
+                      "    if PAIRS:\n"
+                      "        e = 5\n")            # 10
+    assert warp_roles(source) == {4: 0, 6: 1, 8: 0}
+
+
+def test_each_role_simulated_on_its_own_scheduler(rates):
+    """A loop whose warps split by role: the SM's trip is the slower role's stream (common
+    instructions in both), not the whole loop on every warp."""
+    from dataclasses import replace
+
+    from simulator.runtime import _of_role
+
+    chain = op("LOP3", ["R0"], ["R0"])
+    loop = (chain,) * N + tuple(replace(chain, role=0) for _ in range(N)) + \
+        tuple(replace(chain, role=1) for _ in range(2 * N))
+    assert len(_of_role(loop, 0)) == 2 * N and len(_of_role(loop, 1)) == 3 * N
+    assert _of_role(loop, None) == loop
+    assert loop_cycles(_of_role(loop, 1), 1, rates) == pytest.approx(3 * N * rates.alu_latency_cycles, rel=0.05)

@@ -16,7 +16,11 @@ line-information compile). The main loop and the loops nested in it are simulato
 (destination and source registers, predicates, uniform registers; see simulator/issue.py).
 Nested loops are stored once with their address range; their trip counts are not in the SASS
 (runtime, e.g. strided copies), so they are recorded as unknown (``trips: null``) and
-``stream_for`` inlines such a body once unless the caller gives its trips.
+``stream_for`` inlines such a body once unless the caller gives its trips. In the warp-pair
+kernels (variant ``warp_pairs``) each instruction inside an ``if ... role == k`` branch of the
+kernel source carries role k (``warp_roles``; the SASS's ``//## File ..., line N`` markers name
+the kernel file's lines, call sites for inlined code), so that the simulator gives each warp
+its own role's part of the loop.
 
 ``--keep DIR`` writes each kernel's disassembly there and ``DIR/STAMP`` (kernel-source digest,
 ptxas version, date); ``--from-sass DIR`` rebuilds the file from those (also from a
@@ -25,8 +29,10 @@ sources'. A kernel source edited during the run fails it (the digest is taken be
 """
 from __future__ import annotations
 
+import ast
 import gzip
 import json
+import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -39,6 +45,7 @@ from kernel_resources import configurations, missing, row_key, selection
 from kernel_sass import _file_name, _key, arguments, disassemble, finish_stamp, stamp_of
 
 from simulator.issue import LOOPS_JSON, FORMAT, encode_loop
+from simulator.tiling import WARP_PAIRS_VARIANT
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -54,6 +61,35 @@ def compile_sass(chosen, index: int, source: Path | None) -> tuple[dict[str, str
     else:
         text = disassemble(sm90_ptx(config.kind, kernel), register_cap(kernel))
     return key, text
+
+
+def warp_roles(kernel_file: Path) -> dict[int, int]:
+    """Source line -> role for the lines of ``kernel_file`` inside an ``if`` whose test asks
+    ``role == k`` (the tensor-core backward's warp pairs: ``role = warp % 2``), and of its
+    ``else`` (the other role); empty for a kernel without roles."""
+    out: dict[int, int] = {}
+    for node in ast.walk(ast.parse(kernel_file.read_text())):
+        if not isinstance(node, ast.If):
+            continue
+        asked = [c.comparators[0].value for c in ast.walk(node.test)
+                 if isinstance(c, ast.Compare) and isinstance(c.left, ast.Name) and c.left.id == "role"
+                 and isinstance(c.ops[0], ast.Eq) and isinstance(c.comparators[0], ast.Constant)]
+        if len(asked) == 1:
+            out.update(dict.fromkeys(_lines(node.body), asked[0]))
+            if node.orelse and not isinstance(node.test, ast.BoolOp):  # (not so an or's else)
+                out.update(dict.fromkeys(_lines(node.orelse), 1 - asked[0]))
+    return out
+
+
+def _lines(body: list) -> range:
+    return range(body[0].lineno, body[-1].end_lineno + 1)
+
+
+def source_roles(text: str) -> dict[int, int]:
+    """``warp_roles`` of the kernel file the ``nvdisasm`` text's line markers name (this
+    repository's copy of it)."""
+    found = re.search(r'//## File "([^"]+)"', text)
+    return warp_roles(ROOT / "numba_flash" / "kernels" / Path(found.group(1)).name) if found else {}
 
 
 def kept(path: Path, digest: str) -> tuple[list[dict], list[dict]]:
@@ -80,7 +116,9 @@ def main(argv) -> None:
                                   [args.from_sass] * len(indices)):
             if args.keep:
                 (args.keep / _file_name(key)).write_text(text)
-            loop = encode_loop(text)
+            # roles only where warps split the loop between them (warp pairs)
+            paired = WARP_PAIRS_VARIANT in key["variant"].split("+")
+            loop = encode_loop(text, source_roles(text) if paired else None)
             name = (f"{key['kernel']:18s} {key['variant']:13s} d={key['d']:4s} "
                     f"causal={key['causal']:5s} {key['Br']:>3s}x{key['Bc']:<3s}")
             if loop is None:
