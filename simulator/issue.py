@@ -319,7 +319,8 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None) -> dict | N
             "opcodes": [list(k) for k in opcodes], "instructions": encoded, "inner_loops": inner}
 
 
-_MARKER = re.compile(r'//## File ".*", line (\d+)')
+#: nvdisasm's source-line marker before the instructions of a line: (file, line)
+LINE_MARKER = re.compile(r'//## File "([^"]+)", line (\d+)')
 
 
 def _address_roles(text: str, line_roles: dict[int, int]) -> dict[int, int]:
@@ -327,9 +328,9 @@ def _address_roles(text: str, line_roles: dict[int, int]) -> dict[int, int]:
     ``line_roles`` maps."""
     out, line = {}, None
     for row in text.splitlines():
-        marker = _MARKER.search(row)
+        marker = LINE_MARKER.search(row)
         if marker:
-            line = int(marker.group(1))
+            line = int(marker.group(2))
             continue
         found = _LINE.match(row)
         if found and line in line_roles:

@@ -204,6 +204,12 @@ def _optional(text: str, kind):
     return None if text == "" else kind(text)
 
 
+def asked_variant(variant: str) -> str:
+    """The variant a kernel is asked for, from a table row's variant: ``tiling.table_variant``'s
+    inverse (``WARP_PAIRS_VARIANT`` left out, which the row's tiling implies)."""
+    return "+".join(p for p in variant.split("+") if p and p != WARP_PAIRS_VARIANT)
+
+
 def key_fields(r: Mapping[str, str]) -> dict:
     """The columns that name a compiled kernel (kernel, function, variant, tiling, d, causal)
     of a row of kernel_resources.csv or kernel_sass.csv, parsed."""

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from simulator.hardware import A100_40GB, H200
-from simulator.occupancy import RESOURCES_CSV, kernel_resources, occupancy, resources, waves
-from simulator.tiling import (FORWARD_KERNELS, H200_SMEM_PER_BLOCK, KERNELS, WARP_PAIRS_VARIANT, Tiling,
-                              table_variant)
+from simulator.occupancy import (RESOURCES_CSV, asked_variant, kernel_resources, occupancy, resources,
+                                 waves)
+from simulator.tiling import FORWARD_KERNELS, H200_SMEM_PER_BLOCK, KERNELS, Tiling, table_variant
 
 KB = 1024
 NCU = Path(__file__).resolve().parent.parent / "results" / "h200" / "ncu_levels"
@@ -113,7 +113,7 @@ def test_csv_rows_match_the_tilings():
             assert r.dynamic_smem_bytes == r.tiling.smem_bytes(r.kernel, r.d or 0), r
             assert r.threads == r.tiling.threads_for(r.kernel), r
             # the variant the kernel is asked for; the tables add warp pairs where the tiling has them
-            base = "+".join(v for v in r.variant.split("+") if v and v != WARP_PAIRS_VARIANT)
+            base = asked_variant(r.variant)
             assert r.variant == table_variant(base, r.tiling), r
             # block-sparse rows: the default tiling nested in FlexAttention's 128 x 128 blocks
             blocks = (128, 128) if base == "sparse" else None

@@ -32,7 +32,6 @@ from __future__ import annotations
 import ast
 import gzip
 import json
-import re
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -44,7 +43,7 @@ from compile_check import register_cap, sm90_ptx
 from kernel_resources import configurations, missing, row_key, selection
 from kernel_sass import _file_name, _key, arguments, disassemble, finish_stamp, stamp_of
 
-from simulator.issue import LOOPS_JSON, FORMAT, encode_loop
+from simulator.issue import LINE_MARKER, LOOPS_JSON, FORMAT, encode_loop
 from simulator.tiling import WARP_PAIRS_VARIANT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -88,7 +87,7 @@ def _lines(body: list) -> range:
 def source_roles(text: str) -> dict[int, int]:
     """``warp_roles`` of the kernel file the ``nvdisasm`` text's line markers name (this
     repository's copy of it)."""
-    found = re.search(r'//## File "([^"]+)"', text)
+    found = LINE_MARKER.search(text)
     return warp_roles(ROOT / "numba_flash" / "kernels" / Path(found.group(1)).name) if found else {}
 
 

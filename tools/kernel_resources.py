@@ -47,8 +47,9 @@ from numba_flash.kernels.flash_forward_half import make_flash_forward_half
 from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
 from numba_flash.checks import BLOCK_SIZE
 from simulator.flash import SPARSE_VARIANT
+from simulator.occupancy import asked_variant
 from simulator.spec import Mask
-from simulator.tiling import WARP_PAIRS_VARIANT, Tiling, table_variant
+from simulator.tiling import Tiling, table_variant
 
 OUT = Path(__file__).resolve().parent.parent / "simulator" / "kernel_resources.csv"
 HEAD_DIMS = (32, 64, 80, 128, 256)
@@ -170,7 +171,7 @@ def experiment_keys(names, head_dims=HEAD_DIMS) -> list[tuple]:
                 continue
             for p in report.phases:
                 kernel, variant = p.code
-                base = "+".join(v for v in variant.split("+") if v and v != WARP_PAIRS_VARIANT)
+                base = asked_variant(variant)
                 if not p.block_trips or (kernel, base) not in TILED:
                     continue
                 if config_key(tiled(kernel, base, w.d, w.kernel_causal, t)) not in known:
