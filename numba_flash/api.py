@@ -37,6 +37,7 @@ from simulator.hardware import H200
 from simulator.kv_split import checked_kv_split
 from simulator.predict import kv_split_of
 from simulator.spec import Mask
+from simulator.standard import ROW_THREADS
 from simulator.workload import Workload, needs_band_kernels
 from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_KERNELS,
                               HALF_FORWARD_KERNELS)
@@ -60,8 +61,9 @@ ALGORITHMS, BACKWARD_ALGORITHMS = FORWARD_KERNELS, BACKWARD_KERNELS
 F32 = np.float32
 def _row_threads() -> int:
     """Threads per block of the row-wise kernels (softmax, dS, D); fewer under the simulator,
-    where each thread is a Python thread. Their traffic does not depend on it."""
-    return 16 if memory.simulator_enabled() else 128
+    where each thread is a Python thread. Their traffic does not depend on it (their
+    shared-memory wavefronts do: ``simulator.standard.row_kernel_wavefronts``)."""
+    return 16 if memory.simulator_enabled() else ROW_THREADS
 
 
 def _row_dot(d: int, zero_dq: bool, n_q: int, bh: int, fmt: str = "float32"):

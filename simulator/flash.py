@@ -166,8 +166,25 @@ def flash_forward_half(w: Workload, t: Tiling) -> Plan:
     its rows of Q and all of K and V once. P stays in registers."""
     t.check_mma("flash_forward_half")
     d16 = t.half_depth(w.d)
-    return _fa2_on_tensor_cores(w, t, "flash_forward_half", "forward (FA2 order, tensor cores, half)",
+    plan = _fa2_on_tensor_cores(w, t, "flash_forward_half", "forward (FA2 order, tensor cores, half)",
                                 t.Br * d16, t.Br * d16, d16)
+    g = _grid(w, t)
+    copied = _mixed(w, {"Q": g.tr * t.Br * w.d, "K": g.active_pairs * t.Bc * w.d,
+                        "V": g.active_pairs * t.Bc * w.d})
+    return Plan((_lsu_less_copies(plan.phases[0], w, copied),), workspace=plan.workspace)
+
+
+def _lsu_less_copies(p: Phase, w: Workload, copied: dict, extra: float = 0.0) -> Phase:
+    """``p`` with its ``Phase.lsu_wavefronts``: its SRAM reads and writes in conflict-free
+    wavefronts, less the tile elements ``copied`` by cp.async (the half kernels' HBM -> SRAM
+    copies where d % 8 == 0: 16-byte LDGSTS, which the LSU's shared-memory pipe does not carry;
+    on the H200 ncu counts no shared-store wavefront for them, 2026-12-03 levels: 0 of the half
+    forward's), plus ``extra`` wavefronts the SRAM counts leave out. Padding columns
+    (d .. D16 - 1) and the copies of other head dims are plain stores, counted."""
+    if w.d % 8:
+        copied = {}
+    elements = sum(p.sram_reads.values()) + sum(p.sram_writes.values()) - sum(copied.values())
+    return dataclasses.replace(p, lsu_wavefronts=elements * w.dtype_bytes / 128 + extra)
 
 
 def flash_forward_v1(w: Workload, t: Tiling) -> Plan:
@@ -358,6 +375,11 @@ def flash_backward_half(w: Workload, t: Tiling) -> Plan:
     narrow = phase("dQ = dQ_accum rounded to the format", None, bh=w.BH,
                    hbm_reads={"dQ_accum": nq * d}, hbm_writes={"dQ": nq * d},
                    units_per_head=nq, code=("convert", "narrow"))
+    copied = _mixed(w, {"Q": pairs * t.Br * d, "dO": pairs * t.Br * d, "L": pairs * t.Br * 2,
+                        "D": pairs * t.Br * 2}, {"K": g.tc * t.Bc * d, "V": g.tc * t.Bc * d})
+    # each warp reads L_i and D_i of its lane's query (a word of 4 banks: one wavefront) for
+    # every query 8-tile n and parity e: Br / 2 reads a pair, left out of the SRAM counts
+    main = _lsu_less_copies(main, w, copied, extra=pairs * w.BH * warps * t.Br / 2)
     return Plan((pre, main, narrow), workspace={"D": w.tensor_elements("D"),
                                                 "dQ_accum": w.tensor_elements("dQ_accum")})
 

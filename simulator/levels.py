@@ -11,7 +11,8 @@ ncu metric behind each):
 - l1_hit_rate: global-load sectors found in L1 / global-load sectors requested (0 when none
   requested);
 - local_bytes: local-memory (register spill) sectors loaded and stored at L1, x 32;
-- smem_wavefronts: shared-memory wavefronts (loads + stores, bank conflicts included);
+- smem_wavefronts: shared-memory wavefronts through the LSU (loads + stores, bank conflicts
+  included; cp.async copies are not among them);
 - time_s: kernel time, launches summed.
 Pure Python: no numba.
 """
@@ -71,8 +72,10 @@ def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
       they run; misses where the blocks' spill footprint overflows L1);
     - DRAM: the L2 model's reads; its writes less what L2 still holds dirty when the launch
       ends (``simulator.local.dirty_residue``);
-    - shared memory: the SRAM model's bytes / 128 (wavefronts of conflict-free 128-byte
-      transfers; bank conflicts are not modelled);
+    - shared memory: ``simulator.phases.smem_wavefronts``: the LSU wavefronts a plan derives
+      from its access patterns (bank conflicts, broadcasts and cp.async copies:
+      ``simulator.banks``), else the SRAM model's bytes / 128 (conflict-free 128-byte
+      wavefronts);
     - time: ``simulator.runtime``.
     A kernel whose resources were never recorded (``simulator.occupancy.resources``: a tiling
     or head dim tools/kernel_resources.py did not compile) gets NaN for what needs them: its
@@ -84,6 +87,7 @@ def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
     (``simulator.flash.SPARSE_VARIANT``) is not in the tables (likewise). Without rates for ``hardware``
     (``simulator.runtime.rates_for``), time is NaN and no dirty residue is taken."""
     from .local import dirty_residue, local_traffic
+    from .phases import smem_wavefronts
     from .runtime import launch_seconds, rates_for
     from .sectors import SECTOR_BYTES, sector_traffic
 
@@ -92,7 +96,6 @@ def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
     parts = []
     for p, view in zip(phases, l2.phases):
         sec = sector_traffic(p, workload)
-        sram = sum(p.sram_reads.values()) + sum(p.sram_writes.values())
         written = view.dram_write_bytes
         if rates is not None and rates.l2_dirty_residue_bytes:
             written -= dirty_residue(view, hardware, rates.l2_dirty_residue_bytes)
@@ -113,7 +116,7 @@ def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
             dram_read_bytes=view.dram_read_bytes, dram_write_bytes=written,
             l1_requested_sectors=sec.requested, l1_hit_sectors=sec.requested - sec.missed,
             local_bytes=loc.load_bytes + loc.store_bytes if loc else nan,
-            smem_wavefronts=sram * workload.dtype_bytes / 128,
+            smem_wavefronts=smem_wavefronts(p, workload.dtype_bytes),
             time_s=seconds))
     return total(parts)
 

@@ -32,6 +32,11 @@ class Phase:
     unit_share: consecutive units that re-read the same data (the forward's query heads of one
     K/V head under GQA: ``Workload.group``); the L2 model's working set counts
     ceil(units in flight / unit_share) of them.
+    lsu_wavefronts: the launch's shared-memory wavefronts through the LSU (ncu's
+    ``l1tex__data_pipe_lsu_wavefronts_mem_shared``, loads and stores) where the plan derives
+    them from its access patterns (``simulator.banks``: bank conflicts, broadcasts, cp.async
+    copies, which the LSU does not carry); None: the conflict-free count of its SRAM elements
+    (``smem_wavefronts``).
     """
 
     name: str
@@ -51,6 +56,7 @@ class Phase:
     inner_trips: tuple[int, ...] = ()
     heads: int = 0
     unit_share: int = 1
+    lsu_wavefronts: float | None = None
 
     @property
     def blocks_per_head(self) -> int:
@@ -66,7 +72,8 @@ def phase(name: str, kernel: str | None, *, bh: int, hbm_reads: dict, hbm_writes
           matmul_flops: int = 0, other_flops: int = 0, units_per_head: int = 1,
           blocks_per_unit: int = 1, unit_reread_elements: int = 0,
           code: tuple[str, str] | None = None, block_trips=(), tile_major: bool = False,
-          inner_trips=(), heads: int | None = None, unit_share: int = 1) -> Phase:
+          inner_trips=(), heads: int | None = None, unit_share: int = 1,
+          lsu_wavefronts: float | None = None) -> Phase:
     """A Phase from counts of ONE (batch, head) pair, scaled by ``bh``; zero entries dropped.
     ``code`` defaults to (kernel, ""); ``heads`` (the grid's) to ``bh``."""
     def scaled(counts):
@@ -75,7 +82,17 @@ def phase(name: str, kernel: str | None, *, bh: int, hbm_reads: dict, hbm_writes
                  scaled(sram_writes), int(matmul_flops) * bh, int(other_flops) * bh,
                  units_per_head * bh, blocks_per_unit, unit_reread_elements,
                  code or (kernel or "", ""), tuple(int(n) for n in block_trips), tile_major,
-                 tuple(int(n) for n in inner_trips), bh if heads is None else heads, unit_share)
+                 tuple(int(n) for n in inner_trips), bh if heads is None else heads, unit_share,
+                 None if lsu_wavefronts is None else lsu_wavefronts * bh)
+
+
+def smem_wavefronts(p: Phase, element_bytes: int) -> float:
+    """Shared-memory wavefronts of launch ``p`` as ncu counts them: ``Phase.lsu_wavefronts``
+    where the plan derived them, else its SRAM reads and writes of ``element_bytes``-byte
+    elements in conflict-free 128-byte wavefronts."""
+    if p.lsu_wavefronts is not None:
+        return p.lsu_wavefronts
+    return (sum(p.sram_reads.values()) + sum(p.sram_writes.values())) * element_bytes / 128
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ from functools import lru_cache
 
 from .hardware import Hardware
 from .occupancy import resources
-from .phases import Phase
+from .phases import Phase, smem_wavefronts
 from .rates import RATES_CSV, MachineRates, load_rates
 from .sectors import SECTOR_BYTES, sector_traffic
 from .sass import MAIN_LOOP, KernelSass, sass
@@ -234,7 +234,7 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
         counts = {k: v + extra * getattr(region, k) * warps_b for k, v in counts.items()}
     heads = p.grid_heads(w.BH)
     trips = sum(p.block_trips) * heads
-    t_trip = cost(counts, _smem_wavefronts(p, w) / trips if trips else 0.0)
+    t_trip = cost(counts, smem_wavefronts(p, w.dtype_bytes) / trips if trips else 0.0)
     share = occ.blocks_per_sm
     spills_miss = local_traffic(p, w, tiling, hw).missed_bytes > 0
     # the share of the global loads' bytes DRAM serves (the L2 model's DRAM reads over the
@@ -310,10 +310,6 @@ def _of_role(stream, role: int | None):
         return stream
     keep = lambda body: tuple(o for o in body if o.role in (None, role))  # noqa: E731
     return Streams(tuple(keep(b) for b in stream.per_warp)) if isinstance(stream, Streams) else keep(stream)
-
-
-def _smem_wavefronts(p: Phase, w: Workload) -> float:
-    return (sum(p.sram_reads.values()) + sum(p.sram_writes.values())) * w.dtype_bytes / 128
 
 
 def _launch_order(p: Phase, bh: int) -> list[int]:

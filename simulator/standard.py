@@ -10,6 +10,9 @@ SRAM counts' bytes (``TrafficReport.sram_read_bytes``) assume the workload's ele
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
+from .banks import WARP, strided_loop_wavefronts, warp_wavefronts
 from .blocks import ceil_div, unmasked_scores
 from .phases import Phase, Plan, phase
 from .tiling import MATMUL_BK, Tiling
@@ -17,6 +20,53 @@ from .workload import Workload
 
 #: Non-matmul FLOPs per visible score of the softmax: max, subtract, exp, sum, normalise.
 SOFTMAX_FLOPS = 5
+#: Threads of a block of the row kernels (softmax, dS) on a GPU (``numba_flash.api``).
+ROW_THREADS = 128
+
+
+@lru_cache(maxsize=None)
+def chunk_wavefronts(tiling: Tiling, variant: str) -> int:
+    """Shared-memory wavefronts (``simulator.banks``) one block of the tiled matmul spends on
+    one k-chunk, as kernels/standard.py lays it out: the A chunk at row stride BK | 1 and the B
+    chunk at row stride Bc (fp32 words), stored by ``range(tid, count, T)`` loops whose
+    consecutive threads walk the source's contiguous index (k for A, the column for B; m, and k,
+    where the variant transposes them: ``trans_b`` stores each of its 16 k rows down a column,
+    16-way conflicts at Bc = 64), then each thread reads its RA A values and CB B values
+    (rows ty + TY x, columns tx + TX y) at every k step."""
+    t, bk = tiling, MATMUL_BK
+    la, T = bk | 1, t.threads
+    if variant == "trans_a":
+        a_word = lambda i: (i % t.Br) * la + i // t.Br      # noqa: E731
+    else:
+        a_word = lambda i: (i // bk) * la + i % bk          # noqa: E731
+    if variant == "trans_b":
+        b_word = lambda i: (i % bk) * t.Bc + i // bk        # noqa: E731
+    else:
+        b_word = lambda i: i                                # kk * Bc + cc, cc fastest
+    stores = strided_loop_wavefronts(t.Br * bk, T, a_word) + strided_loop_wavefronts(bk * t.Bc, T, b_word)
+    loads = 0
+    for warp0 in range(0, T, WARP):
+        lanes = [(tid // t.threads_x, tid % t.threads_x) for tid in range(warp0, min(T, warp0 + WARP))]
+        for kk in range(bk):
+            loads += sum(warp_wavefronts(min(ty + t.threads_y * x, t.Br - 1) * la + kk for ty, _ in lanes)
+                         for x in range(t.rows_per_thread))
+            loads += sum(warp_wavefronts(kk * t.Bc + min(tx + t.threads_x * y, t.Bc - 1) for _, tx in lanes)
+                         for y in range(t.cols_per_thread))
+    return stores + loads
+
+
+def row_kernel_wavefronts(kernel: str, threads: int = ROW_THREADS) -> int:
+    """Shared-memory wavefronts of one row (block) of the softmax or dS kernel
+    (kernels/standard.py): softmax -- every thread stores its partial (m, l), thread 0 reads
+    the others' and stores the row's, every thread reads it back (one wavefront a warp
+    instruction: a word each, or one broadcast word); dS -- thread 0 stores D, every warp
+    reads it."""
+    warps = ceil_div(threads, WARP)
+    if kernel == "softmax":
+        return 2 * warps + 2 * (threads - 1) + 2 + 2 * warps
+    if kernel == "ds":
+        return 1 + warps
+    raise ValueError(f"no shared-memory pattern for row kernel {kernel!r}")
 
 
 def matmul_phase(name: str, a: str, b: str, c: str, m: int, n: int, k: int, tiling: Tiling,
@@ -40,6 +90,7 @@ def matmul_phase(name: str, a: str, b: str, c: str, m: int, n: int, k: int, tili
         sram_reads={a: steps * MATMUL_BK * t.threads * t.rows_per_thread,
                     b: steps * MATMUL_BK * t.threads * t.cols_per_thread},
         matmul_flops=2 * m * n * k, other_flops=m * n if scaled else 0,
+        lsu_wavefronts=steps * chunk_wavefronts(tiling, variant),
         blocks_per_unit=tiles_r * tiles_c,
         unit_reread_elements=(m * k if tiles_c > 1 else 0) + (k * n if tiles_r > 1 else 0),
         code=("standard_matmul", variant), block_trips=(chunks,) * (tiles_r * tiles_c))
@@ -52,7 +103,8 @@ def standard_forward(w: Workload, tiling: Tiling) -> Plan:
     visible = unmasked_scores(nq, nk, w.causal, w.causal_diagonal)
     softmax = phase("softmax", None, bh=bh, hbm_reads={"S": 2 * visible}, hbm_writes={"P": nq * nk},
                     other_flops=SOFTMAX_FLOPS * visible, units_per_head=nq,
-                    unit_reread_elements=nk, code=("softmax", ""))
+                    unit_reread_elements=nk, code=("softmax", ""),
+                    lsu_wavefronts=nq * row_kernel_wavefronts("softmax"))
     return Plan(
         (matmul_phase("S = scale Q K^T", "Q", "K", "S", nq, nk, d, tiling, bh, scaled=True,
                       variant="trans_b"),
@@ -70,7 +122,8 @@ def standard_backward(w: Workload, tiling: Tiling) -> Plan:
                    code=("row_dot", ""))
     ds = phase("dS = P (dP - D)", None, bh=bh,
                hbm_reads={"P": nq * nk, "dP": nq * nk, "D": nq}, hbm_writes={"dS": nq * nk},
-               other_flops=2 * nq * nk, units_per_head=nq, code=("ds", ""))
+               other_flops=2 * nq * nk, units_per_head=nq, code=("ds", ""),
+               lsu_wavefronts=nq * row_kernel_wavefronts("ds"))
     return Plan(
         (matmul_phase("dV = P^T dO", "P", "dO", "dV", nk, d, nq, tiling, bh, scaled=False,
                       variant="trans_a"),

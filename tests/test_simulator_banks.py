@@ -1,0 +1,81 @@
+"""Shared-memory wavefronts (simulator.banks) and the plans that derive them from their access
+patterns: hand-derived cases."""
+from __future__ import annotations
+
+import pytest
+
+from simulator import predict
+from simulator.banks import strided_loop_wavefronts, warp_wavefronts
+from simulator.phases import smem_wavefronts
+from simulator.standard import ROW_THREADS, chunk_wavefronts, row_kernel_wavefronts, standard_forward
+from simulator.tiling import MATMUL_BK, Tiling
+from simulator.workload import Workload
+
+
+@pytest.mark.parametrize("words, width, expected", [
+    (range(32), 1, 1),                       # a word per bank
+    ([0] * 32, 1, 1),                        # one word, broadcast
+    ([2 * i for i in range(32)], 1, 2),      # stride 2: two words in each even bank
+    ([32 * i for i in range(32)], 1, 32),    # one column of a 32-word-wide tile
+    ([4 * i for i in range(32)], 4, 4),      # 32 lanes x 16 bytes = 512 bytes
+    ([0] * 16 + [4] * 16, 4, 1),             # two 16-byte vectors, broadcast
+    ([], 1, 0),
+])
+def test_warp_wavefronts(words, width, expected):
+    assert warp_wavefronts(words, width) == expected
+
+
+def test_strided_loop_counts_each_warp_each_trip():
+    # 256 threads copy 640 words row by row: 20 warp accesses, the last trip's warps 0-3 only
+    assert strided_loop_wavefronts(640, 256, lambda i: i) == 20
+    # 64 threads store a 16-row column each: lanes 0-15 walk k down a 64-word-wide tile
+    assert strided_loop_wavefronts(16 * 64, 64, lambda i: (i % 16) * 64 + i // 16) == 32 * 16
+
+
+def test_standard_matmul_chunk_by_hand():
+    """Tiling(64, 64), 256 threads, BK = 16: each chunk (64 x 16 words) is stored in 4 trips of
+    8 warps. Stores: A (row stride 17) walked along k: lanes 0-15 row r, 16-31 row r + 1, lane
+    31's bank (17 + 15) % 32 = 0 meets lane 0's: 2 wavefronts a warp; transposed (walked along
+    m) conflict-free; B walked along its columns conflict-free, transposed (trans_b) 16-way:
+    each warp's lanes 0-15 a column of k.
+    Loads: per k step each warp reads RA = 4 A words (its 2 rows ty, broadcast over tx) and
+    CB = 4 B words (16 consecutive columns), one wavefront each."""
+    t = Tiling(64, 64)
+    assert (t.threads, t.threads_x, t.rows_per_thread, t.cols_per_thread) == (256, 16, 4, 4)
+    stores = {"": 32 * 2 + 32, "trans_a": 32 + 32, "trans_b": 32 * 2 + 32 * 16}
+    loads = 8 * MATMUL_BK * (4 + 4)
+    for variant, st in stores.items():
+        assert chunk_wavefronts(t, variant) == st + loads
+
+
+def test_row_kernels_by_hand():
+    # softmax, 4 warps: partial (m, l) stores 2 a warp, thread 0's 2 x 127 loads and 2 stores,
+    # the row's (m, l) read back 2 a warp
+    assert row_kernel_wavefronts("softmax", 128) == 8 + 254 + 2 + 8
+    assert row_kernel_wavefronts("ds", 128) == 1 + 4
+    with pytest.raises(ValueError, match="row kernel"):
+        row_kernel_wavefronts("row_dot")
+
+
+def test_standard_forward_wavefronts_add_up():
+    w, t = Workload(B=1, H=2, N_q=128, N_k=128, d=64), Tiling(64, 64)
+    s, softmax, o = standard_forward(w, t).phases
+    assert smem_wavefronts(s, 4) == 2 * 2 * 2 * 4 * chunk_wavefronts(t, "trans_b")   # BH x tiles x chunks
+    assert smem_wavefronts(o, 4) == 2 * 2 * 1 * 8 * chunk_wavefronts(t, "")
+    assert smem_wavefronts(softmax, 4) == 2 * 128 * row_kernel_wavefronts("softmax", ROW_THREADS)
+
+
+@pytest.mark.parametrize("d, copied", [(64, True), (40, True), (36, False)])
+def test_half_kernels_cp_async_tiles_are_not_lsu_wavefronts(d, copied):
+    """The half forward's Q, K, V tiles come by cp.async where d % 8 == 0: its LSU wavefronts
+    are its fragment reads, plus the zero stores of the padding columns (D16 - d of them);
+    otherwise every tile store is counted."""
+    w = Workload(B=1, H=2, N_q=256, N_k=256, d=d, dtype_bytes=2)
+    t = Tiling(128, 64)
+    main = predict("flash_forward_half", w, t).phases[0]
+    reads, writes = sum(main.sram_reads.values()), sum(main.sram_writes.values())
+    d16 = t.half_depth(d)
+    tiles = 2 * (2 * t.Br * d + 2 * 8 * t.Bc * d)     # heads x (Q of 2 row blocks, K and V of 2 x 4 pairs)
+    assert writes == tiles * d16 // d
+    expected = reads + (writes - tiles if copied else writes)
+    assert smem_wavefronts(main, 2) == pytest.approx(expected * 2 / 128)
