@@ -114,8 +114,22 @@ def flash_forward_v2(w: Workload, t: Tiling) -> Plan:
                  matmul_flops=4 * d * scores,
                  other_flops=FORWARD_SCORE_FLOPS * scores + d * g.active_rows() + d * w.N_q,
                  blocks_per_unit=g.tr, unit_reread_elements=2 * w.N_k * d,
-                 block_trips=g.nb, unit_share=w.group)
+                 block_trips=g.nb, unit_share=w.group,
+                 lsu_wavefronts=_forward_v2_wavefronts(g, t, d))
     return Plan((main,), workspace={"L": w.tensor_elements("L")})
+
+
+def _forward_v2_wavefronts(g: BlockGrid, t: Tiling, d: int) -> int:
+    """Shared-memory wavefronts of one head of kernels/flash_forward_fa2.py
+    (``simulator.tile_patterns``): each block copies Qi and ends with the row sums' exchange;
+    each active pair copies Kj and Vj, computes S = Qi Kj^T, exchanges the row maxima, stores P
+    and adds P Vj."""
+    from . import tile_patterns as tp
+
+    per_block = tp.head_tile_copy(t, d, t.Br) + sum(tp.row_partials(t))
+    per_pair = (2 * tp.head_tile_copy(t, d, t.Bc) + tp.rows_dot_rows(t, d) + sum(tp.row_partials(t))
+                + tp.score_tile_store(t) + tp.scores_times_tile(t, d, t.Bc))
+    return g.tr * per_block + g.active_pairs * per_pair
 
 
 def _fa2_on_tensor_cores(w: Workload, t: Tiling, kernel: str, name: str, q_read: int, q_write: int,
@@ -139,7 +153,7 @@ def _fa2_on_tensor_cores(w: Workload, t: Tiling, kernel: str, name: str, q_read:
                               "V": pairs * warps * t.Bc * kv_element}),
         sram_writes=_mixed(w, {"Q": g.tr * q_write, "K": pairs * t.Bc * kv_element,
                                "V": pairs * t.Bc * kv_element}),
-        blocks_per_unit=1 if heavy else g.tr)
+        lsu_wavefronts=None, blocks_per_unit=1 if heavy else g.tr)
     return Plan((main,), workspace=plan.workspace)
 
 
@@ -210,8 +224,21 @@ def flash_forward_v1(w: Workload, t: Tiling) -> Plan:
                  matmul_flops=4 * d * scores,
                  other_flops=FORWARD_SCORE_FLOPS * scores + 3 * d * visited,
                  unit_reread_elements=2 * w.N_q * d + 2 * w.N_q,
-                 block_trips=(g.tc,), inner_trips=(g.active_pairs,))
+                 block_trips=(g.tc,), inner_trips=(g.active_pairs,),
+                 lsu_wavefronts=_forward_v1_wavefronts(g, t, d))
     return Plan((main,), workspace={name: w.tensor_elements(name) for name in ("l", "m", "L")})
+
+
+def _forward_v1_wavefronts(g: BlockGrid, t: Tiling, d: int) -> int:
+    """Shared-memory wavefronts of one head of kernels/flash_forward_alg1.py
+    (``simulator.tile_patterns``): each outer step copies Kj and Vj; each active pair copies Qi,
+    computes S = Qi Kj^T into SRAM, runs the softmax a row a thread, adds P Vj and reads each
+    row's weights."""
+    from . import tile_patterns as tp
+
+    per_pair = (tp.head_tile_copy(t, d, t.Br) + tp.rows_dot_rows(t, d) + tp.score_tile_store(t)
+                + tp.row_softmax(t) + tp.scores_times_tile(t, d, t.Bc) + tp.row_weights_read(t))
+    return g.tc * 2 * tp.head_tile_copy(t, d, t.Bc) + g.active_pairs * per_pair
 
 
 def _preprocess(w: Workload, zero_dq: bool) -> Phase:
@@ -261,6 +288,12 @@ def _backward_kv(w: Workload, t: Tiling, g: BlockGrid, atomic_dq: bool) -> Phase
         matmul += 2 * d * scores                              # dQ_i += dS K_j
         other += 2 * d * q_rows                               # scale and add, per atomic
         reread += w.N_q * d                                   # dQ of a query head
+    from . import tile_patterns as tp
+
+    per_pair = (2 * tp.head_tile_copy(t, d, t.Br) + sum(tp.row_stats(t)) + 2 * tp.rows_dot_rows(t, d)
+                + 2 * tp.score_tile_store(t) + 2 * tp.scores_t_times_tile(t, d, t.Br)
+                + (tp.scores_times_tile(t, d, t.Bc) if atomic_dq else 0))
+    lsu = w.BH_kv * g.tc * 2 * tp.head_tile_copy(t, d, t.Bc) + w.BH * pairs * per_pair
     return phase("main: dK, dV" + (", dQ atomics" if atomic_dq else ""), "flash_backward",
                  bh=1, hbm_reads=_mixed(w, hbm_reads, kv_hbm_reads),
                  hbm_writes=_mixed(w, hbm_writes, kv_hbm_writes),
@@ -269,7 +302,7 @@ def _backward_kv(w: Workload, t: Tiling, g: BlockGrid, atomic_dq: bool) -> Phase
                  units_per_head=w.BH_kv, blocks_per_unit=g.tc,
                  unit_reread_elements=w.group * reread,
                  code=("flash_backward", "" if atomic_dq else "no_atomic_dq"),
-                 block_trips=g.na * w.group, heads=w.BH_kv)
+                 block_trips=g.na * w.group, heads=w.BH_kv, lsu_wavefronts=lsu)
 
 
 def flash_backward(w: Workload, t: Tiling) -> Plan:
@@ -313,7 +346,7 @@ def flash_backward_tc(w: Workload, t: Tiling) -> Plan:
     heavy = _heaviest_first(w)
     main = dataclasses.replace(
         main, name="main: dK, dV, dQ atomics (tensor cores)", kernel="flash_backward_tc",
-        code=("flash_backward_tc", _variant(w, t)), tile_major=heavy,
+        code=("flash_backward_tc", _variant(w, t)), tile_major=heavy, lsu_wavefronts=None,
         sram_reads=_mixed(w, {"Q": head_reads, "dO": head_reads,
                               "K": pairs * (t.Bc * d8 * 2 + products * t.Bc * 8 * 2),
                               "V": pairs * t.Bc * d8 * 2,
@@ -384,6 +417,19 @@ def flash_backward_half(w: Workload, t: Tiling) -> Plan:
                                                 "dQ_accum": w.tensor_elements("dQ_accum")})
 
 
+def _dq_kernel_wavefronts(g: BlockGrid, t: Tiling, d: int) -> int:
+    """Shared-memory wavefronts of one head of the deterministic dQ kernel
+    (``simulator.tile_patterns``): each block copies Qi, dOi, L_i, D_i; each active pair copies
+    Kj, Vj, recomputes S and dP (reading L_i, D_i), stores dS and adds dS Kj."""
+    from . import tile_patterns as tp
+
+    stats_stored, stats_read = tp.row_stats(t)
+    per_block = 2 * tp.head_tile_copy(t, d, t.Br) + stats_stored
+    per_pair = (2 * tp.head_tile_copy(t, d, t.Bc) + 2 * tp.rows_dot_rows(t, d) + stats_read
+                + tp.score_tile_store(t) + tp.scores_times_tile(t, d, t.Bc))
+    return g.tr * per_block + g.active_pairs * per_pair
+
+
 def flash_backward_deterministic(w: Workload, t: Tiling) -> Plan:
     """Preprocess (D), the (Tc, BH) kernel for dK, dV, then a (Tr, BH) kernel that owns dQ_i and
     streams K_j, V_j (recomputing P, dS).  dQ kernel other FLOPs: 5 per active score, Nq*d
@@ -404,6 +450,7 @@ def flash_backward_deterministic(w: Workload, t: Tiling) -> Plan:
                      "D": g.tr * t.Br, "K": pairs * t.Bc * d, "V": pairs * t.Bc * d,
                      "dS": pairs * t.Br * t.Bc},
         matmul_flops=6 * d * scores, other_flops=BACKWARD_SCORE_FLOPS * scores + w.N_q * d,
-        blocks_per_unit=g.tr, unit_reread_elements=2 * w.N_k * d, block_trips=g.nb)
+        blocks_per_unit=g.tr, unit_reread_elements=2 * w.N_k * d, block_trips=g.nb,
+        lsu_wavefronts=_dq_kernel_wavefronts(g, t, d))
     return Plan((_preprocess(w, zero_dq=False), _backward_kv(w, t, g, atomic_dq=False), dq),
                 workspace={"D": w.tensor_elements("D")})

@@ -18,7 +18,10 @@ from simulator.workload import Workload
     ([2 * i for i in range(32)], 1, 2),      # stride 2: two words in each even bank
     ([32 * i for i in range(32)], 1, 32),    # one column of a 32-word-wide tile
     ([4 * i for i in range(32)], 4, 4),      # 32 lanes x 16 bytes = 512 bytes
-    ([0] * 16 + [4] * 16, 4, 1),             # two 16-byte vectors, broadcast
+    ([0] * 32, 4, 2),                        # one 16-byte vector, broadcast: a wavefront a half
+    ([4 * (i % 16) for i in range(32)], 4, 4),   # 16 vectors, each read by lanes i and i + 16
+    ([2 * i for i in range(32)], 2, 2),      # 32 lanes x 8 bytes: 128 bytes a half
+    ([0] * 16 + [None] * 16, 4, 1),          # the second half inactive
     ([], 1, 0),
 ])
 def test_warp_wavefronts(words, width, expected):
