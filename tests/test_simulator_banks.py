@@ -82,3 +82,38 @@ def test_half_kernels_cp_async_tiles_are_not_lsu_wavefronts(d, copied):
     assert writes == tiles * d16 // d
     expected = reads + (writes - tiles if copied else writes)
     assert smem_wavefronts(main, 2) == pytest.approx(expected * 2 / 128)
+
+
+def test_ffma_forward_patterns_by_hand():
+    """Tiling(128, 64) at d = 64: 512 threads (16 warps of 2 rows ty x 16 columns tx), head
+    rows 68 words apart (68 = 4 mod 32), score rows 68 too.
+    - Kj copy: each warp stores 32 consecutive columns of a row: 64 x 64 / 32 = 128 accesses.
+    - S = Qi Kj^T, each of 16 k steps: 4 Kj reads (per half-warp 16 rows x 16 bytes spread over
+      all banks twice: 2 wavefronts) = 4 each, 4 Qi reads (a half-warp reads one row: 1) = 2 each.
+    - P Vj, each of 16 column quads: 4 P reads (one row a half-warp) = 2 each, 16 Vj reads (16
+      consecutive columns, both halves the same): 1 each.
+    - row partials: 4 stores and 4 x 16 loads a warp, conflict-free.
+    - P stores: rows ty and ty + 1 start 4 banks apart: 2 wavefronts each of 4 x 4."""
+    from simulator import tile_patterns as tp
+
+    t = Tiling(128, 64)
+    assert (t.threads, t.threads_x, t.head_stride(64), t.score_stride) == (512, 16, 68, 68)
+    assert tp.head_tile_copy(t, 64, 64) == 128
+    assert tp.rows_dot_rows(t, 64) == 16 * 16 * (4 * 4 + 4 * 2)
+    assert tp.scores_times_tile(t, 64, 64) == 16 * 16 * (4 * 2 + 16)
+    assert tp.row_partials(t) == (16 * 4, 16 * 4 * 16)
+    assert tp.score_tile_store(t) == 16 * 16 * 2
+
+
+def test_ffma_forward_plan_sums_its_patterns():
+    from simulator import tile_patterns as tp
+
+    w, t = Workload(B=1, H=3, N_q=256, N_k=192, d=64), Tiling(128, 64)
+    main = predict("flash_forward_v2", w, t).phases[0]
+    per_block = tp.head_tile_copy(t, 64, 128) + sum(tp.row_partials(t))
+    per_pair = (2 * tp.head_tile_copy(t, 64, 64) + tp.rows_dot_rows(t, 64) + sum(tp.row_partials(t))
+                + tp.score_tile_store(t) + tp.scores_times_tile(t, 64, 64))
+    assert smem_wavefronts(main, 4) == 3 * (2 * per_block + 2 * 3 * per_pair)
+    # the tensor-core forward reuses the FFMA plan's phase, not its access patterns
+    tc = predict("flash_forward_tc", w, Tiling(128, 32)).phases[0]
+    assert tc.lsu_wavefronts is None
