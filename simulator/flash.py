@@ -224,7 +224,7 @@ def flash_forward_v1(w: Workload, t: Tiling) -> Plan:
                  matmul_flops=4 * d * scores,
                  other_flops=FORWARD_SCORE_FLOPS * scores + 3 * d * visited,
                  unit_reread_elements=2 * w.N_q * d + 2 * w.N_q,
-                 block_trips=(g.tc,), inner_trips=(g.active_pairs,),
+                 block_trips=(g.tc,), inner_trips=(g.active_pairs,), written_first={"O", "l", "m"},
                  lsu_wavefronts=_forward_v1_wavefronts(g, t, d))
     return Plan((main,), workspace={name: w.tensor_elements(name) for name in ("l", "m", "L")})
 

@@ -32,8 +32,12 @@ Assumptions (a model, not a cache simulation):
    hit 0. (H200, 2026-12-02, ncu, fig2_middle: Algorithm 1 in fp32 at Bc = 64, 128, 256, a
    70 MB working set on the 60 MiB L2, read 99-105 % of its SM->L2 global bytes from DRAM.)
 5. Compulsory traffic per tensor and launch = min(count, tensor size): every distinct element
-   read once and written back once (K, V, dK, dV of B*H_kv heads under GQA).  DRAM = compulsory + (count - compulsory) x (1 - hit), for
-   reads and writes alike (L2 is write-back, so re-written lines leave once when they stay).
+   read once and written back once (K, V, dK, dV of B*H_kv heads under GQA); none for the reads
+   of a tensor the launch wrote first (``Phase.written_first``: Algorithm 1's O, l, m, whose
+   reads are re-reads of its own lines; H200, 2026-12-03 levels: Algorithm 1 at 1 x 16 x 2048 x
+   64 read 25.2 MB from DRAM, Q, K and V once, where a floor for O, l, m gave 33.8).  DRAM =
+   compulsory + (count - compulsory) x (1 - hit), for reads and writes alike (L2 is
+   write-back, so re-written lines leave once when they stay).
 6. L2 is cold at every launch: data written by one kernel and read by the next is fetched again.
 """
 from __future__ import annotations
@@ -134,7 +138,7 @@ def _phase_l2(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> tuple[L2Ph
     totals = [0, 0, 0, 0]   # compulsory reads, compulsory writes, DRAM reads, DRAM writes
     for k, counts in enumerate((p.hbm_reads, p.hbm_writes)):
         for name, n in counts.items():
-            floor = min(n, w.tensor_elements(name))
+            floor = 0 if k == 0 and name in p.written_first else min(n, w.tensor_elements(name))
             totals[k] += floor
             totals[2 + k] += floor + (n - floor) * (1.0 - hit)
     b = w.dtype_bytes

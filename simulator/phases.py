@@ -32,6 +32,9 @@ class Phase:
     unit_share: consecutive units that re-read the same data (the forward's query heads of one
     K/V head under GQA: ``Workload.group``); the L2 model's working set counts
     ceil(units in flight / unit_share) of them.
+    written_first: tensors the launch writes before it reads them back (Algorithm 1's O, l, m:
+    written at the first K/V step, read at the later ones); the L2 model gives their reads no
+    compulsory DRAM floor (``simulator.l2``, assumption 5).
     lsu_wavefronts: the launch's shared-memory wavefronts through the LSU (ncu's
     ``l1tex__data_pipe_lsu_wavefronts_mem_shared``, loads and stores) where the plan derives
     them from its access patterns (``simulator.banks``: bank conflicts, broadcasts, cp.async
@@ -57,6 +60,7 @@ class Phase:
     heads: int = 0
     unit_share: int = 1
     lsu_wavefronts: float | None = None
+    written_first: frozenset = frozenset()
 
     @property
     def blocks_per_head(self) -> int:
@@ -73,7 +77,7 @@ def phase(name: str, kernel: str | None, *, bh: int, hbm_reads: dict, hbm_writes
           blocks_per_unit: int = 1, unit_reread_elements: int = 0,
           code: tuple[str, str] | None = None, block_trips=(), tile_major: bool = False,
           inner_trips=(), heads: int | None = None, unit_share: int = 1,
-          lsu_wavefronts: float | None = None) -> Phase:
+          lsu_wavefronts: float | None = None, written_first=frozenset()) -> Phase:
     """A Phase from counts of ONE (batch, head) pair, scaled by ``bh``; zero entries dropped.
     ``code`` defaults to (kernel, ""); ``heads`` (the grid's) to ``bh``."""
     def scaled(counts):
@@ -83,7 +87,7 @@ def phase(name: str, kernel: str | None, *, bh: int, hbm_reads: dict, hbm_writes
                  units_per_head * bh, blocks_per_unit, unit_reread_elements,
                  code or (kernel or "", ""), tuple(int(n) for n in block_trips), tile_major,
                  tuple(int(n) for n in inner_trips), bh if heads is None else heads, unit_share,
-                 None if lsu_wavefronts is None else lsu_wavefronts * bh)
+                 None if lsu_wavefronts is None else lsu_wavefronts * bh, frozenset(written_first))
 
 
 def smem_wavefronts(p: Phase, element_bytes: int) -> float:
