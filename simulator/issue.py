@@ -105,9 +105,11 @@ _GLOBAL = {"ldg32", "ldg64", "ldg128", "stg32", "stg64", "stg128", "ldl", "stl",
 class Op:
     """One instruction of a stream: its ``opcode_key``, ``pipe_class``, the registers it writes
     and reads (``R4``, ``P0``, ``UR6``, ``UP1``; zero registers left out), whether it waits for
-    the block (``BAR.SYNC``), its shared-memory / L1 wavefronts (0 for other pipes), and the
+    the block (``BAR.SYNC``), its shared-memory / L1 wavefronts (0 for other pipes), the
     warp role it belongs to (None: every warp runs it; 0 / 1: only the warps of that role, the
-    two warps of a pair in the tensor-core backward's v12, ``role = warp % 2``)."""
+    two warps of a pair in the tensor-core backward's v12, ``role = warp % 2``), and whether
+    only the warps that own a row of a row copy run it (``rows_only``: the guard and set-up of
+    a ``range(tid, Br, T)`` loop outside its body, which ptxas places in the main loop)."""
 
     key: str
     pipe: str
@@ -116,6 +118,7 @@ class Op:
     barrier: bool = False
     wavefronts: int = 0
     role: int | None = None
+    rows_only: bool = False
 
 
 def op(key: str, dests=(), srcs=(), barrier: bool | None = None) -> Op:
@@ -285,16 +288,19 @@ def _parse_registers(text: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def encode_loop(text: str, line_roles: dict[int, int] | None = None) -> dict | None:
+def encode_loop(text: str, line_roles: dict[int, int] | None = None,
+                row_lines: frozenset[int] = frozenset()) -> dict | None:
     """The main loop of a kernel's ``nvdisasm -c`` text, for the JSON file (None without a
     loop): its address range; ``opcodes``: [opcode_key, pipe_class] of each distinct opcode;
     ``instructions``: one string an instruction, ``"<opcode index>;<dests>;<srcs>;<flags>"``
     with registers as runs (``R24-27 P0``) and flags ``B`` (BAR.SYNC: waits for the block) and
     ``0`` / ``1`` (only warps of that role run it: ``line_roles`` maps kernel-source lines
     inside a ``role == k`` branch to k, and an instruction takes the line of the ``//## File
-    ..., line N`` marker before it -- the kernel file's line, call sites for inlined code);
-    ``inner_loops``: each loop nested in it, as indices of its first and last instruction,
-    depth, and trips (null: not known statically, ``stream_for`` inlines it once)."""
+    ..., line N`` marker before it -- the kernel file's line, call sites for inlined code) and
+    ``r`` (``Op.rows_only``: an instruction of a ``row_lines`` line -- a call of a row copy --
+    outside every nested loop); ``inner_loops``: each loop nested in it, as indices of its first
+    and last instruction, depth, and trips (null: not known statically, ``stream_for`` inlines
+    it once)."""
     instructions = parse(text)
     found = {r.name: r for r in regions(instructions)} if instructions else {}
     main = found.get(MAIN_LOOP)
@@ -302,19 +308,22 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None) -> dict | N
         return None
     ops = decode_text(text)
     roles = _address_roles(text, line_roles) if line_roles else {}
+    rows = _address_roles(text, dict.fromkeys(row_lines, "r")) if row_lines else {}
     index = {i.address: k for k, i in enumerate(main.instructions)}
+    inner = [{"first": index[r.instructions[0].address], "last": index[r.instructions[-1].address],
+              "depth": r.depth, "trips": None}
+             for name, r in found.items() if name.startswith(INNER_LOOP)]
+    nested = {k for r in inner for k in range(r["first"], r["last"] + 1)}
     opcodes, encoded = {}, []
-    for i in main.instructions:
+    for n, i in enumerate(main.instructions):
         o = ops[i.address]
         if o.key != i.key:
             raise ValueError(f"{i.address:x}: {o.key} is {i.key} to simulator.sass")
         k = opcodes.setdefault((o.key, o.pipe), len(opcodes))
         role = roles.get(i.address)
+        row = "r" if i.address in rows and n not in nested else ""
         encoded.append(f"{k};{_format_registers(o.dests)};{_format_registers(o.srcs)};"
-                       f"{'B' if o.barrier else ''}{'' if role is None else role}")
-    inner = [{"first": index[r.instructions[0].address], "last": index[r.instructions[-1].address],
-              "depth": r.depth, "trips": None}
-             for name, r in found.items() if name.startswith(INNER_LOOP)]
+                       f"{'B' if o.barrier else ''}{'' if role is None else role}{row}")
     return {"start": f"{main.start:x}", "end": f"{main.end:x}",
             "opcodes": [list(k) for k in opcodes], "instructions": encoded, "inner_loops": inner}
 
@@ -323,9 +332,9 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None) -> dict | N
 LINE_MARKER = re.compile(r'//## File "([^"]+)", line (\d+)')
 
 
-def _address_roles(text: str, line_roles: dict[int, int]) -> dict[int, int]:
-    """Address -> role of the instructions whose source line (the last marker before them)
-    ``line_roles`` maps."""
+def _address_roles(text: str, line_roles: dict) -> dict:
+    """Address -> the value ``line_roles`` maps the source line of each instruction to (the last
+    marker before it), for the instructions of the lines it maps."""
     out, line = {}, None
     for row in text.splitlines():
         marker = LINE_MARKER.search(row)
@@ -349,7 +358,7 @@ def decode_loop(loop: dict, inner_trips=None) -> tuple[Op, ...]:
         key, pipe = table[int(k)]
         role = next((int(c) for c in flags if c.isdigit()), None)
         ops.append(Op(key, pipe, _parse_registers(dests), _parse_registers(srcs), "B" in flags,
-                      _wavefronts(key, pipe), role))
+                      _wavefronts(key, pipe), role, "r" in flags))
     inner = loop["inner_loops"]
     trips = [(n if n is not None else 1) for n in
              (inner_trips if inner_trips is not None else [r["trips"] for r in inner])]

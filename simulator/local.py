@@ -5,7 +5,9 @@ Local traffic of a launch, from the compiled kernel (never guessed):
   ``simulator.sass``: ``ldl_bytes``, ``stl_bytes``, the sum of their access widths) once per
   trip of the region they sit in: the main loop's once per trip (``Phase.block_trips``), a
   nested loop's once per its trips (``nested_runs``), the rest once per block. A warp's local access is laid out lane by
-  lane in consecutive words, so it fills whole sectors: bytes = per-thread bytes x threads.
+  lane in consecutive words, so it fills whole sectors: bytes = per-thread bytes x threads,
+  but for the main loop's set-up of a row copy (``Op.rows_only``: ``range(tid, Br, T)``'s
+  guard and spill refills, run only by the warps that own a row).
 - misses: a block's spill slots are reused every trip. Between two uses the block streams its
   K/V (or Q/dO) tiles through L1 as well; if the spill footprint of the blocks resident on an SM
   (``stack_frame_bytes`` x threads x blocks) plus one trip's tile loads fits the L1 left beside
@@ -91,14 +93,35 @@ def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalT
             per_trip[1] += extra * region.stl_bytes
         loads = (whole.ldl_bytes - loop.ldl_bytes) * blocks + per_trip[0] * trips
         stores = (whole.stl_bytes - loop.stl_bytes) * blocks + per_trip[1] * trips
+        # the main loop's row-copy set-up runs in the warps that own a row only
+        skipped = _rows_only_bytes(kernel, t, w.d, causal, variant, res.threads)
+        loads, stores = (loads * res.threads - skipped[0] * trips,
+                         stores * res.threads - skipped[1] * trips)
     else:
-        loads, stores = whole.ldl_bytes * blocks, whole.stl_bytes * blocks
-    loads, stores = loads * res.threads, stores * res.threads
+        loads, stores = whole.ldl_bytes * blocks * res.threads, whole.stl_bytes * blocks * res.threads
     occ = res.occupancy(hw)
     footprint = res.stack_frame_bytes * res.threads * occ.blocks_per_sm
     streamed = _tile_bytes_per_trip(p, w, trips) * occ.blocks_per_sm
     fits = footprint + streamed <= hw.l1_smem_bytes - occ.carveout
     return LocalTraffic(float(loads), float(stores), 0.0 if fits else float(loads))
+
+
+def _rows_only_bytes(kernel: str, t: Tiling, d: int, causal: bool, variant: str,
+                     threads: int) -> tuple[int, int]:
+    """(load, store) local bytes a main-loop trip of a block does not make because the
+    ``Op.rows_only`` instructions of its loop (``simulator.issue``) run in the warps that own a
+    row of the row copy only: their LDL / STL widths x the threads of the other warps."""
+    from .issue import stream_for
+    from .sass import access_bytes
+    from .trips import warp_rows
+
+    idle = sum(32 for warp in range(-(-threads // 32)) if warp_rows(t.Br, threads, warp) == 0)
+    try:
+        ops = [o for o in stream_for(kernel, t, d, causal, variant) if o.rows_only]
+    except LookupError:
+        return 0, 0
+    return (sum(access_bytes(o.key) for o in ops if o.pipe == "ldl") * idle,
+            sum(access_bytes(o.key) for o in ops if o.pipe == "stl") * idle)
 
 
 def rows_per_trip(p: Phase) -> int | None:

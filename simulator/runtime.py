@@ -69,7 +69,7 @@ from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
 from .issue import global_load_latency, memory_latencies
 from .local import local_traffic, nested_runs, recorded_causal, rows_per_trip
-from .trips import inner_trips, outer_trips
+from .trips import inner_trips, outer_trips, warp_rows
 from .workload import Workload
 
 #: Independent mma accumulator chains a warp of our tensor-core kernels keeps (at least).
@@ -280,15 +280,21 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     per_scheduler = max(1, round(blocks * occ.warps_per_block / 4))
     if per_scheduler % blocks:
         return None          # the simulator splits a scheduler's warps evenly over the blocks
-    if all(float(n).is_integer() for n in trips):
+    threads = t.threads_for(kernel)
+    has_rows = lambda warp: warp_rows(t.Br, threads, warp) > 0  # noqa: E731
+    rows_only = any(o.rows_only for o in stream_for(kernel, t, w.d, causal, variant))
+    if all(float(n).is_integer() for n in trips) and not (
+            rows_only and not all(has_rows(wp) for wp in range(-(-threads // 32)))):
         stream = stream_for(kernel, t, w.d, causal, variant, tuple(int(n) for n in trips) or None)
     else:
-        # trips that differ between warps: scheduler 0's warps, 0, 4, 8, ... of each block
-        # (simulated warp i belongs to block i mod blocks), each its own stream
-        stream = Streams(tuple(
-            stream_for(kernel, t, w.d, causal, variant,
-                       inner_trips(kernel, t, w.d, causal, variant, rows, 4 * (i // blocks)))
-            for i in range(per_scheduler)))
+        # trips that differ between warps, or set-up only the warps with a row of a row copy
+        # run (``Op.rows_only``): scheduler 0's warps, 0, 4, 8, ... of each block (simulated
+        # warp i belongs to block i mod blocks), each its own stream
+        def own(warp):
+            body = stream_for(kernel, t, w.d, causal, variant,
+                              inner_trips(kernel, t, w.d, causal, variant, rows, warp))
+            return body if has_rows(warp) else tuple(o for o in body if not o.rows_only)
+        stream = Streams(tuple(own(4 * (i // blocks)) for i in range(per_scheduler)))
     l2, l1 = memory_latencies(r)
     # warp roles (v12's warp pairs, role = warp % 2): a scheduler's warps w, w + 4, ... share
     # one role, so each scheduler runs one role's part of the loop beside the common part:

@@ -12,9 +12,10 @@ instructions: a loop's body can borrow a few instructions from the code before i
 - ``load_twice`` (tensor-core backward): Br/2 x D8/2 element quads over T threads;
 - ``load_q_tile`` (tensor-core forward, before its loop): Br x D8 elements over T threads;
 - ``load_pair_tile`` (tensor-core backward, before its loop): Bc/2 x D8/2 element quads;
-- ``load_row_stats``: ceil(Br / T);
+- ``load_row_stats``: a row a thread, ``range(tid, Br, T)``: ``warp_rows`` (warps past the
+  rows run none: at Br = 32 and 256 threads one warp of eight);
 - ``load_row_block`` (half-precision backward: the next Qi, dOi by cp.async, then L_i, D_i a
-  row a thread): ceil(Br / T);
+  row a thread): its row loop as ``load_row_stats``'s;
 - ``rows_dot_rows``: d // 4 steps of four, then d % 4 single steps (that loop only where d % 4);
   ``recompute_p_ds`` runs it twice (S and dP);
 - ``scores_times_tile(..., n_inner, ...)`` / ``scores_t_times_tile``: n // 4, then n % 4 (n: the
@@ -72,8 +73,10 @@ def _source(file: str) -> tuple[str, ...]:
     return tuple((KERNELS_DIR / file).read_text().splitlines())
 
 
-def _counts_at(text: str, kernel: str, t: Tiling, d: int) -> list[int] | None:
-    """The source iterations of the loops a source line makes, in order; None if unknown."""
+def _counts_at(text: str, kernel: str, t: Tiling, d: int, warp: int | None = None) -> list[int] | None:
+    """The source iterations of the loops a source line makes, in order; None if unknown.
+    ``warp``: the row copies' (``range(tid, Br, T)``) iterations in that warp, None: their mean
+    over the block's warps (``warp_rows``)."""
     threads = t.threads_for(kernel)
     rows = {"BR": t.Br, "BC": t.Bc, "rows": t.Br, "cols": t.Bc}
     call = _CALL.search(text)
@@ -88,7 +91,7 @@ def _counts_at(text: str, kernel: str, t: Tiling, d: int) -> list[int] | None:
         if name == "load_pair_tile":       # range(tid, BC // 2 * KW, T): 2 x 2 elements
             return [-(-(t.Bc // 2) * (t.mma_depth(d) // 2) // threads)]
         if name in ("load_row_stats", "load_row_block"):
-            return [-(-t.Br // threads)]
+            return [warp_rows(t.Br, threads, warp)]
         if name == "rows_dot_rows":
             return [d // 4, d % 4]
         if name == "recompute_p_ds":
@@ -116,7 +119,13 @@ def inner_trips(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str 
     are none. ``rows_per_trip``: the trips of Algorithm 1's row loop (``for i in range(tr)``)
     per main-loop trip, which the workload sets (``Phase.inner_trips``); None: unknown.
     ``warp``: the trips of that warp of the block (an int each); None: the mean over the
-    block's warps (a float where a loop's trips differ between warps)."""
+    block's warps of each warp's (a float where a loop's trips differ between warps)."""
+    if warp is None:
+        warps = -(-tiling.threads_for(kernel) // 32)
+        each = [inner_trips(kernel, tiling, d, causal, variant, rows_per_trip, w) for w in range(warps)]
+        if any(e is None for e in each):
+            return None
+        return tuple(sum(col) / warps for col in zip(*each)) if each[0] else ()
     rows = regions_of(kernel, tiling, d, causal, variant)
     main = next((r for r in rows if r.region == MAIN_LOOP), None)
     if main is None:
@@ -127,7 +136,7 @@ def inner_trips(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str 
     located = []
     for k, region in enumerate(nested):      # parents come before the loops they hold
         holds = any(up[j] == k for j in range(len(nested)))
-        where, counts = (None, None) if holds else _line_of(region.lines, kernel, tiling, d)
+        where, counts = (None, None) if holds else _line_of(region.lines, kernel, tiling, d, warp)
         if where is None:       # a loop written in the kernel, or one holding loops: its for line
             enclosing = {control[j] for j in [*_chain(up, k), None]}
             where, counts = _own_loop(region, enclosing, kernel, tiling, rows_per_trip, warp)
@@ -257,13 +266,13 @@ def _line_numbers(lines: str) -> tuple[str | None, list[int]]:
     return file, out
 
 
-def _line_of(lines: str, kernel: str, t: Tiling, d: int):
+def _line_of(lines: str, kernel: str, t: Tiling, d: int, warp: int | None = None):
     """((file, line), trip counts) of the source a nested loop comes from: its largest line
     (an inlined call), else its first (a loop written in the kernel: the ``for`` statement);
     (None, None) if neither is a loop we know."""
     file, numbers = _line_numbers(lines)
     for line in (max(numbers), min(numbers)) if numbers else ():
-        counts = _counts_at(_source(file)[line - 1], kernel, t, d)
+        counts = _counts_at(_source(file)[line - 1], kernel, t, d, warp)
         if counts is not None:
             return (file, line), counts
     return None, None

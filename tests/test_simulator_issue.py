@@ -263,3 +263,41 @@ def test_each_role_simulated_on_its_own_scheduler(rates):
     assert len(_of_role(loop, 0)) == 2 * N and len(_of_role(loop, 1)) == 3 * N
     assert _of_role(loop, None) == loop
     assert loop_cycles(_of_role(loop, 1), 1, rates) == pytest.approx(3 * N * rates.alu_latency_cycles, rel=0.05)
+
+
+def test_row_copy_lines_of_a_kernel_source(tmp_path):
+    """The lines that call a row copy (``range(tid, Br, T)``: load_row_stats, load_row_block)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.append(str(Path(__file__).resolve().parents[1] / "tools"))
+    from kernel_loops import row_copy_lines
+
+    source = tmp_path / "k.py"
+    source.write_text("def k(smem, tid):\n"                       # 1
+                      "    load_row_stats(smem, 0, tid)\n"        # 2
+                      "    load_twice(smem, 0, tid)\n"            # 3
+                      "    x = load_row_block(smem,\n"            # 4
+                      "                       1, tid)\n")         # 5
+    assert row_copy_lines(source) == {2, 4}
+
+
+def test_row_copy_set_up_runs_in_the_warps_with_rows():
+    """The tensor-core backward at Br = 32, 256 threads, d = 64: ptxas refills 6 spilled words
+    for ``load_row_stats`` in the main loop before its row loop, which only warp 0 (threads
+    0-31 own the 32 rows) enters. The recorded loop tags them ``rows_only`` (none inside a
+    nested loop); the row loop runs 1 trip in warp 0, none in the others (mean 1/8); the local
+    model counts those refills for 32 threads, not 256. (H200, 2026-12-03, ncu: the model
+    counted 3.5-3.7x the local loads executed at the d = 64 non-causal configurations.)"""
+    from simulator.local import _rows_only_bytes
+    from simulator.sass import access_bytes
+    from simulator.trips import inner_trips
+
+    t = Tiling(32, 128)
+    stream = stream_for("flash_backward_tc", t, 64, False)
+    refills = [o for o in stream if o.rows_only and o.pipe == "ldl"]
+    assert sum(access_bytes(o.key) for o in refills) == 24
+    assert inner_trips("flash_backward_tc", t, 64, False)[-1] == pytest.approx(1 / 8)
+    assert inner_trips("flash_backward_tc", t, 64, False, warp=0)[-1] == 1
+    assert inner_trips("flash_backward_tc", t, 64, False, warp=1)[-1] == 0
+    assert _rows_only_bytes("flash_backward_tc", t, 64, False, "", 256) == (24 * 224, 0)

@@ -20,7 +20,10 @@ Nested loops are stored once with their address range; their trip counts are not
 kernels (variant ``warp_pairs``) each instruction inside an ``if ... role == k`` branch of the
 kernel source carries role k (``warp_roles``; the SASS's ``//## File ..., line N`` markers name
 the kernel file's lines, call sites for inlined code), so that the simulator gives each warp
-its own role's part of the loop.
+its own role's part of the loop; in every kernel the main-loop instructions of a row copy's
+call line outside its loop body (the guard and set-up ptxas places before a
+``range(tid, Br, T)`` loop: at Br = 32 and 256 threads, spill refills only warp 0 runs) carry
+``rows_only`` (``row_copy_lines``).
 
 ``--keep DIR`` writes each kernel's disassembly there and ``DIR/STAMP`` (kernel-source digest,
 ptxas version, date); ``--from-sass DIR`` rebuilds the file from those (also from a
@@ -84,11 +87,27 @@ def _lines(body: list) -> range:
     return range(body[0].lineno, body[-1].end_lineno + 1)
 
 
-def source_roles(text: str) -> dict[int, int]:
-    """``warp_roles`` of the kernel file the ``nvdisasm`` text's line markers name (this
-    repository's copy of it)."""
+#: The row copies: ``range(tid, Br, T)`` loops, a row a thread (kernels/flash_backward*.py).
+ROW_COPIES = ("load_row_stats", "load_row_block")
+
+
+def row_copy_lines(kernel_file: Path) -> frozenset[int]:
+    """The lines of ``kernel_file`` that call a row copy (``ROW_COPIES``)."""
+    return frozenset(node.lineno for node in ast.walk(ast.parse(kernel_file.read_text()))
+                     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                     and node.func.id in ROW_COPIES)
+
+
+def kernel_file_of(text: str) -> Path | None:
+    """This repository's copy of the kernel file the ``nvdisasm`` text's line markers name."""
     found = LINE_MARKER.search(text)
-    return warp_roles(ROOT / "numba_flash" / "kernels" / Path(found.group(1)).name) if found else {}
+    return ROOT / "numba_flash" / "kernels" / Path(found.group(1)).name if found else None
+
+
+def source_roles(text: str) -> dict[int, int]:
+    """``warp_roles`` of the kernel file the ``nvdisasm`` text's line markers name."""
+    file = kernel_file_of(text)
+    return warp_roles(file) if file else {}
 
 
 def kept(path: Path, digest: str) -> tuple[list[dict], list[dict]]:
@@ -117,7 +136,9 @@ def main(argv) -> None:
                 (args.keep / _file_name(key)).write_text(text)
             # roles only where warps split the loop between them (warp pairs)
             paired = WARP_PAIRS_VARIANT in key["variant"].split("+")
-            loop = encode_loop(text, source_roles(text) if paired else None)
+            file = kernel_file_of(text)
+            loop = encode_loop(text, source_roles(text) if paired else None,
+                               row_copy_lines(file) if file else frozenset())
             name = (f"{key['kernel']:18s} {key['variant']:13s} d={key['d']:4s} "
                     f"causal={key['causal']:5s} {key['Br']:>3s}x{key['Bc']:<3s}")
             if loop is None:
