@@ -307,8 +307,8 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None,
     if main is None:
         return None
     ops = decode_text(text)
-    roles = _address_roles(text, line_roles) if line_roles else {}
-    rows = _address_roles(text, dict.fromkeys(row_lines, "r")) if row_lines else {}
+    roles = _by_source_line(text, line_roles) if line_roles else {}
+    rows = _by_source_line(text, dict.fromkeys(row_lines, "r")) if row_lines else {}
     index = {i.address: k for k, i in enumerate(main.instructions)}
     inner = [{"first": index[r.instructions[0].address], "last": index[r.instructions[-1].address],
               "depth": r.depth, "trips": None}
@@ -332,8 +332,8 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None,
 LINE_MARKER = re.compile(r'//## File "([^"]+)", line (\d+)')
 
 
-def _address_roles(text: str, line_roles: dict) -> dict:
-    """Address -> the value ``line_roles`` maps the source line of each instruction to (the last
+def _by_source_line(text: str, values: dict) -> dict:
+    """Address -> the value ``values`` maps the source line of each instruction to (the last
     marker before it), for the instructions of the lines it maps."""
     out, line = {}, None
     for row in text.splitlines():
@@ -342,8 +342,8 @@ def _address_roles(text: str, line_roles: dict) -> dict:
             line = int(marker.group(2))
             continue
         found = _LINE.match(row)
-        if found and line in line_roles:
-            out[int(found.group(1), 16)] = line_roles[line]
+        if found and line in values:
+            out[int(found.group(1), 16)] = values[line]
     return out
 
 

@@ -113,9 +113,9 @@ def _rows_only_bytes(kernel: str, t: Tiling, d: int, causal: bool, variant: str,
     row of the row copy only: their LDL / STL widths x the threads of the other warps."""
     from .issue import stream_for
     from .sass import access_bytes
-    from .trips import warp_rows
+    from .trips import warps_without_rows
 
-    idle = sum(32 for warp in range(-(-threads // 32)) if warp_rows(t.Br, threads, warp) == 0)
+    idle = 32 * len(warps_without_rows(t.Br, threads))
     try:
         ops = [o for o in stream_for(kernel, t, d, causal, variant) if o.rows_only]
     except LookupError:

@@ -69,7 +69,7 @@ from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
 from .issue import global_load_latency, memory_latencies
 from .local import local_traffic, nested_runs, recorded_causal, rows_per_trip
-from .trips import inner_trips, outer_trips, warp_rows
+from .trips import inner_trips, outer_trips, warps_without_rows
 from .workload import Workload
 
 #: Independent mma accumulator chains a warp of our tensor-core kernels keeps (at least).
@@ -280,11 +280,9 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     per_scheduler = max(1, round(blocks * occ.warps_per_block / 4))
     if per_scheduler % blocks:
         return None          # the simulator splits a scheduler's warps evenly over the blocks
-    threads = t.threads_for(kernel)
-    has_rows = lambda warp: warp_rows(t.Br, threads, warp) > 0  # noqa: E731
+    idle = warps_without_rows(t.Br, t.threads_for(kernel))
     rows_only = any(o.rows_only for o in stream_for(kernel, t, w.d, causal, variant))
-    if all(float(n).is_integer() for n in trips) and not (
-            rows_only and not all(has_rows(wp) for wp in range(-(-threads // 32)))):
+    if all(float(n).is_integer() for n in trips) and not (rows_only and idle):
         stream = stream_for(kernel, t, w.d, causal, variant, tuple(int(n) for n in trips) or None)
     else:
         # trips that differ between warps, or set-up only the warps with a row of a row copy
@@ -293,7 +291,7 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
         def own(warp):
             body = stream_for(kernel, t, w.d, causal, variant,
                               inner_trips(kernel, t, w.d, causal, variant, rows, warp))
-            return body if has_rows(warp) else tuple(o for o in body if not o.rows_only)
+            return tuple(o for o in body if not o.rows_only) if warp in idle else body
         stream = Streams(tuple(own(4 * (i // blocks)) for i in range(per_scheduler)))
     l2, l1 = memory_latencies(r)
     # warp roles (v12's warp pairs, role = warp % 2): a scheduler's warps w, w + 4, ... share

@@ -246,6 +246,12 @@ def warp_rows(rows: int, threads: int, warp: int | None) -> float:
     return max(0, -(-(rows - 32 * warp) // threads))
 
 
+def warps_without_rows(rows: int, threads: int) -> tuple[int, ...]:
+    """The warps of a block of ``threads`` that make no trip of ``range(tid, rows, threads)``:
+    they skip a row copy's set-up too (``issue.Op.rows_only``)."""
+    return tuple(w for w in range(-(-threads // 32)) if warp_rows(rows, threads, w) == 0)
+
+
 def _first_for(region, file: str) -> int | None:
     """The first ``for`` statement among a region's lines (its loop control)."""
     f, numbers = _line_numbers(region.lines)

@@ -104,12 +104,6 @@ def kernel_file_of(text: str) -> Path | None:
     return ROOT / "numba_flash" / "kernels" / Path(found.group(1)).name if found else None
 
 
-def source_roles(text: str) -> dict[int, int]:
-    """``warp_roles`` of the kernel file the ``nvdisasm`` text's line markers name."""
-    file = kernel_file_of(text)
-    return warp_roles(file) if file else {}
-
-
 def kept(path: Path, digest: str) -> tuple[list[dict], list[dict]]:
     """``--add``: the loops recorded in ``path`` and the keys of the kernels read that have none,
     refused unless of the kernel sources ``digest`` (none if there is no file yet)."""
@@ -137,7 +131,7 @@ def main(argv) -> None:
             # roles only where warps split the loop between them (warp pairs)
             paired = WARP_PAIRS_VARIANT in key["variant"].split("+")
             file = kernel_file_of(text)
-            loop = encode_loop(text, source_roles(text) if paired else None,
+            loop = encode_loop(text, warp_roles(file) if paired and file else None,
                                row_copy_lines(file) if file else frozenset())
             name = (f"{key['kernel']:18s} {key['variant']:13s} d={key['d']:4s} "
                     f"causal={key['causal']:5s} {key['Br']:>3s}x{key['Bc']:<3s}")
