@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from . import tile_patterns as tp
 from .blocks import BlockGrid, sparse_tiles
 from .phases import Phase, Plan, phase
 from .tiling import WARP_PAIRS_VARIANT, Tiling
@@ -124,8 +125,6 @@ def _forward_v2_wavefronts(g: BlockGrid, t: Tiling, d: int) -> int:
     (``simulator.tile_patterns``): each block copies Qi and ends with the row sums' exchange;
     each active pair copies Kj and Vj, computes S = Qi Kj^T, exchanges the row maxima, stores P
     and adds P Vj."""
-    from . import tile_patterns as tp
-
     per_block = tp.head_tile_copy(t, d, t.Br) + sum(tp.row_partials(t))
     per_pair = (2 * tp.head_tile_copy(t, d, t.Bc) + tp.rows_dot_rows(t, d) + sum(tp.row_partials(t))
                 + tp.score_tile_store(t) + tp.scores_times_tile(t, d, t.Bc))
@@ -234,8 +233,6 @@ def _forward_v1_wavefronts(g: BlockGrid, t: Tiling, d: int) -> int:
     (``simulator.tile_patterns``): each outer step copies Kj and Vj; each active pair copies Qi,
     computes S = Qi Kj^T into SRAM, runs the softmax a row a thread, adds P Vj and reads each
     row's weights."""
-    from . import tile_patterns as tp
-
     per_pair = (tp.head_tile_copy(t, d, t.Br) + tp.rows_dot_rows(t, d) + tp.score_tile_store(t)
                 + tp.row_softmax(t) + tp.scores_times_tile(t, d, t.Bc) + tp.row_weights_read(t))
     return g.tc * 2 * tp.head_tile_copy(t, d, t.Bc) + g.active_pairs * per_pair
@@ -288,8 +285,6 @@ def _backward_kv(w: Workload, t: Tiling, g: BlockGrid, atomic_dq: bool) -> Phase
         matmul += 2 * d * scores                              # dQ_i += dS K_j
         other += 2 * d * q_rows                               # scale and add, per atomic
         reread += w.N_q * d                                   # dQ of a query head
-    from . import tile_patterns as tp
-
     per_pair = (2 * tp.head_tile_copy(t, d, t.Br) + sum(tp.row_stats(t)) + 2 * tp.rows_dot_rows(t, d)
                 + 2 * tp.score_tile_store(t) + 2 * tp.scores_t_times_tile(t, d, t.Br)
                 + (tp.scores_times_tile(t, d, t.Bc) if atomic_dq else 0))
@@ -421,8 +416,6 @@ def _dq_kernel_wavefronts(g: BlockGrid, t: Tiling, d: int) -> int:
     """Shared-memory wavefronts of one head of the deterministic dQ kernel
     (``simulator.tile_patterns``): each block copies Qi, dOi, L_i, D_i; each active pair copies
     Kj, Vj, recomputes S and dP (reading L_i, D_i), stores dS and adds dS Kj."""
-    from . import tile_patterns as tp
-
     stats_stored, stats_read = tp.row_stats(t)
     per_block = 2 * tp.head_tile_copy(t, d, t.Br) + stats_stored
     per_pair = (2 * tp.head_tile_copy(t, d, t.Bc) + 2 * tp.rows_dot_rows(t, d) + stats_read
