@@ -32,7 +32,11 @@ Assumptions (a model, not a cache simulation):
    hit 0. (H200, 2026-12-02, ncu, fig2_middle: Algorithm 1 in fp32 at Bc = 64, 128, 256, a
    70 MB working set on the 60 MiB L2, read 99-105 % of its SM->L2 global bytes from DRAM.)
 5. Compulsory traffic per tensor and launch = min(count, tensor size): every distinct element
-   read once and written back once (K, V, dK, dV of B*H_kv heads under GQA); none for the reads
+   read once and written back once (K, V, dK, dV of B*H_kv heads under GQA), in the tensor's
+   own element size (``simulator.report.element_bytes``: L, D, dQ_accum are fp32 in every
+   format; H200, 2026-12-03 levels: the fp16 backward's dQ_accum zeroing wrote 49.9 MB to DRAM
+   at 4 x 16 x 4096 x 64, its fp32 size 67.1 MB less L2's residue, and the conversion kernel
+   read 67.1 MB, where fp16 sizes gave 33.6); none for the reads
    of a tensor the launch wrote first (``Phase.written_first``: Algorithm 1's O, l, m, whose
    reads are re-reads of its own lines; H200, 2026-12-03 levels: Algorithm 1 at 1 x 16 x 2048 x
    64 read 25.2 MB from DRAM, Q, K and V once, where a floor for O, l, m gave 33.8).  DRAM =
@@ -46,6 +50,7 @@ from dataclasses import dataclass
 
 from .hardware import Hardware
 from .phases import Phase
+from .report import element_bytes
 from .tiling import Tiling
 from .workload import Workload
 
@@ -135,15 +140,15 @@ def _phase_l2(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> tuple[L2Ph
         hit = 1.0
     else:                   # assumption 4: a block re-reading its own unit cyclically keeps none
         hit = 0.0 if p.inner_trips else hw.l2_bytes / working_set
-    totals = [0, 0, 0, 0]   # compulsory reads, compulsory writes, DRAM reads, DRAM writes
+    totals = [0, 0, 0, 0]   # bytes: compulsory reads, compulsory writes, DRAM reads, DRAM writes
     for k, counts in enumerate((p.hbm_reads, p.hbm_writes)):
         for name, n in counts.items():
+            b = element_bytes(name, w.dtype_bytes)
             floor = 0 if k == 0 and name in p.written_first else min(n, w.tensor_elements(name))
-            totals[k] += floor
-            totals[2 + k] += floor + (n - floor) * (1.0 - hit)
-    b = w.dtype_bytes
-    return L2Phase(p.name, blocks, working_set, hit, totals[2] * b, totals[3] * b,
-                   int(totals[0]) * b, int(totals[1]) * b), totals
+            totals[k] += floor * b
+            totals[2 + k] += (floor + (n - floor) * (1.0 - hit)) * b
+    return L2Phase(p.name, blocks, working_set, hit, totals[2], totals[3],
+                   int(totals[0]), int(totals[1])), totals
 
 
 def l2_traffic(phases: tuple[Phase, ...], workload: Workload, tiling: Tiling,
@@ -154,10 +159,8 @@ def l2_traffic(phases: tuple[Phase, ...], workload: Workload, tiling: Tiling,
         view, totals = _phase_l2(p, tiling, workload, hardware)
         views.append(view)
         sums = [a + b for a, b in zip(sums, totals)]
-    b = workload.dtype_bytes
-    sm_reads = sum(n for p in phases for n in p.hbm_reads.values()) * b
-    sm_writes = sum(n for p in phases for n in p.hbm_writes.values()) * b
-    return L2Traffic(hardware.l2_bytes, sm_reads, sm_writes,
-                     round(sums[2] * b), round(sums[3] * b),
-                     int(sums[0]) * b, int(sums[1]) * b, tuple(views))
+    sm_reads = sum(n * element_bytes(t, workload.dtype_bytes) for p in phases for t, n in p.hbm_reads.items())
+    sm_writes = sum(n * element_bytes(t, workload.dtype_bytes) for p in phases for t, n in p.hbm_writes.items())
+    return L2Traffic(hardware.l2_bytes, sm_reads, sm_writes, round(sums[2]), round(sums[3]),
+                     int(sums[0]), int(sums[1]), tuple(views))
 

@@ -23,6 +23,12 @@ TENSOR_ORDER = ("Q", "K", "V", "O", "L", "dO", "dQ", "dQ_accum", "dK", "dV", "S"
 FP32_TENSORS = frozenset({"L", "l", "m", "D", "dQ_accum"})
 
 
+def element_bytes(name: str, dtype_bytes: int) -> int:
+    """Bytes of one element of tensor ``name`` in global memory: ``dtype_bytes``, but 4 for
+    ``FP32_TENSORS``."""
+    return 4 if name in FP32_TENSORS else dtype_bytes
+
+
 def ordered_tensors(names) -> list[str]:
     rank = {name: k for k, name in enumerate(TENSOR_ORDER)}
     return sorted(names, key=lambda n: (rank.get(n, len(rank)), n))
@@ -85,7 +91,7 @@ class TrafficReport:
     # ---- totals ---------------------------------------------------------------------------
     def element_bytes(self, name: str) -> int:
         """Bytes of one element of tensor ``name`` in global memory (``FP32_TENSORS``: 4)."""
-        return 4 if name in FP32_TENSORS else self.dtype_bytes
+        return element_bytes(name, self.dtype_bytes)
 
     @property
     def hbm_read_bytes(self) -> int:

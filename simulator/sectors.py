@@ -46,7 +46,7 @@ from functools import lru_cache
 from math import gcd
 
 from .phases import Phase
-from .report import FP32_TENSORS
+from .report import element_bytes
 from .tiling import Tiling
 from .workload import Workload
 
@@ -102,7 +102,7 @@ def cp_async_row_sectors(d: int, head_rows: int, element_bytes: int) -> float:
 
 def tensor_sectors(name: str, elements: int, w: Workload) -> float:
     """Sectors of ``elements`` elements of tensor ``name`` moved as whole rows."""
-    size = 4 if name in FP32_TENSORS else w.dtype_bytes
+    size = element_bytes(name, w.dtype_bytes)
     if name not in _ROW:
         return elements * size / SECTOR_BYTES
     n = getattr(w, _ROW[name])

@@ -104,3 +104,17 @@ def test_report_renders_the_l2_line():
     assert "L2 model (60 MiB)" in str(r)
     # the level model reads what the L2 model reads; it writes less what stays dirty in L2
     assert r.dram_read_bytes == r.l2.dram_read_bytes and r.dram_write_bytes <= r.l2.dram_write_bytes
+
+
+def test_fp32_tensors_count_four_bytes_in_a_half_precision_run():
+    # the fp16 backward keeps L, D and its dQ accumulator in fp32: zeroing dQ_accum writes 4
+    # bytes an element, the conversion kernel reads 4 and writes dQ in 2
+    w = Workload(1, 2, 256, 256, 64, dtype_bytes=2)
+    report = predict("flash_backward_half", w, None, H200)
+    l2 = report.l2
+    assert (l2.sm_l2_read_bytes, l2.sm_l2_write_bytes) == (report.hbm_read_bytes, report.hbm_write_bytes)
+    pre, main, convert = l2.phases
+    elements = w.tensor_elements("dQ")
+    assert pre.compulsory_write_bytes == 4 * elements + 4 * w.tensor_elements("D")
+    assert (convert.compulsory_read_bytes, convert.compulsory_write_bytes) == (4 * elements, 2 * elements)
+    assert main.compulsory_write_bytes == 2 * 2 * w.tensor_elements("K") + 4 * elements
