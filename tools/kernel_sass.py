@@ -21,7 +21,8 @@ digest is taken before and after).
 ``--keep DIR``: also write each kernel's disassembly there (with its source lines where they
 could be had) and ``DIR/STAMP`` (kernel-source digest, ptxas version, date); ``--from-sass DIR``
 recounts from those files without compiling (after a change to simulator/sass.py's classes),
-if the digest is still the sources'.
+if the digest is still the sources', and compiles the kernels whose file is not there (with
+``--keep DIR`` too: a run cut short goes on where it stopped).
 """
 from __future__ import annotations
 
@@ -114,7 +115,7 @@ def measure(chosen, index: int, keep: Path | None, source: Path | None) -> list[
     config = configurations(*chosen)[index]
     kernel = config.make(config.tiling)
     key = _key(config, kernel)
-    if source:
+    if source and (source / _file_name(key)).exists():
         text = (source / _file_name(key)).read_text()
         instructions = parse(text)
         with_lines = text if "//## File" in text else None
@@ -154,7 +155,7 @@ def arguments(argv, description: str, out: Path) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=out)
     parser.add_argument("--keep", type=Path, help="write each kernel's SASS to this folder")
     parser.add_argument("--from-sass", type=Path, help="read each kernel's SASS from this folder "
-                        "(written by --keep) instead of compiling")
+                        "(written by --keep) instead of compiling it, where it is there")
     return parser.parse_args(argv)
 
 
