@@ -159,8 +159,9 @@ def l2_traffic(phases: tuple[Phase, ...], workload: Workload, tiling: Tiling,
         view, totals = _phase_l2(p, tiling, workload, hardware)
         views.append(view)
         sums = [a + b for a, b in zip(sums, totals)]
-    sm_reads = sum(n * element_bytes(t, workload.dtype_bytes) for p in phases for t, n in p.hbm_reads.items())
-    sm_writes = sum(n * element_bytes(t, workload.dtype_bytes) for p in phases for t, n in p.hbm_writes.items())
+    b = workload.dtype_bytes
+    sm_reads = sum(n * element_bytes(t, b) for p in phases for t, n in p.hbm_reads.items())
+    sm_writes = sum(n * element_bytes(t, b) for p in phases for t, n in p.hbm_writes.items())
     return L2Traffic(hardware.l2_bytes, sm_reads, sm_writes, round(sums[2]), round(sums[3]),
                      int(sums[0]), int(sums[1]), tuple(views))
 
