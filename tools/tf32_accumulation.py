@@ -1,12 +1,13 @@
-"""How the tensor cores' truncating adds bias a 3xTF32 dot product over a long head dimension,
-and what order of accumulation keeps it at fp32 level (GPU only; issue 16, d = 256 accuracy).
+"""How a 3xTF32 dot product chained through one tensor-core accumulator loses accuracy as the
+head dimension grows, and what order of accumulation keeps it at fp32 level (GPU only; issue 16,
+d = 256 accuracy).
 
 Each warp computes one 16 x 8 tile S = A B^T over K (A: 16 x K, B: 8 x K, normal entries times
 ``--scale``) with m16n8k8 TF32 mma (fragments as ``numba_flash.kernels.mma``), in one of these
 orders:
 
 - ``chained``: the three products of every k-step (lo hi, hi lo, hi hi) added into one running
-  accumulator, K / 8 steps (the tensor-core forward and backward's S and dP before v13);
+  accumulator, K / 8 steps (how the tensor-core forward sums S and the backward S^T, dP^T);
 - ``chunk<c>``: the same, but from zero every c k-steps, each chunk added in fp32 (round to
   nearest) to the sum;
 - ``split<c>``: the small cross terms chained in their own accumulator over all of K, the large
@@ -15,7 +16,7 @@ orders:
 - ``cublas``: torch.matmul in fp32 with TF32 off.
 
 It prints, per order and K, the mean and max of |S - S64| / rms(S) and the mean signed error
-(S - S64) / |S64| (negative: magnitudes shrink, the tensor core truncating toward zero).
+(S - S64) / |S64| (negative: magnitudes shrink, as a truncating add would make them).
 
     python tools/tf32_accumulation.py [--scale 30] [--tiles 4096]
 """
@@ -29,18 +30,12 @@ import numpy as np
 def make_kernel(K: int, mode: str, chunk: int):
     from numba import cuda, float32
 
-    from numba_flash.kernels.mma import gpu_instructions
+    from numba_flash.kernels.mma import gpu_instructions, warp_ops
 
-    ins = gpu_instructions()
-    mma, nearest = ins.mma_tf32, ins.tf32_nearest
+    mma, parts = gpu_instructions().mma_tf32, warp_ops().split_finite   # the kernels' split
     KS = K // 8
-    CHAINED, CHUNK, SPLIT = mode == "chained", mode == "chunk", mode == "split"
+    CHAINED, SPLIT = mode == "chained", mode == "split"
     C = chunk
-
-    @cuda.jit(device=True)
-    def parts(x):
-        hi = nearest(x)
-        return hi, x - hi
 
     @cuda.jit
     def kernel(a, b, s):
@@ -131,22 +126,22 @@ def main(argv=None) -> None:
         ref = np.einsum("wik,wjk->wij", a.astype(np.float64), b.astype(np.float64))
         da, db = cuda.to_device(a), cuda.to_device(b)
         blocks = -(-args.tiles // 4)
-        for mode, c in orders:
-            if mode != "chained" and (K // 8) % c:
-                continue
-            out = cuda.to_device(np.full((args.tiles, 16, 8), np.nan, np.float32))
-            make_kernel(K, mode, c)[blocks, 128](da, db, out)
-            mean, mx, signed = errors(out.copy_to_host().astype(np.float64), ref)
-            name = mode if mode == "chained" else f"{mode}{c}"
+
+        def show(name, kernel=None, s=None):
+            """Run ``kernel`` into a NaN-poisoned S (or take ``s``) and print its errors."""
+            if kernel is not None:
+                out = cuda.to_device(np.full((args.tiles, 16, 8), np.nan, np.float32))
+                kernel[blocks, 128](da, db, out)
+                s = out.copy_to_host()
+            mean, mx, signed = errors(s.astype(np.float64), ref)
             print(f"K {K:4d} {name:8s} mean {mean:.3e} max {mx:.3e} signed {signed:+.3e}")
-        out = cuda.to_device(np.full((args.tiles, 16, 8), np.nan, np.float32))
-        make_ffma(K)[blocks, 128](da, db, out)
-        mean, mx, signed = errors(out.copy_to_host().astype(np.float64), ref)
-        print(f"K {K:4d} {'ffma':8s} mean {mean:.3e} max {mx:.3e} signed {signed:+.3e}")
+
+        for mode, c in orders:
+            if mode == "chained" or (K // 8) % c == 0:
+                show(mode if mode == "chained" else f"{mode}{c}", make_kernel(K, mode, c))
+        show("ffma", make_ffma(K))
         ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
-        s = torch.matmul(ta, tb.transpose(1, 2)).cpu().numpy().astype(np.float64)
-        mean, mx, signed = errors(s, ref)
-        print(f"K {K:4d} {'cublas':8s} mean {mean:.3e} max {mx:.3e} signed {signed:+.3e}")
+        show("cublas", s=torch.matmul(ta, tb.transpose(1, 2)).cpu().numpy())
 
 
 if __name__ == "__main__":
