@@ -160,6 +160,11 @@ same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py --back
         28.0, (8,32,2048,128) 80.0 -> 48.5, d = 80 (4,16,4096) 51.0 -> 41.2; gradient errors
         unchanged (<= 7.0e-6 of max |dx| against float64). The runtime model had predicted 71.5
         ms (51.6 counting each warp's role alone). Kernels without pairs unchanged.
+    v13 d > 128 (STEPWISE): S^T and dP^T summed k step by k step, each step's three products
+        from zero and added in fp32, as the forward's S in its v14 (the P recomputed here then
+        matches the forward's L): chained over all d/8 steps, the tensor core's adds made the
+        gradients' error grow with d (H200, 2026-12-03, d = 256: 3.2-6.8x plain fp32's,
+        stepwise 0.3-0.7x). d <= 128 keeps the chain.
 """
 from __future__ import annotations
 
@@ -224,6 +229,7 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
 
     w = warp_ops(lo_truncated=True)   # see the module docstring
     split, split_finite, exp2, mma_3xtf32 = w.split, w.split_finite, w.exp2_ftz, w.mma_3xtf32
+    STEPWISE = d > 128      # v13: S^T, dP^T summed k step by k step in fp32 (else one chain)
     pair_arrive, pair_sync = w.pair_arrive, w.pair_sync
     store_key_rows = make_key_rows_store(d, OT, identity)
     store_key_row = make_key_row_store(d, OT, identity)   # v12: a warp's one of dKj, dVj
@@ -290,7 +296,9 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
     def rows_times_tile_t(c, smem, a_hi, a_lo, b_even, b_odd):
         """c = A B^T (16 x Br C fragments) for A = this warp's 16 rows of Kj or Vj and B = the
         row copy of Qi or dOi; a_*: this lane's chunks (offsets / 4) of its hi and lo parts of
-        k step 0; b_*: of row g at k step 0 (even k steps) and 1 (odd)."""
+        k step 0; b_*: of row g at k step 0 (even k steps) and 1 (odd). d > 128: each k step's
+        product from zero on the tensor cores, added in fp32 (round to nearest), as the
+        forward's S (v14): a chain over all of d accumulates the tensor core's adds."""
         for n in static_range(NT):
             for e in static_range(4):
                 c[n, e] = ZERO
@@ -301,10 +309,20 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
             al0, al1, al2, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
             for n in static_range(NT):
                 pb = U4 * ((b_odd if kk % 2 else b_even) + uint64(2 * n * LQ + 4 * (kk - kk % 2)))
-                c[n, 0], c[n, 1], c[n, 2], c[n, 3] = mma_3xtf32(
-                    ah0, ah1, ah2, ah3, al0, al1, al2, al3,
-                    smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
-                    c[n, 0], c[n, 1], c[n, 2], c[n, 3])
+                if STEPWISE:   # v13: k step kk from zero, added in fp32
+                    c0, c1, c2, c3 = mma_3xtf32(
+                        ah0, ah1, ah2, ah3, al0, al1, al2, al3,
+                        smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
+                        ZERO, ZERO, ZERO, ZERO)
+                    c[n, 0] += c0
+                    c[n, 1] += c1
+                    c[n, 2] += c2
+                    c[n, 3] += c3
+                else:
+                    c[n, 0], c[n, 1], c[n, 2], c[n, 3] = mma_3xtf32(
+                        ah0, ah1, ah2, ah3, al0, al1, al2, al3,
+                        smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
+                        c[n, 0], c[n, 1], c[n, 2], c[n, 3])
 
     def add_scores_times_tile(acc, hi, lo, smem, b_even, b_odd):
         """acc += X B for X (16 x Br) held as the split C fragments hi, lo of X^T (P^T or dS^T:

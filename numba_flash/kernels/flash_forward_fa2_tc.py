@@ -9,8 +9,9 @@ h // group under GQA / MQA)::
     for first(i) <= j < end(i):      (tiles.key_block_range: blocks outside the band skipped;
                                       block-sparse: the j of row block i's list only)
         Kj (fetched into registers during the last P V) -> SRAM as hi + lo; fetch Vj
-        S = Qi Kj^T, masked          (registers: mma C fragments, 3 TF32 products per tile;
-                                      the mask only on edge tiles: tiles.needs_mask)
+        S = Qi Kj^T, masked          (registers: mma C fragments, 3 TF32 products per tile
+                                      and k step; d > 128: each step's from zero, added in
+                                      fp32; the mask only on edge tiles: tiles.needs_mask)
         m_new = max(m, rowmax S)     (within the 4 lanes that share a row: two shuffles)
         P = exp2(S - m_new)          (in place; the C fragments of S are the A fragments of P)
         alpha = exp2(m - m_new); l = alpha l + rowsum P; m = m_new
@@ -110,6 +111,16 @@ TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward
     v13 block-sparse (Mask.sparse, compile-time; Algorithm 5): row block i visits the K/V
         blocks of its list (simulator.blocks.BlockGrid.row_lists), the prefetch fetches the
         list's next block; kernels without it take two more (unread) arguments.
+    v14 d > 128 (STEPWISE): S = Qi Kj^T summed k step by k step, each step's three products
+        on the tensor cores from zero and added to S in fp32 (round to nearest), as P V since
+        v6. Chained over all d/8 steps, the tensor core's adds (not rounded to nearest) make
+        S's error grow with d: on the H200 (tools/tf32_accumulation.py, 2026-12-03) 2.3e-7 of
+        rms(S) at d = 40, 7.1e-7 at 128, 1.4e-6 at 256, against 0.8-1.1e-7 stepwise (cuBLAS
+        fp32 0.7-0.8e-7); the forward + backward at d = 256 measured 3.2-6.8x plain fp32's
+        error (flash-attention's rule: 2x / 3x), stepwise 0.3-1.0x (results/h200/verification/
+        tf32_steps_2026-12-03.log). At every d it cost 22 % at d = 64 ((4,16,4096) forward 5.40
+        -> 6.88 ms, same run) and 5 % at d = 128 (11.10 -> 11.73), where the chain passes the
+        rule (0.3-1.5x at logits x30): d <= 128 keeps v13's chain.
 """
 from __future__ import annotations
 
@@ -177,6 +188,7 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, mask: Mask | bool):
     w = warp_ops()
     split, split_finite, clamp, exp2 = w.split, w.split_finite, w.clamp, w.exp2_ftz
     mma_3xtf32, quad_max, quad_sum = w.mma_3xtf32, w.quad_max, w.quad_sum
+    STEPWISE = d > 128      # v14: S summed k step by k step in fp32 (else one mma chain)
     ALIGN = smem_alignment()
 
     @cuda.jit(device=True)
@@ -344,10 +356,20 @@ def make_flash_forward_fa2_tc(tiling: Tiling, d: int, mask: Mask | bool):
                     al0, al1, al2, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
                 for n in static_range(NT):
                     pb = kb + uint64(8 * n * LK + 16 * kk)
-                    s[n, 0], s[n, 1], s[n, 2], s[n, 3] = mma_3xtf32(
-                        ah0, ah1, ah2, ah3, al0, al1, al2, al3,
-                        smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
-                        s[n, 0], s[n, 1], s[n, 2], s[n, 3])
+                    if STEPWISE:   # v14: k step kk from zero, added in fp32
+                        c0, c1, c2, c3 = mma_3xtf32(
+                            ah0, ah1, ah2, ah3, al0, al1, al2, al3,
+                            smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
+                            ZERO, ZERO, ZERO, ZERO)
+                        s[n, 0] += c0
+                        s[n, 1] += c1
+                        s[n, 2] += c2
+                        s[n, 3] += c3
+                    else:
+                        s[n, 0], s[n, 1], s[n, 2], s[n, 3] = mma_3xtf32(
+                            ah0, ah1, ah2, ah3, al0, al1, al2, al3,
+                            smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
+                            s[n, 0], s[n, 1], s[n, 2], s[n, 3])
             # interior tiles (full, and inside the band for every row) need no mask
             edge = needs_mask(row0, BR, col0, cols, BC, hi, lo, UPPER, LOWER)
             for h in static_range(2):        # fragment slots 2h, 2h + 1 hold row wrow + g + 8h
