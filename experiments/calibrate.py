@@ -20,6 +20,9 @@ kernels of experiments/common/microbench.py (which says how each is timed):
   model does not read yet: what a model of the DRAM write residue must explain);
 - SM<->L2 read sectors per 32 bytes copied HBM -> SRAM by cp.async (16 and 4 bytes) and by
   register loads (ncu; experiments/common/copy_sectors.py: why the half kernels' loads count 1.5x);
+- the L1 hit rate of local (spill) loads reused cyclically, against the footprint and the global
+  lines streamed between two uses, over L1's capacity (ncu; experiments/common/l1_reuse.py: how
+  ``simulator.local`` counts spill misses);
 - block placement for grids of 1, 2, 4 blocks an SM: summary rows here, and the block -> SM map
   of every block in ``<out>/calibrate/placement.csv`` (``block``, ``smid``, ``start_rank``,
   ``start_ns``, ``end_ns``, ``first_wave``).
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from experiments.common import copy_sectors, l2_residue, microbench, plotting
+from experiments.common import copy_sectors, l1_reuse, l2_residue, microbench, plotting
 from experiments.common.context import NO_GPU, RunContext
 from experiments.common.metadata import run_metadata
 from experiments.common.results import write_rows
@@ -63,6 +66,7 @@ def run(ctx: RunContext) -> list[dict]:
     rows += [row(m) for m in l2_residue.measure(not simulated)]
     rows += [row(m) for m in l2_residue.measure_sweep(not simulated)]
     rows += [row(m) for m in copy_sectors.measure(not simulated)]
+    rows += [row(m) for m in l1_reuse.measure(not simulated)]
     if raw:
         write_rows(ctx.folder(NAME) / PLACEMENT_CSV, raw, run_metadata(NAME, ctx.device, ctx.command))
     return rows

@@ -119,6 +119,7 @@ def test_the_gpu_branch_host_code_on_simulated_kernels(monkeypatch, tmp_path):
     assert unmeasured == {"placement_coresident_stride": "no co-resident blocks",   # blocks run one by one
                           "l2_dirty_residue_bytes": "simulator: not a measurement",  # ncu: a real GPU
                           "l2_dirty_residue_sweep_bytes": "simulator: not a measurement",
+                          "l1_local_reuse_hit_rate": "simulator: not a measurement",
                           **{f"copy_sectors_{mode}": "simulator: not a measurement"
                              for mode in copy_sectors.MODES}}
     gap = next(r for r in rows if r["quantity"] == "launch_gap_s")
@@ -405,3 +406,50 @@ def test_ncu_microbenchmarks_say_when_ncu_is_missing(monkeypatch):
     rows = l2_residue.measure(True) + l2_residue.measure_sweep(True) + copy_sectors.measure(True)
     assert len(rows) == 2 + len(copy_sectors.MODES)
     assert all(r.value is None and r.note == "ncu not found" for r in rows)
+
+
+@SIM_ONLY
+def test_the_l1_reuse_kernel_loads_every_slot_and_streamed_word():
+    """l1_reuse's kernel under the simulator: each thread's sum is trips x (its local slots,
+    stored as tid + j, plus the streamed words, all ones)."""
+    from experiments.common import l1_reuse
+
+    outs = l1_reuse.run_all(simulated=True)
+    for (_, frame, stream, trips), out in zip(l1_reuse.runs(simulated=True), outs):
+        expect = [l1_reuse.expected_sum(t % l1_reuse.THREADS, frame, stream, trips) for t in range(out.size)]
+        np.testing.assert_array_equal(out, np.array(expect, np.float32))
+
+
+def test_l1_reuse_rows_take_the_second_runs_extra_trips():
+    """A row per configuration: the hit rate of the loads the longer run adds (its first trip,
+    cold, cancels), with r and s over the L1 capacity the shared memory leaves."""
+    from experiments.common import l1_reuse
+
+    plan = l1_reuse.runs()
+    kernels = []
+    for i, (_, frame, _, trips) in enumerate(plan):
+        loads = trips * frame * 1000.0
+        cold = frame * 1000.0                               # the first trip misses
+        hit = 0.25 * (loads - cold) if i // 2 % 3 else (loads - cold)
+        kernels.append({"local_ld_sectors": loads, "local_ld_hit_sectors": hit})
+    rows = l1_reuse.rows_from(kernels)
+    assert len(rows) == len(plan) // 2 == len(l1_reuse.SMEM_FOR_L1) * len(l1_reuse.RATIOS) * len(l1_reuse.STREAM_SHARES)
+    assert [r.value for r in rows[:3]] == [1.0, 0.25, 0.25]
+    detail = json.loads(rows[1].detail)                    # the first ratio, streaming
+    smem, frame, stream, _ = plan[2]
+    assert detail["l1_bytes"] == l1_reuse.SMEM_FOR_L1[smem] == 28 * 1024
+    assert detail["r"] == frame * 4 * l1_reuse.THREADS / detail["l1_bytes"]
+    assert detail["s"] == stream * 4 * l1_reuse.THREADS / detail["l1_bytes"] > 0
+    assert l1_reuse.measure(False)[0].note == "simulator: not a measurement"
+
+
+def test_random_replacement_hits_are_the_cold_caches_fixed_point():
+    """All hits while the reused lines fit and nothing streams; past one capacity the rate falls
+    to the fixed point h = exp(-(r (1 - h) + s)) a cold cache reaches, never the trivial h = 1."""
+    from experiments.common.l1_reuse import random_replacement_hits as hits
+
+    assert hits(0.5, 0.0) == hits(1.0, 0.0) == 1.0
+    for r, s in ((1.1, 0.0), (1.5, 0.0), (3.0, 0.0), (0.5, 0.5), (2.0, 0.2)):
+        h = hits(r, s)
+        assert 0 < h < 1 and abs(h - np.exp(-(r * (1 - h) + s))) < 1e-9
+    assert hits(1.5, 0.0) > hits(2.0, 0.0) > hits(3.0, 0.0) and hits(2.0, 0.2) < hits(2.0, 0.0)
