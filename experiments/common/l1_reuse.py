@@ -13,8 +13,9 @@ it is measured here, on a kernel that does nothing else:
   carveout leaves L1 ``l1_bytes`` (``SMEM_FOR_L1``: 28, 60, 92 or 124 KiB beside it) and so that
   no second block fits;
 - each thread stores ``frame_words`` 4-byte words of a local array once, then for ``trips``
-  trips loads all of them in the same order (indices from a run-time stride, so they stay in
-  local memory) and streams ``stream_words`` 4-byte words of fresh global lines (coalesced: a
+  trips loads all of them in the same order (indices from a run-time stride and shift, 1 and
+  0, so that they stay in local memory and no trip's loads can be hoisted out of the loop) and
+  streams ``stream_words`` 4-byte words of fresh global lines (coalesced: a
   warp reads 128 contiguous bytes a word), as a kernel's main loop reloads its spills and
   streams its tiles.
 
@@ -43,9 +44,9 @@ KIB = 1024
 #: carveout: the smallest of 100, 132, 164, 196, 228 KiB holding it plus the 1 KiB reserved;
 #: every size above 114 KiB, so one block an SM)
 SMEM_FOR_L1 = {220 * KIB: 28 * KIB, 190 * KIB: 60 * KIB, 160 * KIB: 92 * KIB, 128 * KIB: 124 * KIB}
-#: footprint / L1 capacity of each run; the streamed share s in (0, 0.5)
-RATIOS = (0.5, 0.8, 0.9, 1.0, 1.1, 1.25, 1.5, 2.0, 3.0)
-STREAM_SHARES = (0.0, 0.5)
+#: footprint / L1 capacity r of each run, and the streamed bytes / L1 capacity s
+RATIOS = (0.5, 0.9, 1.0, 1.1, 1.25, 1.5, 1.75, 2.0, 3.0)
+STREAM_SHARES = (0.0, 0.5, 1.0)
 MEASURED_BY = ("ncu --kernel-name l1_reuse: l1tex__t_sectors_pipe_lsu_mem_local_op_ld_lookup_hit.sum "
                "over ..._local_op_ld.sum, 2 TRIPS trips less TRIPS trips")
 METRICS = ("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum,"
@@ -57,12 +58,13 @@ METRICS = ("l1tex__t_sectors_pipe_lsu_mem_local_op_ld.sum,"
 
 @lru_cache(maxsize=None)
 def reuse_kernel(frame_words: int):
-    """l1_reuse(stride, trips, stream_words, src, out): the module docstring's kernel with a
-    local array of ``frame_words`` words a thread; out[block THREADS + t] = thread t's sum (no
-    load is dead). ``stride`` must be coprime to frame_words (1 in every run)."""
+    """l1_reuse(stride, shift, trips, stream_words, src, out): the module docstring's kernel
+    with a local array of ``frame_words`` words a thread; out[block THREADS + t] = thread t's
+    sum (no load is dead). ``stride`` must be coprime to frame_words (1 in every run), ``shift``
+    0 (the sums assume it)."""
 
     @cuda.jit
-    def l1_reuse(stride, trips, stream_words, src, out):
+    def l1_reuse(stride, shift, trips, stream_words, src, out):
         slots = cuda.local.array(frame_words, float32)
         tid = cuda.threadIdx.x
         for j in range(frame_words):
@@ -71,7 +73,7 @@ def reuse_kernel(frame_words: int):
         base = cuda.blockIdx.x * trips * stream_words * THREADS
         for t in range(trips):
             for j in range(frame_words):
-                acc += slots[(j * stride) % frame_words]
+                acc += slots[(j * stride + t * shift) % frame_words]
             for s in range(stream_words):
                 acc += src[base + (t * stream_words + s) * THREADS + tid]
         out[cuda.blockIdx.x * THREADS + tid] = acc
@@ -105,7 +107,7 @@ def run_all(simulated: bool = False) -> list[np.ndarray]:
     outs = []
     for smem, frame, stream, trips in plan:
         out = cuda.device_array(blocks * THREADS, np.float32)
-        launch(reuse_kernel(frame), blocks, THREADS, smem, int32(1), int32(trips), int32(stream), src, out)
+        launch(reuse_kernel(frame), blocks, THREADS, smem, int32(1), int32(0), int32(trips), int32(stream), src, out)
         outs.append(out.copy_to_host())
     return outs
 
