@@ -8,12 +8,16 @@ Local traffic of a launch, from the compiled kernel (never guessed):
   lane in consecutive words, so it fills whole sectors: bytes = per-thread bytes x threads,
   but for the main loop's set-up of a row copy (``Op.rows_only``: ``range(tid, Br, T)``'s
   guard and spill refills, run only by the warps that own a row).
-- misses: a block's spill slots are reused every trip. Between two uses the block streams its
-  K/V (or Q/dO) tiles through L1 as well; if the spill footprint of the blocks resident on an SM
-  (``stack_frame_bytes`` x threads x blocks) plus one trip's tile loads fits the L1 left beside
-  shared memory (``Hardware.l1_smem_bytes - Occupancy.carveout``), the loads hit (LRU keeps
-  what is reused within its capacity); otherwise every reuse comes after more distinct lines
-  than L1 holds and misses. Stores go on to L2 (L1 writes through).
+- misses, by reuse distance: a load hits if, since the last use of its slot, the blocks
+  resident on an SM touched fewer distinct lines than the L1 left beside shared memory
+  (``Hardware.l1_smem_bytes - Occupancy.carveout``; LRU keeps what is reused within its
+  capacity), else it misses. Loads outside the nested loops (and each nested loop's first
+  pass) reuse their slot once a main-loop trip: in between the blocks touch their whole spill
+  frame (``stack_frame_bytes`` x threads x blocks) and stream one trip's K/V (or Q/dO) tiles
+  through L1. A nested loop's further passes (``nested_runs``' extra) reuse their slots once an
+  iteration of that loop: in between the blocks touch that loop's local accesses and its global
+  loads only (its static LDL, STL and LDG bytes a thread, x threads x blocks: an upper bound of
+  the distinct lines). Stores go on to L2 (L1 writes through).
 Dirty residue: L2 writes back lazily, so a launch's DRAM writes miss what is still dirty in L2
 when it ends: the share of L2 holding written (not read) lines, ``written / (read + written)``
 of the launch's compulsory bytes, times the dirty capacity a streaming copy leaves behind
@@ -85,12 +89,19 @@ def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalT
     heads = p.grid_heads(w.BH)
     blocks = len(p.block_trips) * heads
     trips = sum(p.block_trips) * heads
+    occ = res.occupancy(hw)
+    l1 = hw.l1_smem_bytes - occ.carveout
+    resident = res.threads * occ.blocks_per_sm           # threads whose accesses share one L1
+    nested_loads = nested_missed = 0.0
     if p.block_trips:
         loop = sass(kernel, t, w.d, causal, variant, region=MAIN_LOOP)
         per_trip = [loop.ldl_bytes, loop.stl_bytes]
         for region, extra in nested_runs(p, kernel, t, w, variant):
-            per_trip[0] += extra * region.ldl_bytes
             per_trip[1] += extra * region.stl_bytes
+            repeated = extra * region.ldl_bytes * trips * res.threads
+            nested_loads += repeated
+            if _region_bytes(region) * resident > l1:
+                nested_missed += repeated
         loads = (whole.ldl_bytes - loop.ldl_bytes) * blocks + per_trip[0] * trips
         stores = (whole.stl_bytes - loop.stl_bytes) * blocks + per_trip[1] * trips
         # the main loop's row-copy set-up runs in the warps that own a row only
@@ -99,11 +110,16 @@ def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalT
                          stores * res.threads - skipped[1] * trips)
     else:
         loads, stores = whole.ldl_bytes * blocks * res.threads, whole.stl_bytes * blocks * res.threads
-    occ = res.occupancy(hw)
-    footprint = res.stack_frame_bytes * res.threads * occ.blocks_per_sm
+    footprint = res.stack_frame_bytes * resident
     streamed = _tile_bytes_per_trip(p, w, trips) * occ.blocks_per_sm
-    fits = footprint + streamed <= hw.l1_smem_bytes - occ.carveout
-    return LocalTraffic(float(loads), float(stores), 0.0 if fits else float(loads))
+    missed = nested_missed + (0.0 if footprint + streamed <= l1 else loads)
+    return LocalTraffic(float(loads + nested_loads), float(stores), float(missed))
+
+
+def _region_bytes(region) -> int:
+    """The local and global bytes a thread touches in one iteration of a nested loop: its
+    static LDL, STL and LDG widths (``simulator.sass``)."""
+    return region.ldl_bytes + region.stl_bytes + 4 * region.ldg32 + 8 * region.ldg64 + 16 * region.ldg128
 
 
 def _rows_only_bytes(kernel: str, t: Tiling, d: int, causal: bool, variant: str,

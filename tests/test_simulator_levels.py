@@ -321,3 +321,28 @@ def test_algorithm_1s_zero_fills_under_branches_never_taken_run_no_trips():
     lines = (KERNELS_DIR / source).read_text().splitlines()
     row_loops = [n + 1 for n, text in enumerate(lines) if "for c in range(BC)" in text]
     assert [_guard(source, n) for n in row_loops] == ["r >= rows", "m_new == NEG_INF", None]
+
+
+def test_spill_reloads_in_nested_loops_hit_unless_their_own_lines_overflow_l1():
+    """The FFMA backward at d = 128, 64 x 64 (256 threads, one block an SM, 170 KB of shared
+    memory: 60 KB of L1 beside it) spills 360 B a thread: the frame and a trip's tiles overflow
+    L1, so the reloads a main-loop trip makes once miss; its nested loops' further passes reuse
+    a few dozen bytes a thread each iteration, and hit. With half a KB of L1 those miss as well."""
+    import dataclasses
+
+    from simulator.flash import flash_backward
+    from simulator.local import local_traffic, nested_runs
+
+    w, t = Workload(2, 12, 2048, 2048, 128), Tiling(64, 64)
+    kv = next(p for p in flash_backward(w, t).phases if p.block_trips)
+    spilled = local_traffic(kv, w, t, H200)
+    trips = sum(kv.block_trips) * kv.grid_heads(w.BH)
+    repeats = sum(extra * region.ldl_bytes for region, extra in nested_runs(kv, "flash_backward", t, w, ""))
+    assert repeats > 0
+    assert spilled.missed_bytes == pytest.approx(spilled.load_bytes - repeats * trips * 256)
+    small = dataclasses.replace(H200, l1_smem_bytes=196 * 1024 + 512)   # 0.5 KB beside the carveout
+    assert local_traffic(kv, w, t, small).missed_bytes == local_traffic(kv, w, t, small).load_bytes
+    # d = 80: frame (48 KB) and tiles fit the 124 KB left: nothing misses
+    w80 = Workload(2, 10, 2560, 2560, 80)
+    kv80 = next(p for p in flash_backward(w80, t).phases if p.block_trips)
+    assert local_traffic(kv80, w80, t, H200).missed_bytes == 0 < local_traffic(kv80, w80, t, H200).load_bytes
