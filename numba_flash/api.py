@@ -40,7 +40,8 @@ from simulator.spec import Mask
 from simulator.standard import ROW_THREADS
 from simulator.workload import Workload, needs_band_kernels
 from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_KERNELS,
-                              HALF_FORWARD_KERNELS)
+                              HALF_FORWARD_KERNELS, Tiling)
+from simulator.flash import RECOMPUTE_KERNEL
 
 from . import checks, memory, plans, precision, split_calls
 from .kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
@@ -400,7 +401,12 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     lse: (B, H, N_q) float32. P is recomputed from lse,
     never stored; a grid of K/V blocks accumulates dK, dV on chip. dQ is accumulated with fp32
     atomics (run-to-run bit differences possible) unless ``deterministic``, which computes dQ
-    in a second kernel that owns each Q tile.
+    in a second kernel that owns each Q tile, and first runs the FFMA forward again (o and lse
+    are then not read): P is recomputed in plain fp32 from Q K^T, and a P from the tensor-core
+    forward's L (whose S differs in its last bits) no longer sums to 1 -- at logits x30 the
+    gradients' error grew to 4-21x a plain fp32 implementation's (H200, 2026-12-04:
+    results/h200/verification/deterministic_checks_2026-12-04.log); with its own forward's O and
+    L, 0.6-1.5x. It costs that forward's time and an fp32 O and L of workspace.
     ``algorithm="fa2"``: the products on tensor cores, TF32 mma with the 3xTF32 split (errors at
     fp32 level, not bitwise fp32); ``"fa2_fma"``: plain fp32 FFMA arithmetic.
     ``deterministic=True`` runs the FFMA kernels whatever the algorithm.
@@ -488,8 +494,12 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     if kernels == ("flash_backward_half",):
         return _backward_half(mem, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale, drop,
                               _device_lists(lists))
-    dO, Q, K, V, O = _widened(mem, shp, q, dO=do, Q=q, K=k, V=v, O=o)
-    L = mem.input(lse, "L")
+    if deterministic:    # o and lse are not read: see the docstring
+        dO, Q, K, V = _widened(mem, shp, q, dO=do, Q=q, K=k, V=v)
+        O, L = _recomputed_forward(mem, Q, K, V, shp, causal, scale, diagonal, q)
+    else:
+        dO, Q, K, V, O = _widened(mem, shp, q, dO=do, Q=q, K=k, V=v, O=o)
+        L = mem.input(lse, "L")
     dQ = mem.output((B, H, n_q, d), F32, "dQ", like=q)
     dK = mem.output((B, h_kv, n_k, d), F32, "dK", like=q)
     dV = mem.output((B, h_kv, n_k, d), F32, "dV", like=q)
@@ -513,6 +523,27 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
                tiling.smem_bytes("flash_backward_dq", d),
                fq, fk, fv, fdo, fl, D, fdq, scale, qscale, n_q, n_k, diagonal)
     return _narrowed(mem, shp, q, dQ=dQ, dK=dK, dV=dV)
+
+
+def recompute_tiling(d: int, n_q: int, n_k: int) -> Tiling:
+    """The tiling of the FFMA forward that ``deterministic=True`` runs again: its default for
+    these sizes (as ``flash_attention(algorithm="fa2_fma")`` without a tiling)."""
+    return checks.tiling_for(None, (RECOMPUTE_KERNEL,), d, n_q, n_k)
+
+
+def _recomputed_forward(mem, Q, K, V, shp, causal, scale, diagonal, like):
+    """(O, L) of the FFMA forward on the float32 Q, K, V, as the workspaces "O (recomputed)" and
+    "L (recomputed)": the deterministic backward's S = Q K^T in plain fp32 is then the one its L
+    was taken from, bit for bit, so that P = exp(S - L) sums to 1 and D = rowsum(dO * O) is
+    that P's."""
+    B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
+    tiling = recompute_tiling(d, n_q, n_k)
+    O = mem.output((B, H, n_q, d), F32, "O (recomputed)", like=like)
+    L = mem.output((B, H, n_q), F32, "L (recomputed)", like=like)
+    launch(make_flash_forward_fa2(tiling, d, causal), (tiling.Tr(n_q), B * H),
+           tiling.threads_for(RECOMPUTE_KERNEL), tiling.smem_bytes(RECOMPUTE_KERNEL, d),
+           *_flat_forward(Q, K, V, O, L, n_q, n_k, d), F32(scale * LOG2E), n_q, n_k, diagonal)
+    return O, L
 
 
 def _kv_split(value, kernels, shp, tiling, causal, window, diagonal, on, block_size, inputs) -> int:

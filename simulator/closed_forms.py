@@ -41,6 +41,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .blocks import band_extent, band_scores, ceil_div
+from .flash import recompute_tiling
 from .tiling import Tiling
 from .workload import Workload
 
@@ -108,12 +109,16 @@ def flash_forward_v2_accesses(w: Workload, M: int) -> HbmAccesses:
 
 
 def flash_backward_accesses(w: Workload, M: int, deterministic: bool = False) -> HbmAccesses:
-    """Flash backward (dQ by atomics, or by its own kernel when ``deterministic``)."""
+    """Flash backward (dQ by atomics, or by its own kernel when ``deterministic``, after the
+    FFMA forward again at its default tiling: Q once, K and V once a row block of it, O and L
+    written, then read in place of the caller's)."""
     br, bc = _paper_blocks(w, M)
     nq, nk, d, tc = w.N_q, w.N_k, w.d, ceil_div(w.N_k, bc)
     if deterministic:
+        forward_br = recompute_tiling(w).Br
         return _result(w, 4 * nk * d + 5 * nq * d + 3 * nq + tc * (2 * nq * d + 2 * nq)
-                       + 2 * ceil_div(nq, br) * nk * d)
+                       + 2 * ceil_div(nq, br) * nk * d
+                       + 2 * nq * d + nq + 2 * ceil_div(nq, forward_br) * nk * d)
     return _result(w, 4 * nk * d + 3 * nq * d + nq + tc * (4 * nq * d + 2 * nq))
 
 

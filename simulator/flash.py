@@ -48,6 +48,11 @@ from .workload import Workload
 
 FORWARD_SCORE_FLOPS = 5
 BACKWARD_SCORE_FLOPS = 5
+#: The forward ``deterministic=True`` runs again before its FFMA kernels, at its default tiling
+#: (``recompute_tiling``): their P = exp(S - L) needs the L of the same fp32 S
+#: (numba_flash.api._recomputed_forward); its O and L are the workspaces of ``RECOMPUTED``.
+RECOMPUTE_KERNEL = "flash_forward_v2"
+RECOMPUTED = {"O": "O (recomputed)", "L": "L (recomputed)"}
 #: ``Phase.code``'s variant of the kernels compiled for a block mask (``spec.Mask.sparse``).
 SPARSE_VARIANT = "sparse"
 
@@ -423,16 +428,35 @@ def _dq_kernel_wavefronts(g: BlockGrid, t: Tiling, d: int) -> int:
     return g.tr * per_block + g.active_pairs * per_pair
 
 
+def recompute_tiling(w: Workload) -> Tiling:
+    """The tiling of the deterministic backward's recomputed forward: the FFMA forward's
+    default for the workload's sizes (numba_flash's, on the H200's shared memory)."""
+    return Tiling.kernel_default(RECOMPUTE_KERNEL, w.d, None, n_q=w.N_q, n_k=w.N_k)
+
+
+def _recomputed(counts: dict) -> dict:
+    return {RECOMPUTED.get(name, name): n for name, n in counts.items()}
+
+
 def flash_backward_deterministic(w: Workload, t: Tiling) -> Plan:
-    """Preprocess (D), the (Tc, BH) kernel for dK, dV, then a (Tr, BH) kernel that owns dQ_i and
-    streams K_j, V_j (recomputing P, dS).  dQ kernel other FLOPs: 5 per active score, Nq*d
-    (scale).  Workspace: D."""
+    """The FFMA forward again (at ``recompute_tiling``; its O and L as the workspaces
+    ``RECOMPUTED``, the caller's o and lse unread), preprocess (D from that O), the (Tc, BH)
+    kernel for dK, dV, then a (Tr, BH) kernel that owns dQ_i and streams K_j, V_j (recomputing
+    P, dS), both from that L.  dQ kernel other FLOPs: 5 per active score, Nq*d (scale).
+    Workspace: D and the recomputed O, L."""
+    ft = recompute_tiling(w)
+    (forward,) = flash_forward_v2(w, ft).phases
+    forward = dataclasses.replace(forward, name="forward again (FFMA: the L of fp32 S)",
+                                  hbm_writes=_recomputed(forward.hbm_writes), tiling=ft)
+    pre, kv = _preprocess(w, zero_dq=False), _backward_kv(w, t, _grid(w, t), atomic_dq=False)
+    pre = dataclasses.replace(pre, hbm_reads=_recomputed(pre.hbm_reads))
+    kv = dataclasses.replace(kv, hbm_reads=_recomputed(kv.hbm_reads))
     g, d = _grid(w, t), w.d
     pairs, kv_rows, scores = g.active_pairs, g.active_cols(), g.active_scores()
     rows_dot = pairs * t.threads * d
     dq = phase(
         "dQ kernel", "flash_backward_dq", bh=w.BH,
-        hbm_reads={"Q": w.N_q * d, "dO": w.N_q * d, "L": w.N_q, "D": w.N_q,
+        hbm_reads={"Q": w.N_q * d, "dO": w.N_q * d, RECOMPUTED["L"]: w.N_q, "D": w.N_q,
                    "K": kv_rows * d, "V": kv_rows * d},
         hbm_writes={"dQ": w.N_q * d},
         sram_reads={"Q": rows_dot * t.rows_per_thread, "dO": rows_dot * t.rows_per_thread,
@@ -445,5 +469,6 @@ def flash_backward_deterministic(w: Workload, t: Tiling) -> Plan:
         matmul_flops=6 * d * scores, other_flops=BACKWARD_SCORE_FLOPS * scores + w.N_q * d,
         blocks_per_unit=g.tr, unit_reread_elements=2 * w.N_k * d, block_trips=g.nb,
         lsu_wavefronts=_dq_kernel_wavefronts(g, t, d))
-    return Plan((_preprocess(w, zero_dq=False), _backward_kv(w, t, g, atomic_dq=False), dq),
-                workspace={"D": w.tensor_elements("D")})
+    return Plan((forward, pre, kv, dq),
+                workspace={"D": w.tensor_elements("D"), RECOMPUTED["O"]: w.tensor_elements("O"),
+                           RECOMPUTED["L"]: w.tensor_elements("L")})

@@ -156,7 +156,7 @@ def l2_traffic(phases: tuple[Phase, ...], workload: Workload, tiling: Tiling,
     """The L2 model (module docstring) applied to each launch of an algorithm, summed."""
     views, sums = [], [0.0] * 4
     for p in phases:
-        view, totals = _phase_l2(p, tiling, workload, hardware)
+        view, totals = _phase_l2(p, p.tiling or tiling, workload, hardware)
         views.append(view)
         sums = [a + b for a, b in zip(sums, totals)]
     b = workload.dtype_bytes

@@ -95,18 +95,19 @@ def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
     nan = float("nan")
     parts = []
     for p, view in zip(phases, l2.phases):
+        t = p.tiling or tiling                    # (a launch at its own tiling: Phase.tiling)
         sec = sector_traffic(p, workload)
         written = view.dram_write_bytes
         if rates is not None and rates.l2_dirty_residue_bytes:
             written -= dirty_residue(view, hardware, rates.l2_dirty_residue_bytes)
         loc, seconds = None, nan
-        if _launches(p, workload, tiling, hardware):
+        if _launches(p, workload, t, hardware):
             try:
-                loc = local_traffic(p, workload, tiling, hardware)
+                loc = local_traffic(p, workload, t, hardware)
             except LookupError:              # its SASS was never recorded
                 pass
             try:
-                seconds = launch_seconds(p, workload, tiling, hardware,
+                seconds = launch_seconds(p, workload, t, hardware,
                                          (view.dram_read_bytes, written))
             except LookupError:
                 pass

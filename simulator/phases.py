@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
+
+if TYPE_CHECKING:
+    from .tiling import Tiling
 
 
 @dataclass(frozen=True)
@@ -40,6 +43,9 @@ class Phase:
     them from its access patterns (``simulator.banks``: bank conflicts, broadcasts, cp.async
     copies, which the LSU does not carry); None: the conflict-free count of its SRAM elements
     (``smem_wavefronts``).
+    tiling: the tiling this launch's kernel runs at where it is not the plan's (the
+    deterministic backward's recomputed forward, at the FFMA forward's default); None: the
+    plan's.
     """
 
     name: str
@@ -61,6 +67,7 @@ class Phase:
     unit_share: int = 1
     lsu_wavefronts: float | None = None
     written_first: frozenset = frozenset()
+    tiling: Tiling | None = None
 
     @property
     def blocks_per_head(self) -> int:

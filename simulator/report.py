@@ -14,13 +14,15 @@ if TYPE_CHECKING:
     from .workload import Workload
 
 #: Display order of tensors: the names of docs/traffic-contract.md.
-TENSOR_ORDER = ("Q", "K", "V", "O", "L", "dO", "dQ", "dQ_accum", "dK", "dV", "S", "P", "dP", "dS", "D", "m", "l")
+TENSOR_ORDER = ("Q", "K", "V", "O", "L", "O (recomputed)", "L (recomputed)", "dO", "dQ", "dQ_accum", "dK",
+                "dV", "S", "P", "dP", "dS", "D", "m", "l")
 
 
 #: Tensors the kernels keep in fp32 whatever the inputs' format: the softmax statistics (L, l,
-#: m), D = rowsum(dO * O) and the half backward's dQ accumulator. Their bytes are 4 an element
-#: in every report; the others' the report's ``dtype_bytes``.
-FP32_TENSORS = frozenset({"L", "l", "m", "D", "dQ_accum"})
+#: m), D = rowsum(dO * O), the half backward's dQ accumulator and the deterministic backward's
+#: recomputed O and L (its FFMA kernels widen every input). Their bytes are 4 an element in
+#: every report; the others' the report's ``dtype_bytes``.
+FP32_TENSORS = frozenset({"L", "l", "m", "D", "dQ_accum", "O (recomputed)", "L (recomputed)"})
 
 
 def element_bytes(name: str, dtype_bytes: int) -> int:

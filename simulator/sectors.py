@@ -67,7 +67,7 @@ CP_ASYNC = {"flash_forward_half": ("Q", "K", "V"), "flash_backward_half": ("Q", 
 CHUNK_BYTES = 16
 
 #: The row length (a Workload dimension) of every two-dimensional tensor of the contract.
-_ROW = {**{t: "d" for t in ("Q", "K", "V", "O", "dO", "dQ", "dQ_accum", "dK", "dV")},
+_ROW = {**{t: "d" for t in ("Q", "K", "V", "O", "O (recomputed)", "dO", "dQ", "dQ_accum", "dK", "dV")},
         **{t: "N_k" for t in ("S", "P", "dP", "dS")}}
 
 

@@ -23,6 +23,7 @@ _TENSOR_SHAPE = {
     **{name: ("N_k", "d") for name in ("K", "V", "dK", "dV")},
     **{name: ("N_q", "N_k") for name in ("S", "P", "dP", "dS")},
     **{name: ("N_q",) for name in ("L", "D", "l", "m")},
+    "O (recomputed)": ("N_q", "d"), "L (recomputed)": ("N_q",),    # the deterministic backward's
 }
 
 

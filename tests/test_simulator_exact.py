@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import ALGORITHMS, ModelTiling, Tiling, Workload, predict
+from simulator.flash import RECOMPUTED, recompute_tiling
 from simulator.tiling import MATMUL_BK
 
 from .helpers import causal_masks, mma_tiling
@@ -186,14 +187,28 @@ class Walk:
         self._backward_kv(atomic=True)
 
     def flash_backward_deterministic(self):
+        """The FFMA forward again at its own default tiling, its O and L under their
+        recomputed names, read in place of the caller's; then the two FFMA kernels."""
         t, d = self.t, self.w.d
+        forward = Walk(self.w, recompute_tiling(self.w))
+        forward.flash_forward_v2()
+        for mine, theirs in ((self.reads, forward.reads), (self.sram_reads, forward.sram_reads),
+                             (self.sram_writes, forward.sram_writes)):
+            mine.update(theirs)
+        self.writes.update({RECOMPUTED.get(k, k): v for k, v in forward.writes.items()})
+        before = Counter(self.reads)
         self._preprocess(zero_dq=False)
         self._backward_kv(atomic=False)
+        for name in ("O", "L"):        # the caller's O and L are never read
+            self.reads[RECOMPUTED[name]] += self.reads[name] - before[name]
+            self.reads[name] = before[name]
         for i in range(self.tr):
             rows = self.rows(i)
             self.load("Q", rows, t.Br, d)
             self.load("dO", rows, t.Br, d)
             self.load("L", rows, t.Br, 1)
+            self.reads["L"] -= rows                 # (from HBM: the recomputed L)
+            self.reads[RECOMPUTED["L"]] += rows
             self.load("D", rows, t.Br, 1)
             for j in range(self.tc):
                 if self.active(i, j):
