@@ -391,7 +391,8 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
                              tiling=None, deterministic=False, algorithm="fa2", diagonal=None,
                              window=None, dropout_p=0.0, dropout_seed=None, block_mask=None,
                              block_size=checks.BLOCK_SIZE, key_padding_mask=None, kv_split=None):
-    """Gradients (dq, dk, dv) of ``flash_attention`` from the saved o and lse (``causal``,
+    """Gradients (dq, dk, dv) of ``flash_attention`` from the saved o and lse (but see
+    ``deterministic``; ``causal``,
     ``diagonal``, ``window``, ``dropout_p`` and ``dropout_seed`` as the forward's: the dropout
     mask is regenerated from the seed, the paper's Algorithm 4).
 
@@ -525,10 +526,11 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     return _narrowed(mem, shp, q, dQ=dQ, dK=dK, dV=dV)
 
 
-def recompute_tiling(d: int, n_q: int, n_k: int) -> Tiling:
-    """The tiling of the FFMA forward that ``deterministic=True`` runs again: its default for
-    these sizes (as ``flash_attention(algorithm="fa2_fma")`` without a tiling)."""
-    return checks.tiling_for(None, (RECOMPUTE_KERNEL,), d, n_q, n_k)
+def recompute_tiling(d: int) -> Tiling:
+    """The tiling of the FFMA forward that ``deterministic=True`` runs again: its default at
+    head dim d on this device, not cut for short sequences (one kernel a head dim: 128 x 64,
+    64 x 64 from d = 192 on the H200)."""
+    return Tiling.kernel_default(RECOMPUTE_KERNEL, d, None, checks.smem_limit_bytes())
 
 
 def _recomputed_forward(mem, Q, K, V, shp, causal, scale, diagonal, like):
@@ -537,7 +539,7 @@ def _recomputed_forward(mem, Q, K, V, shp, causal, scale, diagonal, like):
     was taken from, bit for bit, so that P = exp(S - L) sums to 1 and D = rowsum(dO * O) is
     that P's."""
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
-    tiling = recompute_tiling(d, n_q, n_k)
+    tiling = recompute_tiling(d)
     O = mem.output((B, H, n_q, d), F32, "O (recomputed)", like=like)
     L = mem.output((B, H, n_q), F32, "L (recomputed)", like=like)
     launch(make_flash_forward_fa2(tiling, d, causal), (tiling.Tr(n_q), B * H),

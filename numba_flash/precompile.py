@@ -45,7 +45,7 @@ class KernelConfig:
     ``backward`` (a ``flash_attention_backward`` algorithm or "standard"; None: none) at head dim
     ``d`` for ``n_q`` queries and ``n_k`` keys (default n_q), on inputs of ``dtype`` ("float32",
     "float16" or "bfloat16"). ``deterministic``: the backward's deterministic kernels (and the
-    FFMA forward they run again, at its default tiling for n_q, n_k);
+    FFMA forward they run again, at its default tiling for d, whatever the N);
     ``tiling``: as passed to the API (None: its default); ``window``: a sliding window as passed
     to the API (its sides, not its size, decide the kernels); ``group``: query heads per K/V
     head (GQA / MQA; 1: none); ``dropout``: the kernels with dropout (any p > 0 and seed give
@@ -130,8 +130,8 @@ def distinct(configs) -> list[KernelConfig]:
             keys.add(("forward", c.forward, forward, spec))
         if c.backward:
             keys.add(("backward", c.backward, c.deterministic, backward, spec))
-        if c.backward and c.deterministic:     # the FFMA forward it runs again
-            keys.add(("forward", "fa2_fma", recompute_tiling(c.d, c.n_q, c.n_k), spec))
+        if c.backward and c.deterministic:     # the FFMA forward it runs again, in fp32
+            keys.add(("forward", "fa2_fma", recompute_tiling(c.d), (*spec[:2], "float32", *spec[3:])))
         return frozenset(keys)
 
     keyed = [(passes(c), i, c) for i, c in enumerate(configs)]
@@ -148,7 +148,6 @@ def build(config: KernelConfig) -> dict:
     every kernel they launch) on (1, 1, WARMUP_N, d) zeros with the tilings of the config's N;
     returns the seconds each pass took, the cache's counts and an error, if one was raised."""
     import numba_flash as nf
-    from .api import recompute_tiling
 
     c = config
     n_q, n_k = min(c.n_q, WARMUP_N), min(c.n_k, WARMUP_N)
@@ -176,10 +175,6 @@ def build(config: KernelConfig) -> dict:
         if c.backward == "standard":
             nf.standard_attention_backward(q, q, k, k, o, p, causal=c.causal, tiling=backward_tiling)
         elif c.backward:
-            if c.deterministic:   # its FFMA forward again, at the tiling of the config's N
-                zeros = np.zeros(q.shape, np.float32), np.zeros(k.shape, np.float32)
-                nf.flash_attention(zeros[0], zeros[1], zeros[1], causal=c.causal, algorithm="fa2_fma",
-                                   tiling=recompute_tiling(c.d, c.n_q, c.n_k))
             o, lse = q.copy(), np.zeros(q.shape[:-1], np.float32)
             # kv_split=1: this config's group's kernel (the split groups are configs of their own)
             nf.flash_attention_backward(q, q, k, k, o, lse, causal=c.causal, algorithm=c.backward,

@@ -430,8 +430,9 @@ def _dq_kernel_wavefronts(g: BlockGrid, t: Tiling, d: int) -> int:
 
 def recompute_tiling(w: Workload) -> Tiling:
     """The tiling of the deterministic backward's recomputed forward: the FFMA forward's
-    default for the workload's sizes (numba_flash's, on the H200's shared memory)."""
-    return Tiling.kernel_default(RECOMPUTE_KERNEL, w.d, None, n_q=w.N_q, n_k=w.N_k)
+    default at the head dim, not cut for short sequences (numba_flash.api.recompute_tiling on
+    the H200's shared memory: 128 x 64, 64 x 64 from d = 192)."""
+    return Tiling.kernel_default(RECOMPUTE_KERNEL, w.d, None)
 
 
 def _recomputed(counts: dict) -> dict:

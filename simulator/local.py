@@ -14,8 +14,8 @@ Local traffic of a launch, from the compiled kernel (never guessed):
   capacity), else it misses. Loads outside the nested loops (and each nested loop's first
   pass) reuse their slot once a main-loop trip: in between the blocks touch their whole spill
   frame (``stack_frame_bytes`` x threads x blocks) and stream one trip's K/V (or Q/dO) tiles
-  through L1. A nested loop's further passes (``nested_runs``' extra) reuse their slots once an
-  iteration of that loop: in between the blocks touch that loop's local accesses and its global
+  through L1. A nested loop's further passes (``nested_runs``' extra, where positive) reuse
+  their slots once an iteration of that loop: in between the blocks touch that loop's local accesses and its global
   loads only (its static LDL, STL and LDG bytes a thread, x threads x blocks: an upper bound of
   the distinct lines). Stores go on to L2 (L1 writes through).
 Dirty residue: L2 writes back lazily, so a launch's DRAM writes miss what is still dirty in L2
@@ -98,6 +98,9 @@ def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalT
         per_trip = [loop.ldl_bytes, loop.stl_bytes]
         for region, extra in nested_runs(p, kernel, t, w, variant):
             per_trip[1] += extra * region.stl_bytes
+            if extra <= 0:         # a loop run less than its one static copy: fewer loads
+                per_trip[0] += extra * region.ldl_bytes
+                continue
             repeated = extra * region.ldl_bytes * trips * res.threads
             nested_loads += repeated
             if _region_bytes(region) * resident > l1:

@@ -10,8 +10,10 @@ blocks an SM from ptxas's registers and the shared memory):
    issue simulator (``simulator.issue.loop_cycles``) gives the cycles the SM's schedulers need
    for one trip of each resident block: the resident warps interleaved on each scheduler,
    dependency latencies (global loads at the L2 latency, plus DRAM's beyond it for the share
-   of their bytes the L2 model sends to DRAM; spill refills at L1's or, where the
-   spills do not fit beside the tiles in L1 (``simulator.local``), L2's), pipe rates and
+   of their bytes the L2 model sends to DRAM; spill refills at L1's or, where any of the
+   launch's spill loads miss L1 (``simulator.local``: in practice where the frames do not fit
+   beside the tiles), all at L2's -- the nested loops' refills too, which that model lets
+   hit), pipe rates and
    barriers, all at measured rates; where the loop's warps split by role (v12's warp pairs:
    ``issue.Op.role``, warps w, w + 4, ... of a scheduler share one), each role's stream on its
    own scheduler, the slower one. Otherwise a

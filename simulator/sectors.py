@@ -33,7 +33,8 @@ Per kernel (``Phase.kernel``), from its code:
   2t + e of each 8-column tile, e = 0 then 1): a 32-byte sector (16 elements, two tiles) is sent
   in four pieces of 8 bytes (``STORE_REQUESTS`` 4).
 Elements are ``Workload.dtype_bytes`` each, but for the tensors kept in fp32 in every format
-(``simulator.report.FP32_TENSORS``: L, D, l, m, dQ_accum): 4.
+(``simulator.report.FP32_TENSORS``: L, D, l, m, dQ_accum, the deterministic backward's
+recomputed O and L): 4.
 No reuse between thread blocks is counted: on the H200, co-resident blocks of one head showed no
 L1 hits (ncu, results/h200/levels); reads of one sector by several SMs at once are merged
 further on, by the L2's request coalescer, which the SM-side counts do not see.

@@ -337,7 +337,8 @@ def test_spill_reloads_in_nested_loops_hit_unless_their_own_lines_overflow_l1():
     kv = next(p for p in flash_backward(w, t).phases if p.block_trips)
     spilled = local_traffic(kv, w, t, H200)
     trips = sum(kv.block_trips) * kv.grid_heads(w.BH)
-    repeats = sum(extra * region.ldl_bytes for region, extra in nested_runs(kv, "flash_backward", t, w, ""))
+    repeats = sum(extra * region.ldl_bytes for region, extra in nested_runs(kv, "flash_backward", t, w, "")
+                  if extra > 0)       # (loops run less than once a trip only take loads away)
     assert repeats > 0
     assert spilled.missed_bytes == pytest.approx(spilled.load_bytes - repeats * trips * 256)
     small = dataclasses.replace(H200, l1_smem_bytes=196 * 1024 + 512)   # 0.5 KB beside the carveout

@@ -174,8 +174,9 @@ def experiment_keys(names, head_dims=HEAD_DIMS) -> list[tuple]:
                 base = asked_variant(variant)
                 if not p.block_trips or (kernel, base) not in TILED:
                     continue
-                if config_key(tiled(kernel, base, w.d, w.kernel_causal, t)) not in known:
-                    found.add((kernel, base, t.Br, t.Bc, w.d, w.kernel_causal))
+                own = p.tiling or t          # (the deterministic backward's forward: its own)
+                if config_key(tiled(kernel, base, w.d, w.kernel_causal, own)) not in known:
+                    found.add((kernel, base, own.Br, own.Bc, w.d, w.kernel_causal))
     return sorted(found)
 
 

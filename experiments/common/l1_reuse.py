@@ -161,7 +161,8 @@ def rows_from(kernels: list[dict]) -> list[Measurement]:
 
 
 def measure(gpu: bool) -> list[Measurement]:
-    """One row per launch, or one row saying why nothing was measured."""
+    """One row per configuration (a pair of launches), or one row saying why nothing was
+    measured."""
     def none(note: str) -> list[Measurement]:
         return [Measurement("l1_local_reuse_hit_rate", None, "fraction", MEASURED_BY, note=note)]
 

@@ -21,7 +21,9 @@ from .cases import DTYPE_BYTES, Case
 #: paper's.
 MEASURED_GPU = "H200_MEASURED"
 PAPER_GPU = "A100_40GB"
-#: Kernels each simulator algorithm launches (their shared memory decides the default tiling).
+#: Kernels each simulator algorithm launches (their shared memory decides the default tiling;
+#: the deterministic backward's recomputed FFMA forward is left out: it has its own tiling,
+#: ``simulator.flash.recompute_tiling``).
 KERNELS_OF = {
     "standard_forward": ("standard_matmul",),
     "standard_backward": ("standard_matmul",),
