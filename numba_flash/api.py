@@ -40,8 +40,8 @@ from simulator.spec import Mask
 from simulator.standard import ROW_THREADS
 from simulator.workload import Workload, needs_band_kernels
 from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_KERNELS,
-                              HALF_FORWARD_KERNELS, Tiling)
-from simulator.flash import RECOMPUTE_KERNEL
+                              HALF_FORWARD_KERNELS)
+from simulator.flash import RECOMPUTE_KERNEL, recompute_tiling
 
 from . import checks, memory, plans, precision, split_calls
 from .kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
@@ -526,20 +526,13 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     return _narrowed(mem, shp, q, dQ=dQ, dK=dK, dV=dV)
 
 
-def recompute_tiling(d: int) -> Tiling:
-    """The tiling of the FFMA forward that ``deterministic=True`` runs again: its default at
-    head dim d on this device, not cut for short sequences (one kernel a head dim: 128 x 64,
-    64 x 64 from d = 192 on the H200)."""
-    return Tiling.kernel_default(RECOMPUTE_KERNEL, d, None, checks.smem_limit_bytes())
-
-
 def _recomputed_forward(mem, Q, K, V, shp, causal, scale, diagonal, like):
     """(O, L) of the FFMA forward on the float32 Q, K, V, as the workspaces "O (recomputed)" and
     "L (recomputed)": the deterministic backward's S = Q K^T in plain fp32 is then the one its L
     was taken from, bit for bit, so that P = exp(S - L) sums to 1 and D = rowsum(dO * O) is
     that P's."""
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
-    tiling = recompute_tiling(d)
+    tiling = recompute_tiling(d, checks.smem_limit_bytes())      # this device's
     O = mem.output((B, H, n_q, d), F32, "O (recomputed)", like=like)
     L = mem.output((B, H, n_q), F32, "L (recomputed)", like=like)
     launch(make_flash_forward_fa2(tiling, d, causal), (tiling.Tr(n_q), B * H),

@@ -117,7 +117,9 @@ def distinct(configs) -> list[KernelConfig]:
     config's N (the binaries depend on that, not on N itself) and the spec's other parameters,
     so that, e.g., a forward-only config is dropped beside the forward + backward one of the
     same kernels, and configs that differ only in N collapse to one."""
-    from .api import recompute_tiling
+    from simulator.flash import recompute_tiling
+
+    from .checks import smem_limit_bytes
 
     def passes(c: KernelConfig) -> frozenset:
         try:
@@ -131,7 +133,7 @@ def distinct(configs) -> list[KernelConfig]:
         if c.backward:
             keys.add(("backward", c.backward, c.deterministic, backward, spec))
         if c.backward and c.deterministic:     # the FFMA forward it runs again, in fp32
-            keys.add(("forward", "fa2_fma", recompute_tiling(c.d), (*spec[:2], "float32", *spec[3:])))
+            keys.add(("forward", "fa2_fma", recompute_tiling(c.d, smem_limit_bytes()), (*spec[:2], "float32", *spec[3:])))
         return frozenset(keys)
 
     keyed = [(passes(c), i, c) for i, c in enumerate(configs)]

@@ -115,7 +115,7 @@ def flash_backward_accesses(w: Workload, M: int, deterministic: bool = False) ->
     br, bc = _paper_blocks(w, M)
     nq, nk, d, tc = w.N_q, w.N_k, w.d, ceil_div(w.N_k, bc)
     if deterministic:
-        forward_br = recompute_tiling(w).Br
+        forward_br = recompute_tiling(w.d).Br
         return _result(w, 4 * nk * d + 5 * nq * d + 3 * nq + tc * (2 * nq * d + 2 * nq)
                        + 2 * ceil_div(nq, br) * nk * d
                        + 2 * nq * d + nq + 2 * ceil_div(nq, forward_br) * nk * d)

@@ -43,7 +43,7 @@ import dataclasses
 from . import tile_patterns as tp
 from .blocks import BlockGrid, sparse_tiles
 from .phases import Phase, Plan, phase
-from .tiling import WARP_PAIRS_VARIANT, Tiling
+from .tiling import H200_SMEM_PER_BLOCK, WARP_PAIRS_VARIANT, Tiling
 from .workload import Workload
 
 FORWARD_SCORE_FLOPS = 5
@@ -428,11 +428,12 @@ def _dq_kernel_wavefronts(g: BlockGrid, t: Tiling, d: int) -> int:
     return g.tr * per_block + g.active_pairs * per_pair
 
 
-def recompute_tiling(w: Workload) -> Tiling:
+def recompute_tiling(d: int, limit_bytes: int = H200_SMEM_PER_BLOCK) -> Tiling:
     """The tiling of the deterministic backward's recomputed forward: the FFMA forward's
-    default at the head dim, not cut for short sequences (numba_flash.api.recompute_tiling on
-    the H200's shared memory: 128 x 64, 64 x 64 from d = 192)."""
-    return Tiling.kernel_default(RECOMPUTE_KERNEL, w.d, None)
+    default at head dim d for ``limit_bytes`` of shared memory a block (the API passes its
+    device's), not cut for short sequences: one kernel a head dim (on the H200 128 x 64,
+    64 x 64 from d = 192)."""
+    return Tiling.kernel_default(RECOMPUTE_KERNEL, d, None, limit_bytes)
 
 
 def _recomputed(counts: dict) -> dict:
@@ -445,14 +446,14 @@ def flash_backward_deterministic(w: Workload, t: Tiling) -> Plan:
     kernel for dK, dV, then a (Tr, BH) kernel that owns dQ_i and streams K_j, V_j (recomputing
     P, dS), both from that L.  dQ kernel other FLOPs: 5 per active score, Nq*d (scale).
     Workspace: D and the recomputed O, L."""
-    ft = recompute_tiling(w)
+    ft = recompute_tiling(w.d)
     (forward,) = flash_forward_v2(w, ft).phases
     forward = dataclasses.replace(forward, name="forward again (FFMA: the L of fp32 S)",
                                   hbm_writes=_recomputed(forward.hbm_writes), tiling=ft)
-    pre, kv = _preprocess(w, zero_dq=False), _backward_kv(w, t, _grid(w, t), atomic_dq=False)
+    g, d = _grid(w, t), w.d
+    pre, kv = _preprocess(w, zero_dq=False), _backward_kv(w, t, g, atomic_dq=False)
     pre = dataclasses.replace(pre, hbm_reads=_recomputed(pre.hbm_reads))
     kv = dataclasses.replace(kv, hbm_reads=_recomputed(kv.hbm_reads))
-    g, d = _grid(w, t), w.d
     pairs, kv_rows, scores = g.active_pairs, g.active_cols(), g.active_scores()
     rows_dot = pairs * t.threads * d
     dq = phase(

@@ -15,9 +15,9 @@ Local traffic of a launch, from the compiled kernel (never guessed):
   pass) reuse their slot once a main-loop trip: in between the blocks touch their whole spill
   frame (``stack_frame_bytes`` x threads x blocks) and stream one trip's K/V (or Q/dO) tiles
   through L1. A nested loop's further passes (``nested_runs``' extra, where positive) reuse
-  their slots once an iteration of that loop: in between the blocks touch that loop's local accesses and its global
-  loads only (its static LDL, STL and LDG bytes a thread, x threads x blocks: an upper bound of
-  the distinct lines). Stores go on to L2 (L1 writes through).
+  their slots once an iteration of that loop: in between the blocks touch that loop's local
+  accesses and its global loads only (its static LDL, STL and LDG bytes a thread, x threads x
+  blocks: an upper bound of the distinct lines). Stores go on to L2 (L1 writes through).
 Dirty residue: L2 writes back lazily, so a launch's DRAM writes miss what is still dirty in L2
 when it ends: the share of L2 holding written (not read) lines, ``written / (read + written)``
 of the launch's compulsory bytes, times the dirty capacity a streaming copy leaves behind
@@ -103,7 +103,8 @@ def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalT
                 continue
             repeated = extra * region.ldl_bytes * trips * res.threads
             nested_loads += repeated
-            if _region_bytes(region) * resident > l1:
+            touched = region.ldl_bytes + region.stl_bytes + region.ldg_bytes   # a thread, an iteration
+            if touched * resident > l1:
                 nested_missed += repeated
         loads = (whole.ldl_bytes - loop.ldl_bytes) * blocks + per_trip[0] * trips
         stores = (whole.stl_bytes - loop.stl_bytes) * blocks + per_trip[1] * trips
@@ -117,12 +118,6 @@ def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalT
     streamed = _tile_bytes_per_trip(p, w, trips) * occ.blocks_per_sm
     missed = nested_missed + (0.0 if footprint + streamed <= l1 else loads)
     return LocalTraffic(float(loads + nested_loads), float(stores), float(missed))
-
-
-def _region_bytes(region) -> int:
-    """The local and global bytes a thread touches in one iteration of a nested loop: its
-    static LDL, STL and LDG widths (``simulator.sass``)."""
-    return region.ldl_bytes + region.stl_bytes + 4 * region.ldg32 + 8 * region.ldg64 + 16 * region.ldg128
 
 
 def _rows_only_bytes(kernel: str, t: Tiling, d: int, causal: bool, variant: str,

@@ -468,6 +468,11 @@ class KernelSass:
         """Shared-memory bytes a thread reads by LDS in one pass (LDSM not included)."""
         return 4 * self.lds32 + 8 * self.lds64 + 16 * self.lds128
 
+    @property
+    def ldg_bytes(self) -> int:
+        """Global bytes a thread loads by LDG in one pass (LDGSTS not included)."""
+        return 4 * self.ldg32 + 8 * self.ldg64 + 16 * self.ldg128
+
 
 def format_opcodes(opcodes: Mapping[str, int]) -> str:
     """``{"FFMA": 3, "LDS.128": 2}`` -> ``"FFMA:3 LDS.128:2"`` (the CSV's opcodes column)."""

@@ -34,8 +34,8 @@ def test_the_plan_runs_the_ffma_forward_first_at_its_default_tiling():
     w = Workload(2, 3, 1000, 700, 64, causal=True)
     plan = predict("flash_backward_deterministic", w)
     forward, pre, kv, dq = plan.phases
-    assert forward.kernel == "flash_forward_v2" and forward.tiling == recompute_tiling(w)
-    assert recompute_tiling(w) == nf.Tiling(128, 64)            # the FFMA forward's default
+    assert forward.kernel == "flash_forward_v2" and forward.tiling == recompute_tiling(w.d)
+    assert recompute_tiling(w.d) == nf.Tiling(128, 64)          # the FFMA forward's default
     bh = w.B * w.H
     assert dict(forward.hbm_writes) == {RECOMPUTED["O"]: bh * w.N_q * w.d, RECOMPUTED["L"]: bh * w.N_q}
     assert pre.hbm_reads[RECOMPUTED["O"]] == bh * w.N_q * w.d

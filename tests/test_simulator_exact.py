@@ -190,7 +190,7 @@ class Walk:
         """The FFMA forward again at its own default tiling, its O and L under their
         recomputed names, read in place of the caller's; then the two FFMA kernels."""
         t, d = self.t, self.w.d
-        forward = Walk(self.w, recompute_tiling(self.w))
+        forward = Walk(self.w, recompute_tiling(self.w.d))
         forward.flash_forward_v2()
         for mine, theirs in ((self.reads, forward.reads), (self.sram_reads, forward.sram_reads),
                              (self.sram_writes, forward.sram_writes)):

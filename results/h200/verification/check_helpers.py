@@ -25,6 +25,14 @@ def error(a, r) -> float:
     return float(np.max(np.abs(a - r)) / max(np.max(np.abs(r)), 1e-30))
 
 
+def timed(f) -> float:
+    """Median ms of 10 calls of f after 3 warm-up calls, CUDA events around each (one input
+    set: the device timing scripts' method)."""
+    from experiments.common.timing import time_cuda
+
+    return time_cuda(lambda _: f(), [None], repeats=10, warmup=3).median_ms
+
+
 def warm(configs, label: str) -> None:
     """Build the kernels of ``configs`` (numba_flash.warmup, in parallel) and say how long it took."""
     import time

@@ -3,21 +3,6 @@ forward again) against SDPA EFFICIENT_ATTENTION forward + backward; median of 10
 import sys
 sys.path.insert(0, ".")
 sys.path.insert(0, "results/h200/verification")
-import statistics
-
-
-def timed(f, reps=10):
-    import torch
-    for _ in range(3):
-        f()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record(); f(); b.record(); torch.cuda.synchronize(); ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
-
-
 SHAPES = [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (16, 16, 1024, 64, False)]
 
 
@@ -26,13 +11,13 @@ def main():
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import numba_flash as nf
+    from check_helpers import timed
     nf.warmup([nf.KernelConfig(d=d, n_q=n, causal=c, deterministic=True) for _, _, n, d, c in SHAPES])
     if sys.argv[1:] == ["warm"]:
         return
     for B, H, N, d, c in SHAPES:
         q, k, v, do = (torch.randn(B, H, N, d, device="cuda") for _ in range(4))
         fl = 3.5 * 4 * B * H * N * N * d * (0.5 if c else 1)
-        o, lse = nf.flash_attention(q, k, v, causal=c, return_lse=True)
         qs, ks, vs = (x.clone().requires_grad_(True) for x in (q, k, v))
         def both():
             o, lse = nf.flash_attention(q, k, v, causal=c, return_lse=True)

@@ -1,25 +1,26 @@
 """Device timing (issue 16): per-call CUDA events, median of 10, our fa2 (tc) forward and
-forward + backward against SDPA EFFICIENT_ATTENTION, same process. argv: label."""
+forward + backward against SDPA EFFICIENT_ATTENTION, same process. argv: label [shape set]
+[warm] (sets: SHAPES' keys; default "issue16")."""
 import sys
 sys.path.insert(0, ".")
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 import numba_flash as nf
-from experiments.common.timing import tflops, time_cuda
-SHAPES = [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 64, True), (1, 16, 16384, 64, False)]
-
-
-def timed(f):
-    """Median ms of 10 calls of f after 3 warm-up calls (one input set: the log's method)."""
-    return time_cuda(lambda _: f(), [None], repeats=10, warmup=3).median_ms
+from experiments.common.timing import tflops
+sys.path.insert(0, "results/h200/verification")
+from check_helpers import timed
+SHAPES = {"issue16": [(4, 16, 4096, 64, False), (4, 16, 4096, 128, False), (4, 16, 4096, 64, True),
+                      (1, 16, 16384, 64, False)],
+          "d256": [(2, 16, 4096, 256, False), (2, 16, 4096, 256, True), (8, 16, 1024, 256, False)]}
 
 
 if __name__ == "__main__":
-    label = sys.argv[1]
-    if sys.argv[2:] == ["warm"]:
-        nf.warmup([nf.KernelConfig(d=d, n_q=n, causal=c) for _, _, n, d, c in SHAPES]); sys.exit()
-    for B, H, N, d, c in SHAPES:
+    label, rest = sys.argv[1], sys.argv[2:]
+    shapes = SHAPES[rest.pop(0)] if rest and rest[0] in SHAPES else SHAPES["issue16"]
+    if rest == ["warm"]:
+        nf.warmup([nf.KernelConfig(d=d, n_q=n, causal=c) for _, _, n, d, c in shapes]); sys.exit()
+    for B, H, N, d, c in shapes:
         q, k, v, do = (torch.randn(B, H, N, d, device="cuda") for _ in range(4))
         fl = 4 * B * H * N * N * d * (0.5 if c else 1)
         def fwd(): return nf.flash_attention(q, k, v, causal=c)
