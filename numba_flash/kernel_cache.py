@@ -6,10 +6,11 @@ returns. numba-cuda asks that cache for each signature before it compiles, and g
 kernel it compiled (its cubin, PTX and launch metadata, numba-cuda's own serialisation). An
 entry's key holds everything that changes the binary:
 
-- the kernel source: a digest of every file the kernels are built from (``numba_flash/kernels/``,
-  ``launch.py`` with its register caps, ``simulator/tiling.py`` with the SRAM layouts,
-  ``simulator/spec.py`` with the mask spec), so a changed line, version or layout never loads
-  an old binary;
+- the kernel source: a digest of the files the factory's kernel is built from (``kernel_digest``
+  of its module: that file and the kernel sources it imports, directly or not, among
+  ``numba_flash/kernels/``, ``launch.py`` with its register caps, ``simulator/tiling.py`` with the
+  SRAM layouts and ``simulator/spec.py`` with the mask spec), so a changed line, version or
+  layout never loads an old binary, and an edit to one kernel leaves the others' entries valid;
 - the factory and its arguments (tiling, head dim, causal, dtype, ...), the dispatcher's jit
   options (register cap; opt level and debug info, which numba also reads from the
   environment), the argument types of the signature (dtypes, ranks, layouts);
@@ -19,12 +20,13 @@ entry's key holds everything that changes the binary:
 
 The directory is ``$NUMBA_FLASH_CACHE_DIR`` when set, else ``$XDG_CACHE_HOME/numba-flash``
 (``~/.cache/numba-flash``). Entries of older kernel sources are never loaded again: ``prune()``
-removes them (their file names carry the sources' digest), ``clear()`` everything (also
+removes them (their file names carry their module's digest), ``clear()`` everything (also
 ``python -m numba_flash.precompile --prune | --clear``). Under Numba's CUDA simulator nothing
 is compiled and nothing is cached.
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import hashlib
@@ -61,15 +63,91 @@ def source_digest() -> str:
     return digest_of(_PACKAGE.parent)
 
 
-def digest_of(root: Path) -> str:
-    """sha256 over the kernel source files under ``root`` (a repository), by relative path
-    and content."""
+def digest_of(root: Path, module: str | None = None) -> str:
+    """sha256 over the kernel source files under ``root`` (a repository), by relative path and
+    content: all of them, or those ``module`` is built from (``module_sources``)."""
+    names = (module_sources(module, root) if module else
+             [path.relative_to(root).as_posix() for path in _source_files(root)])
     digest = hashlib.sha256()
-    for pattern in _SOURCES:
-        for path in sorted(root.glob(pattern)):
-            digest.update(path.relative_to(root).as_posix().encode())
-            digest.update(path.read_bytes())
+    for name in names:
+        digest.update(name.encode())
+        digest.update((root / name).read_bytes())
     return digest.hexdigest()
+
+
+def _source_files(root: Path) -> list[Path]:
+    return [path for pattern in _SOURCES for path in sorted(root.glob(pattern))]
+
+
+def module_sources(module: str, root: Path | None = None) -> tuple[str, ...]:
+    """The kernel source files (paths relative to ``root``, this repository by default, sorted)
+    that module ``module`` (dotted: ``numba_flash.kernels.flash_backward_tc``) is built from:
+    its own file and those it imports, directly or through each other, among ``_SOURCES``.
+    Empty for a module that is not a kernel source."""
+    root = _PACKAGE.parent if root is None else root
+    known = {path.relative_to(root).with_suffix("").as_posix().replace("/", "."): path
+             for path in _source_files(root)}
+    found, todo = set(), [module]
+    while todo:
+        name = todo.pop()
+        if name in found or name not in known:
+            continue
+        found.add(name)
+        package = name.rsplit(".", 1)[0] if known[name].name != "__init__.py" else name
+        for node in ast.walk(ast.parse(known[name].read_text())):
+            if isinstance(node, ast.Import):
+                todo += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:       # relative: from the package, one level up per extra dot
+                    parts = package.split(".")
+                    parent = ".".join(parts[:len(parts) - node.level + 1])
+                    base = f"{parent}.{base}" if base else parent
+                todo += [base] + [f"{base}.{alias.name}" for alias in node.names]
+    return tuple(sorted(known[name].relative_to(root).as_posix() for name in found))
+
+
+def kernel_digest(module: str) -> str:
+    """sha256 over ``module_sources(module)`` (by relative path and content): what a kernel of
+    ``module`` is compiled from. Editing one kernel file changes its own digest (and those of
+    the modules that import it), not the others'. A module outside the kernel sources (a test's
+    factory) gets ``source_digest()``."""
+    return _module_digest(module) or source_digest()
+
+
+@functools.lru_cache(maxsize=None)
+def _module_digest(module: str) -> str | None:
+    return digest_of(_PACKAGE.parent, module) if module_sources(module) else None
+
+
+@functools.lru_cache(maxsize=None)
+def function_module(function: str) -> str:
+    """The kernel module (dotted) that defines the kernel function named ``function`` (the
+    name ptxas and ncu show, a kernel table's ``function`` column); ValueError unless exactly
+    one does."""
+    root = _PACKAGE.parent
+    found = {path.relative_to(root).with_suffix("").as_posix().replace("/", ".")
+             for path in sorted(root.glob("numba_flash/kernels/*.py"))
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.FunctionDef) and node.name == function}
+    if len(found) != 1:
+        raise ValueError(f"kernel function {function!r} is defined in {len(found)} kernel modules "
+                         f"({', '.join(sorted(found)) or 'none'}), not one")
+    return found.pop()
+
+
+def function_digest(function: str) -> str:
+    """``kernel_digest`` of the module defining kernel function ``function``, 16 hex digits:
+    what the kernel tables (simulator/kernel_*.csv, kernel_loops.json.gz) record per row, and
+    tests hold each row to."""
+    return kernel_digest(function_module(function))[:16]
+
+
+def stale_functions(entries) -> list[str]:
+    """The kernel functions (sorted) of kernel-table entries (dicts with ``function`` and
+    ``kernel_source``) recorded from other sources than their kernel's as they are now."""
+    return sorted({e["function"] for e in entries
+                   if e["kernel_source"] != function_digest(e["function"])})
 
 
 @functools.lru_cache(maxsize=None)
@@ -88,15 +166,32 @@ def entries() -> list[Path]:
     return sorted(found, key=lambda p: p.stat().st_mtime)
 
 
-def _source_tag() -> str:
-    """The part of an entry's file name that names the kernel sources it was built from."""
-    return source_digest()[:12]
+def _source_tag(factory: str) -> str:
+    """The part of an entry's file name that names the kernel sources it was built from: its
+    factory's (dotted name) module digest."""
+    return kernel_digest(factory.rsplit(".", 1)[0])[:12]
+
+
+def _current_tags() -> set[str]:
+    """The source tags of every kernel module as the sources are now (and of all of them, a
+    test factory's)."""
+    root = _PACKAGE.parent
+    modules = (p.relative_to(root).with_suffix("").as_posix().replace("/", ".")
+               for p in root.glob("numba_flash/kernels/*.py"))
+    return {_source_tag(f"{m}.factory") for m in modules} | {source_digest()[:12]}
+
+
+def _current(path: Path, tags: set[str]) -> bool:
+    """Whether cache entry ``path`` (``{factory}-{tag}-{key}.nfk``) is of the sources as they are."""
+    parts = path.name.split("-")
+    return len(parts) >= 3 and parts[-2] in tags
 
 
 def prune() -> int:
     """Remove the entries built from other kernel sources than these (never loaded again);
     returns how many."""
-    stale = [path for path in entries() if f"-{_source_tag()}-" not in path.name]
+    tags = _current_tags()
+    stale = [path for path in entries() if not _current(path, tags)]
     for path in stale:
         path.unlink(missing_ok=True)
     return len(stale)
@@ -128,7 +223,8 @@ def pack(path, part_bytes: int | None = None, stale: bool = False) -> list[Path]
     import tarfile
 
     path = Path(path)
-    keep = entries() if stale else [e for e in entries() if f"-{_source_tag()}-" in e.name]
+    tags = _current_tags()
+    keep = entries() if stale else [e for e in entries() if _current(e, tags)]
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for entry in keep:
@@ -203,10 +299,11 @@ class DiskCache:
 
     def path(self, sig, target_context) -> Path:
         """The file of this factory call's kernel for signature ``sig`` on the current target."""
-        key = (source_digest(), self.factory, self.args, self.options, str(sig),
-               target_context.codegen().magic_tuple(), _toolchain(), _compilers())
+        key = (kernel_digest(self.factory.rsplit(".", 1)[0]), self.factory, self.args,
+               self.options, str(sig), target_context.codegen().magic_tuple(), _toolchain(),
+               _compilers())
         name = hashlib.sha256(repr(key).encode()).hexdigest()[:40]
-        return cache_dir() / f"{self.factory.rsplit('.', 1)[-1]}-{_source_tag()}-{name}{SUFFIX}"
+        return cache_dir() / f"{self.factory.rsplit('.', 1)[-1]}-{_source_tag(self.factory)}-{name}{SUFFIX}"
 
     def load_overload(self, sig, target_context):
         """The kernel cached for ``sig``, or None (numba-cuda then compiles and saves it)."""

@@ -67,8 +67,9 @@ from .tiling import Tiling
 
 #: Per-kernel main-loop instruction streams: written by tools/kernel_loops.py, read by ``stream_for``.
 LOOPS_JSON = Path(__file__).with_name("kernel_loops.json.gz")
-#: The version of the file's encoding (``encode_loop``).
-FORMAT = 1
+#: The version of the file's encoding (``encode_loop``) and layout (2: each loop and ``no_loop``
+#: key names its kernel's source digest, ptxas version and date).
+FORMAT = 2
 
 # ---- latencies not measured by calibrate: assumptions -------------------------------------
 #: Cycles from an LDS.32 (1 wavefront) to its data, where the rates have no measured

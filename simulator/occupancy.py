@@ -172,8 +172,8 @@ class KernelResources:
     function: the compiled Python function (the name ncu shows).  variant: "" or a label of a
     code variant (``trans_a``, ``no_atomic_dq``, ...).  tiling: None for the row kernels.
     d, causal: None where the kernel's code depends on neither.  Bytes for every size.
-    kernel_source: the digest (16 hex digits) of the kernel sources compiled
-    (``numba_flash.kernel_cache.source_digest``; a test holds it to the current sources).
+    kernel_source: the digest (16 hex digits) of the kernel's sources compiled
+    (``numba_flash.kernel_cache.function_digest``; a test holds it to the current sources).
     """
 
     kernel: str

@@ -83,15 +83,20 @@ def test_key_holds_everything_that_changes_the_binary(cache):
         assert other.path(sig, FakeContext()) != here                        # factory, arguments
 
 
-def test_entry_of_changed_kernel_source_is_not_used(cache, tmp_path, monkeypatch):
-    """A one-byte change in a kernel file gives another digest, so another file name: the old
-    entry is never loaded."""
-    copy = tmp_path / "repo"
+def _copy_sources(copy: Path) -> Path:
+    """The kernel sources of this repository copied under ``copy``."""
     for pattern in kernel_cache._SOURCES:
         for path in REPO.glob(pattern):
             target = copy / path.relative_to(REPO)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, target)
+    return copy
+
+
+def test_entry_of_changed_kernel_source_is_not_used(cache, tmp_path, monkeypatch):
+    """A one-byte change in a kernel file gives another digest, so another file name: the old
+    entry is never loaded."""
+    copy = _copy_sources(tmp_path / "repo")
     assert kernel_cache.digest_of(copy) == kernel_cache.digest_of(REPO)
     disk = kernel_cache.DiskCache("pkg.make_kernel", (64,))
     sig = ("float32",)
@@ -102,6 +107,30 @@ def test_entry_of_changed_kernel_source_is_not_used(cache, tmp_path, monkeypatch
     assert changed != kernel_cache.digest_of(REPO)
     monkeypatch.setattr(kernel_cache, "source_digest", lambda: changed)
     assert disk.load_overload(sig, FakeContext()) is None
+
+
+def test_a_kernel_digest_covers_its_own_file_and_what_it_imports(tmp_path):
+    """Per-kernel digests: an edit to one kernel's file changes its digest and not another
+    kernel's; an edit to a file both import (tiles.py) changes both."""
+    copy = _copy_sources(tmp_path / "repo")
+    tc, fma = "numba_flash.kernels.flash_forward_fa2_tc", "numba_flash.kernels.flash_forward_fa2"
+    assert {"numba_flash/kernels/flash_forward_fa2_tc.py", "numba_flash/kernels/mma.py",
+            "numba_flash/kernels/tiles.py", "numba_flash/launch.py", "simulator/spec.py",
+            "simulator/tiling.py"} <= set(kernel_cache.module_sources(tc, copy))
+    assert "numba_flash/kernels/flash_forward_fa2_tc.py" not in kernel_cache.module_sources(fma, copy)
+    assert kernel_cache.module_sources("pkg", copy) == ()
+    before = {m: kernel_cache.digest_of(copy, m) for m in (tc, fma)}
+    assert before[tc] == kernel_cache.kernel_digest(tc)
+    assert kernel_cache.function_digest("flash_forward_fa2_tc") == before[tc][:16]
+    edit = copy / "numba_flash" / "kernels" / "flash_forward_fa2_tc.py"
+    edit.write_text(edit.read_text() + "\n")
+    assert kernel_cache.digest_of(copy, tc) != before[tc]
+    assert kernel_cache.digest_of(copy, fma) == before[fma]
+    shared = copy / "numba_flash" / "kernels" / "tiles.py"
+    shared.write_text(shared.read_text() + "\n")
+    assert kernel_cache.digest_of(copy, fma) != before[fma]
+    with pytest.raises(ValueError, match="defined in 0 kernel modules"):
+        kernel_cache.function_digest("no_such_kernel")
 
 
 def test_corrupt_entry_is_recompiled_not_raised(cache):
@@ -171,7 +200,7 @@ def test_prune_removes_entries_of_other_sources_only(cache, monkeypatch):
 def test_pack_and_unpack_carry_this_sources_kernels_in_pieces(cache, tmp_path, monkeypatch):
     import os
     cache.mkdir(parents=True)
-    tag = kernel_cache._source_tag()
+    tag = kernel_cache._source_tag("pkg.make_a")
     current = {f"make_a-{tag}-{k}{kernel_cache.SUFFIX}": os.urandom(3000 + k) for k in range(3)}
     for name, data in current.items():
         (cache / name).write_bytes(data)
@@ -198,7 +227,7 @@ def test_pack_compresses_with_or_without_the_xz_tool(cache, tmp_path, monkeypatc
     if not xz_on_path:
         monkeypatch.setattr(shutil, "which", lambda name: None)
     cache.mkdir(parents=True)
-    names = {f"make_a-{kernel_cache._source_tag()}-{k}{kernel_cache.SUFFIX}" for k in range(2)}
+    names = {f"make_a-{kernel_cache._source_tag('pkg.make_a')}-{k}{kernel_cache.SUFFIX}" for k in range(2)}
     for name in names:
         (cache / name).write_bytes(name.encode() * 50)
     (archive,) = kernel_cache.pack(tmp_path / "kc.tar.xz")
@@ -222,7 +251,7 @@ def test_unpack_takes_nothing_but_top_level_kernel_files(cache, tmp_path):
 def test_precompile_cli_packs_and_unpacks(cache, tmp_path, monkeypatch, capsys):
     from numba_flash import precompile
     cache.mkdir(parents=True)
-    name = f"make_b-{kernel_cache._source_tag()}-x{kernel_cache.SUFFIX}"
+    name = f"make_b-{kernel_cache._source_tag('pkg.make_a')}-x{kernel_cache.SUFFIX}"
     (cache / name).write_bytes(b"kernel")
     assert precompile.main(["--pack", str(tmp_path / "c.tar.xz"), "--part-mib", "1"]) == 0
     assert (tmp_path / "c.tar.xz.000").is_file() and "c.tar.xz.000" in capsys.readouterr().out

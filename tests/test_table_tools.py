@@ -6,14 +6,13 @@ import csv
 import sys
 from pathlib import Path
 
-import pytest
 
 TOOLS = Path(__file__).resolve().parent.parent / "tools"
 sys.path.append(str(TOOLS))     # after the packages: a tool never shadows one
 
 import kernel_resources as kr  # noqa: E402
 
-from numba_flash.kernel_cache import source_digest  # noqa: E402
+from numba_flash.kernel_cache import function_digest  # noqa: E402
 from simulator.occupancy import RESOURCES_CSV  # noqa: E402
 
 
@@ -40,14 +39,14 @@ def test_the_table_holds_exactly_the_chosen_configurations():
     assert len(kr.configurations(kr.HEAD_DIMS)) == 147
 
 
-def test_add_keeps_rows_of_these_sources_only(tmp_path):
-    assert kr.kept_rows(tmp_path / "none.csv", source_digest()[:16]) == []   # a new table
+def test_add_keeps_the_rows_of_current_kernel_sources_only(tmp_path):
+    assert kr.kept_rows(tmp_path / "none.csv") == []   # a new table
     rows = _table()[:3]
+    assert all(r["kernel_source"] == function_digest(r["function"]) for r in rows)
+    stale = {**rows[1], "kernel_source": "0" * 16}             # a kernel edited since
     path = tmp_path / "t.csv"
-    kr.write_table(path, kr.COLUMNS, rows, "ptxas", "2026-12-03", source_digest()[:16])
-    assert [kr.row_key(r) for r in kr.kept_rows(path, source_digest()[:16])] == [kr.row_key(r) for r in rows]
-    with pytest.raises(SystemExit, match="other kernel sources"):
-        kr.kept_rows(path, "0" * 16)
+    kr.write_table(path, kr.COLUMNS, [rows[0], stale, rows[2]], "ptxas", "2026-12-03")
+    assert [kr.row_key(r) for r in kr.kept_rows(path)] == [kr.row_key(r) for r in (rows[0], rows[2])]
 
 
 def test_experiments_add_their_own_tilings(throughput_trips):

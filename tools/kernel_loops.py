@@ -9,9 +9,9 @@ tilings), instruction by instruction with its registers, from its sm_90 SASS: wr
 
 The configurations are tools/kernel_resources.py's (``configurations``, ``--experiments`` and
 ``--add`` as there; kernels without a main loop are listed under ``no_loop``), each compiled
-exactly as tools/kernel_sass.py compiles it for its counts (``compile_check.sm90_ptx``, ``ptxas
--arch=sm_90`` with the kernel's register cap, ``nvdisasm -c``: that tool's ``disassemble``; no
-line-information compile). The main loop and the loops nested in it are simulator/sass.py's
+exactly as tools/kernel_sass.py compiles it for its counts (that tool's ``sass_of``:
+``compile_check.sm90_ptx``, ``ptxas -arch=sm_90`` with the kernel's register cap, ``nvdisasm
+-c``, and again with line information, kept where the instructions are the same). The main loop and the loops nested in it are simulator/sass.py's
 (``regions``); each instruction's operands are read by ``simulator.issue.decode_instruction``
 (destination and source registers, predicates, uniform registers; see simulator/issue.py).
 Nested loops are stored once with their address range; their trip counts are not in the SASS
@@ -25,10 +25,12 @@ call line outside its loop body (the guard and set-up ptxas places before a
 ``range(tid, Br, T)`` loop: at Br = 32 and 256 threads, spill refills only warp 0 runs) carry
 ``rows_only`` (``row_copy_lines``).
 
-``--keep DIR`` writes each kernel's disassembly there and ``DIR/STAMP`` (kernel-source digest,
-ptxas version, date); ``--from-sass DIR`` rebuilds the file from those (also from a
-``tools/kernel_sass.py --keep`` folder: the file names are the same) if the digest is still the
-sources'. A kernel source edited during the run fails it (the digest is taken before and after).
+``--keep DIR`` writes each kernel's disassembly there and its stamp (kernel-source digest,
+ptxas version, date) in ``DIR/STAMP``; ``--from-sass DIR`` rebuilds the file from those (also
+from a ``tools/kernel_sass.py --keep`` folder: the file names are the same) where a file's
+digest is still its kernel's sources'. Each loop (and each ``no_loop`` key) names its kernel's
+source digest (``kernel_cache.function_digest``); ``--add`` keeps those still current. A kernel
+source edited during the run fails it (the digest is taken before and after).
 """
 from __future__ import annotations
 
@@ -42,9 +44,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # simulator, numba_flash
 sys.path.insert(0, str(Path(__file__).resolve().parent))          # sibling tools
 
-from compile_check import register_cap, sm90_ptx
 from kernel_resources import configurations, missing, row_key, selection
-from kernel_sass import _file_name, _key, arguments, disassemble, finish_stamp, stamp_of
+from kernel_sass import _file_name, _key, arguments, finish, keep_sass, sass_of, stamps_of
+
+from numba_flash import kernel_cache
 
 from simulator.issue import LINE_MARKER, LOOPS_JSON, FORMAT, encode_loop
 from simulator.tiling import WARP_PAIRS_VARIANT
@@ -52,17 +55,13 @@ from simulator.tiling import WARP_PAIRS_VARIANT
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def compile_sass(chosen, index: int, source: Path | None) -> tuple[dict[str, str], str]:
+def compile_sass(chosen, index: int, source: Path | None, stamps: dict) -> tuple[dict, str, dict]:
     """(the kernel_sass.csv key of configuration ``index`` of ``configurations(*chosen)``, its
-    ``nvdisasm -c`` text), compiled or read from ``source``."""
+    ``nvdisasm -c`` text, its stamp), compiled or read from ``source`` (``sass_of``)."""
     config = configurations(*chosen)[index]
     kernel = config.make(config.tiling)
-    key = _key(config, kernel)
-    if source:
-        text = (source / _file_name(key)).read_text()
-    else:
-        text = disassemble(sm90_ptx(config.kind, kernel), register_cap(kernel))
-    return key, text
+    text, stamp = sass_of(config, kernel, source, stamps)
+    return _key(config, kernel), text, stamp
 
 
 def warp_roles(kernel_file: Path) -> dict[int, int]:
@@ -104,30 +103,31 @@ def kernel_file_of(text: str) -> Path | None:
     return ROOT / "numba_flash" / "kernels" / Path(found.group(1)).name if found else None
 
 
-def kept(path: Path, digest: str) -> tuple[list[dict], list[dict]]:
-    """``--add``: the loops recorded in ``path`` and the keys of the kernels read that have none,
-    refused unless of the kernel sources ``digest`` (none if there is no file yet)."""
+def kept(path: Path) -> tuple[list[dict], list[dict]]:
+    """``--add``: the loops recorded in ``path`` and the keys of the kernels read that have
+    none, those of their kernel's sources as they are now (none if there is no file yet)."""
     if not path.exists():
         return [], []
     with gzip.open(path) as f:
         document = json.load(f)
-    if document["kernel_source"] != digest:
-        sys.exit(f"--add: {path} holds the loops of kernel sources {document['kernel_source']}, "
-                 f"not {digest}: regenerate it whole")
-    return document["loops"], document.get("no_loop", [])
+    if document.get("format") != FORMAT:
+        sys.exit(f"--add: {path} is of format {document.get('format')}, not {FORMAT}: "
+                 "regenerate it whole")
+    return [[entry for entry in document[part] if not kernel_cache.stale_functions([entry])]
+            for part in ("loops", "no_loop")]
 
 
 def main(argv) -> None:
     args = arguments(argv, __doc__.splitlines()[0], LOOPS_JSON)
     chosen = selection(args)
-    digest, ptxas, date = stamp_of(args)
-    loops, no_loop = kept(args.out, digest) if args.add else ([], [])
+    digest, stamps = stamps_of(args)
+    loops, no_loop = kept(args.out) if args.add else ([], [])
     indices = missing(chosen, {row_key(key) for key in loops + no_loop})
     with ProcessPoolExecutor(args.jobs) as pool:
-        for key, text in pool.map(compile_sass, [chosen] * len(indices), indices,
-                                  [args.from_sass] * len(indices)):
-            if args.keep:
-                (args.keep / _file_name(key)).write_text(text)
+        for key, text, stamp in pool.map(compile_sass, [chosen] * len(indices), indices,
+                                         [args.from_sass] * len(indices), [stamps] * len(indices)):
+            keep_sass(args, stamps, _file_name(key), stamp, text)
+            key = {**key, "kernel_source": stamp["kernel_source"]}   # tests hold it to the sources
             # roles only where warps split the loop between them (warp pairs)
             paired = WARP_PAIRS_VARIANT in key["variant"].split("+")
             file = kernel_file_of(text)
@@ -142,11 +142,9 @@ def main(argv) -> None:
             print(f"{name} main loop {loop['start']}-{loop['end']}: "
                   f"{len(loop['instructions'])} instructions, {len(loop['inner_loops'])} nested "
                   "loops", flush=True)
-            loops.append({**key, **loop})
-    finish_stamp(args, digest, ptxas, date)
-    document = {"format": FORMAT, "ptxas": ptxas, "date": date,
-                "kernel_source": digest,   # tests hold it to the sources
-                "loops": loops, "no_loop": no_loop}
+            loops.append({**key, **loop, "ptxas": stamp["ptxas"], "date": stamp["date"]})
+    finish(digest)
+    document = {"format": FORMAT, "loops": loops, "no_loop": no_loop}
     raw = json.dumps(document, separators=(",", ":")).encode()
     with gzip.open(args.out, "wb", compresslevel=9) as f:
         f.write(raw)

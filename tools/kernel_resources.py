@@ -19,8 +19,11 @@ causal in the CSV: the kernel's code depends on neither. Then every tiled kernel
 experiments (``--experiments``: all by default; a few minutes to list) launch in a full GPU run
 and those lack -- fig2_middle's Bc sweep, io_scaling's M sweep, short sequences' cut tiles
 (``experiment_keys``) -- so that the model times them from their own code, not a roofline.
-``--add``: compile only what the table lacks and keep its rows (all of these kernel sources);
-tools/kernel_sass.py and tools/kernel_loops.py take the same options.
+Each row names the digest of its kernel's sources (``kernel_cache.function_digest``: the
+kernel's file and the kernel sources it imports), so an edit to one kernel file stales only its
+rows (and those of kernels importing it). ``--add``: compile only what the table lacks or holds
+from other sources of a kernel, keep the rest; tools/kernel_sass.py and tools/kernel_loops.py
+take the same options.
 """
 from __future__ import annotations
 
@@ -198,7 +201,8 @@ def measure(chosen, index: int) -> dict[str, str]:
            "d": _blank(config.d), "causal": _blank(config.causal),
            "threads": str(tiling.threads_for(config.kernel) if tiling else ROW_THREADS),
            "dynamic_smem_bytes": str(tiling.smem_bytes(config.kernel, config.d or 0) if tiling else 0),
-           "register_cap": _blank(cap)}
+           "register_cap": _blank(cap),
+           "kernel_source": kernel_cache.function_digest(kernel.py_func.__name__)}
     row.update({key: str(value) for key, value in found.items()})
     print(f"{row['kernel']:18s} {row['variant']:13s} d={row['d']:4s} causal={row['causal']:5s} "
           f"{row['Br']:>3s}x{row['Bc']:<3s} {row['threads']:>4s} threads  {row['registers']:>3s} "
@@ -226,8 +230,8 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
                         help="also the tiled kernels these experiments launch at other tilings "
                              "(experiment_keys; default: all; none: --experiments with no name)")
     parser.add_argument("--add", action="store_true",
-                        help="compile only the configurations the table lacks and add their rows "
-                             "(its rows must be of these kernel sources)")
+                        help="compile only the configurations the table lacks or holds from "
+                             "other sources of their kernel; keep its other rows")
 
 
 def selection(args) -> tuple[tuple[int, ...], tuple[tuple, ...]]:
@@ -239,19 +243,13 @@ def selection(args) -> tuple[tuple[int, ...], tuple[tuple, ...]]:
     return head_dims, tuple(experiment_keys(names, head_dims)) if names else ()
 
 
-def kept_rows(path: Path, digest: str) -> list[dict]:
-    """``--add``: the rows of the table at ``path`` (none if there is no file yet), refused
-    unless every one is of the kernel sources ``digest`` (a table of other sources is
-    regenerated whole)."""
+def kept_rows(path: Path) -> list[dict]:
+    """``--add``: the rows of the table at ``path`` (none if there is no file yet) whose kernel
+    sources are as they are now (``kernel_cache.stale_functions``); the others are compiled again."""
     if not path.exists():
         return []
     with open(path, newline="") as f:
-        rows = list(csv.DictReader(f))
-    stale = {r["kernel_source"] for r in rows} - {digest}
-    if stale:
-        sys.exit(f"--add: {path} holds rows of other kernel sources ({', '.join(sorted(stale))}, "
-                 f"not {digest}): regenerate it whole")
-    return rows
+        return [row for row in csv.DictReader(f) if not kernel_cache.stale_functions([row])]
 
 
 def missing(chosen, keys) -> list[int]:
@@ -266,25 +264,22 @@ def main(argv) -> None:
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
     chosen = selection(args)
-    digest = kernel_cache.source_digest()[:16]
-    kept = kept_rows(args.out, digest) if args.add else []
+    kept = kept_rows(args.out) if args.add else []
     indices = missing(chosen, {row_key(r) for r in kept})
     with ProcessPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(measure, [chosen] * len(indices), indices))
-    write_table(args.out, COLUMNS, kept + rows, ptxas_version(), datetime.date.today().isoformat(),
-                digest)
+    write_table(args.out, COLUMNS, kept + rows, ptxas_version(), datetime.date.today().isoformat())
     print(f"{len(indices)} kernels compiled, {len(kept)} rows kept -> {args.out}")
 
 
-def write_table(path: Path, columns, rows, ptxas: str, date: str, digest: str) -> None:
-    """The CSV of ``rows`` (dicts of ``columns``), each stamped with the kernel-source digest
-    (tests hold it to the sources) and, where a row has none (a kept row has its own), the
-    ptxas version and the date."""
+def write_table(path: Path, columns, rows, ptxas: str, date: str) -> None:
+    """The CSV of ``rows`` (dicts of ``columns``, each with its kernel-source digest, which
+    tests hold to the sources); a row without a ptxas version and date (a kept row has its
+    own) gets these."""
     with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, columns, lineterminator="\n")
         writer.writeheader()
-        writer.writerows({"ptxas": ptxas, "date": date, **row, "kernel_source": digest}
-                         for row in rows)
+        writer.writerows({"ptxas": ptxas, "date": date, **row} for row in rows)
 
 
 if __name__ == "__main__":

@@ -16,18 +16,20 @@ instruction, to name each region's source lines (a warning and no lines if not).
 (kernel, main loop, nested and other loops), the opcode classes and the loop finder are
 simulator/sass.py's (its docstring says how each opcode is counted). 15-25 minutes for the
 86 default configurations with 2 jobs; a kernel source edited meanwhile fails the run (the
-digest is taken before and after).
+digest of all of them is taken before and after). Each row names its kernel's source digest
+(``kernel_cache.function_digest``), as tools/kernel_resources.py's rows.
 
 ``--keep DIR``: also write each kernel's disassembly there (with its source lines where they
-could be had) and ``DIR/STAMP`` (kernel-source digest, ptxas version, date); ``--from-sass DIR``
-recounts from those files without compiling (after a change to simulator/sass.py's classes),
-if the digest is still the sources', and compiles the kernels whose file is not there (with
-``--keep DIR`` too: a run cut short goes on where it stopped).
+could be had) and its kernel-source digest, ptxas version and date in ``DIR/STAMP`` (JSON, by
+file name); ``--from-sass DIR`` recounts from those files without compiling (after a change to
+simulator/sass.py's classes) where a file's digest is still its kernel's sources', and compiles
+the others (with ``--keep DIR`` too: a run cut short goes on where it stopped).
 """
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import shutil
 import subprocess
@@ -109,27 +111,36 @@ def _file_name(key: dict[str, str]) -> str:
     return "_".join(v for v in key.values() if v) + ".sass"
 
 
-def measure(chosen, index: int, keep: Path | None, source: Path | None) -> list[dict[str, str]]:
+def sass_of(config, kernel, source: Path | None, stamps: dict) -> tuple[str, dict[str, str]]:
+    """(the disassembly of ``kernel``, built by ``config``, with line information where it
+    could be had; its stamp: kernel_source, ptxas, date): read from folder ``source`` where its
+    file is there and stamped with its kernel's sources as they are now (``stamps``, the
+    folder's STAMP), else compiled."""
+    name = _file_name(_key(config, kernel))
+    digest = kernel_cache.function_digest(kernel.py_func.__name__)
+    stamp = stamps.get(name)
+    if source and stamp and stamp["kernel_source"] == digest and (source / name).exists():
+        return (source / name).read_text(), stamp
+    cap = register_cap(kernel)
+    text = disassemble(sm90_ptx(config.kind, kernel), cap)
+    with_lines = annotated(config.kind, kernel, cap, parse(text))
+    if with_lines is None:
+        print(f"warning: {name} compiles to other SASS with line information: its regions "
+              "get no source lines", file=sys.stderr)
+    return with_lines or text, {"kernel_source": digest, "ptxas": ptxas_version(),
+                                "date": datetime.date.today().isoformat()}
+
+
+def measure(chosen, index: int, source: Path | None, stamps: dict) -> tuple[str, dict, str, list]:
     """Compile configuration ``index`` of ``configurations(*chosen)`` (or read its SASS from
-    ``source``); its CSV rows, one per region (ptxas, date and kernel_source left out)."""
+    ``source``: ``sass_of``); (its SASS file name, stamp and text, its CSV rows, one per
+    region)."""
     config = configurations(*chosen)[index]
     kernel = config.make(config.tiling)
     key = _key(config, kernel)
-    if source and (source / _file_name(key)).exists():
-        text = (source / _file_name(key)).read_text()
-        instructions = parse(text)
-        with_lines = text if "//## File" in text else None
-    else:
-        cap = register_cap(kernel)
-        text = disassemble(sm90_ptx(config.kind, kernel), cap)
-        instructions = parse(text)
-        with_lines = annotated(config.kind, kernel, cap, instructions)
-        if with_lines is None:
-            print(f"warning: {key} compiles to other SASS with line information: its regions "
-                  "get no source lines", file=sys.stderr)
-    if keep:
-        (keep / _file_name(key)).write_text(with_lines or text)
-    lines = source_lines(with_lines) if with_lines else None
+    text, stamp = sass_of(config, kernel, source, stamps)
+    instructions = parse(text)
+    lines = source_lines(text) if "//## File" in text else None
     rows = []
     for region in regions(instructions):
         counts, opcodes = tally(region.instructions)
@@ -138,13 +149,14 @@ def measure(chosen, index: int, keep: Path | None, source: Path | None) -> list[
                      **{name: str(n) for name, n in counts.items()},
                      "opcodes": format_opcodes(opcodes),
                      "lines": format_lines(lines[i.address] for i in region.instructions
-                                           if i.address in lines) if lines is not None else ""})
+                                           if i.address in lines) if lines is not None else "",
+                     **stamp})
     main = next((r for r in rows if r["region"] == "main_loop"), rows[0])
     print(f"{key['kernel']:18s} {key['variant']:13s} d={key['d']:4s} causal={key['causal']:5s} "
           f"{key['Br']:>3s}x{key['Bc']:<3s} {len(rows) - 1} loops; {main['region']}: "
           f"{main['total']} instructions, {main['hmma']} HMMA, {main['fp32']} FP32, "
           f"LDL/STL {main['ldl_bytes']}/{main['stl_bytes']} B", flush=True)
-    return rows
+    return _file_name(key), stamp, text, rows
 
 
 def arguments(argv, description: str, out: Path) -> argparse.Namespace:
@@ -159,42 +171,49 @@ def arguments(argv, description: str, out: Path) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def stamp_of(args) -> tuple[str, str, str]:
-    """(kernel-source digest, ptxas version, date) of the SASS this run reads: of the sources
-    as they are, or of a ``--from-sass`` folder (exits if that is of other sources)."""
-    digest = kernel_cache.digest_of(ROOT)[:16]
-    if args.from_sass:
-        recorded, ptxas, date = (args.from_sass / STAMP).read_text().splitlines()[:3]
-        if recorded != digest:
-            sys.exit(f"{args.from_sass} holds the SASS of kernel sources {recorded}, not of these "
-                     f"({digest}): compile again")
-    else:
-        ptxas, date = ptxas_version(), datetime.date.today().isoformat()
+def stamps_of(args) -> tuple[str, dict]:
+    """(digest of all kernel sources, taken to see them unchanged at the end; the STAMP of the
+    ``--from-sass`` folder, or of the ``--keep`` one (created if need be), else empty)."""
     if args.keep:
         args.keep.mkdir(parents=True, exist_ok=True)
-    return digest, ptxas, date
+    folder = args.from_sass or args.keep
+    path = folder / STAMP if folder else None
+    stamps = json.loads(path.read_text()) if path and path.exists() else {}
+    if not isinstance(stamps, dict):
+        sys.exit(f"{path} is not a STAMP of this tool (a JSON object by file name): compile again")
+    return kernel_cache.digest_of(ROOT), stamps
 
 
-def finish_stamp(args, digest: str, ptxas: str, date: str) -> None:
-    """Exit if the sources changed during the run; stamp a ``--keep`` folder."""
-    if kernel_cache.digest_of(ROOT)[:16] != digest:
-        sys.exit("the kernel sources changed during the run: run it again")
+def keep_sass(args, stamps: dict, name: str, stamp: dict, text: str) -> None:
+    """With ``--keep``: write a kernel's SASS and its stamp (the STAMP rewritten each time, so
+    that a run cut short keeps what it did)."""
     if args.keep:
-        (args.keep / STAMP).write_text(f"{digest}\n{ptxas}\n{date}\n")
+        (args.keep / name).write_text(text)
+        stamps[name] = stamp
+        (args.keep / STAMP).write_text(json.dumps(stamps, indent=0, sort_keys=True))
+
+
+def finish(digest: str) -> None:
+    """Exit if a kernel source changed during the run."""
+    if kernel_cache.digest_of(ROOT) != digest:
+        sys.exit("the kernel sources changed during the run: run it again")
 
 
 def main(argv) -> None:
     args = arguments(argv, __doc__.splitlines()[0], OUT)
     chosen = selection(args)
-    digest, ptxas, date = stamp_of(args)
-    kept = kept_rows(args.out, digest) if args.add else []
+    digest, stamps = stamps_of(args)
+    kept = kept_rows(args.out) if args.add else []
     indices = missing(chosen, {row_key(r) for r in kept})
+    rows = []
     with ProcessPoolExecutor(args.jobs) as pool:
-        rows = [row for rows in pool.map(measure, [chosen] * len(indices), indices,
-                                         [args.keep] * len(indices), [args.from_sass] * len(indices))
-                for row in rows]
-    finish_stamp(args, digest, ptxas, date)
-    write_table(args.out, COLUMNS, kept + rows, ptxas, date, digest)
+        for name, stamp, text, found in pool.map(measure, [chosen] * len(indices), indices,
+                                                 [args.from_sass] * len(indices),
+                                                 [stamps] * len(indices)):
+            keep_sass(args, stamps, name, stamp, text)
+            rows += found
+    finish(digest)
+    write_table(args.out, COLUMNS, kept + rows, ptxas_version(), datetime.date.today().isoformat())
     print(f"{len(indices)} kernels, {len(rows)} regions added to {len(kept)} kept -> {args.out}")
 
 
