@@ -161,10 +161,11 @@ same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py --back
         unchanged (<= 7.0e-6 of max |dx| against float64). The runtime model had predicted 71.5
         ms (51.6 counting each warp's role alone). Kernels without pairs unchanged.
     v13 d > 128 (STEPWISE): S^T and dP^T summed k step by k step, each step's three products
-        from zero and added in fp32, as the forward's S in its v14 (the P recomputed here then
-        matches the forward's L): chained over all d/8 steps, the tensor core's adds made the
-        gradients' error grow with d (H200, 2026-12-03, d = 256: 3.2-6.8x plain fp32's,
-        stepwise 0.3-0.7x). d <= 128 keeps the chain.
+        from zero and added in fp32, as the forward's S in its v14 (so the S recomputed here
+        and the forward's, which set L, are summed the same way, though not bitwise the same):
+        chained over all d/8 steps, the tensor core's adds made the gradients' error grow with
+        d (H200, 2026-12-03, d = 256: 3.2-6.8x plain fp32's, stepwise 0.3-0.7x). d <= 128
+        keeps the chain. (Its VERSION read 12 until 2026-12-04, and the forward's 13 for v14.)
 """
 from __future__ import annotations
 
@@ -183,7 +184,7 @@ from .tiles import (LN2, ONE, POS_INF, ZERO, dropout_kept, dropout_words, identi
                     scaled_element, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 12
+VERSION = 13
 
 
 @kernel_factory

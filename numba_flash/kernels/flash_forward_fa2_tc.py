@@ -120,7 +120,8 @@ TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward
         error (flash-attention's rule: 2x / 3x), stepwise 0.3-1.0x (results/h200/verification/
         tf32_steps_2026-12-03.log). At every d it cost 22 % at d = 64 ((4,16,4096) forward 5.40
         -> 6.88 ms, same run) and 5 % at d = 128 (11.10 -> 11.73), where the chain passes the
-        rule (0.3-1.5x at logits x30): d <= 128 keeps v13's chain.
+        rule (0.3-1.5x at logits x30): d <= 128 keeps v13's chain. (VERSION read 13 until
+        2026-12-04.)
 """
 from __future__ import annotations
 
@@ -139,7 +140,7 @@ from .tiles import (LN2, NEG_INF, ONE, ZERO, dropout_kept, dropout_words, key_bl
                     scaled_element, sticky_max, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 13
+VERSION = 14
 
 
 @kernel_factory
