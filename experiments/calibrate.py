@@ -65,6 +65,7 @@ def run(ctx: RunContext) -> list[dict]:
     rows += [row(m) for m in placement_rows]
     rows += [row(m) for m in l2_residue.measure(not simulated)]
     rows += [row(m) for m in l2_residue.measure_sweep(not simulated)]
+    rows += [row(m) for m in l2_residue.measure_hot(not simulated)]
     rows += [row(m) for m in copy_sectors.measure(not simulated)]
     rows += [row(m) for m in l1_reuse.measure(not simulated)]
     if raw:

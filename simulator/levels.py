@@ -71,7 +71,8 @@ def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
     - local memory: ``simulator.local`` (the compiled kernel's spill instructions x how often
       they run; misses where the blocks' spill footprint overflows L1);
     - DRAM: the L2 model's reads; its writes less what L2 still holds dirty when the launch
-      ends (``simulator.local.dirty_residue``);
+      ends (``simulator.local.dirty_residue``: the write share of the measured dirty capacity
+      its working set leaves);
     - shared memory: ``simulator.phases.smem_wavefronts``: the LSU wavefronts a plan derives
       from its access patterns (bank conflicts, broadcasts and cp.async copies:
       ``simulator.banks``), else the SRAM model's bytes / 128 (conflict-free 128-byte
@@ -98,8 +99,8 @@ def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
         t = p.tiling or tiling                    # (a launch at its own tiling: Phase.tiling)
         sec = sector_traffic(p, workload)
         written = view.dram_write_bytes
-        if rates is not None and rates.l2_dirty_residue_bytes:
-            written -= dirty_residue(view, hardware, rates.l2_dirty_residue_bytes)
+        if rates is not None and rates.l2_dirty_capacity_bytes:
+            written -= dirty_residue(view, rates.l2_dirty_capacity_bytes)
         loc, seconds = None, nan
         if _launches(p, workload, t, hardware):
             try:

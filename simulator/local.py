@@ -19,10 +19,17 @@ Local traffic of a launch, from the compiled kernel (never guessed):
   accesses and its global loads only (its static LDL, STL and LDG bytes a thread, x threads x
   blocks: an upper bound of the distinct lines). Stores go on to L2 (L1 writes through).
 Dirty residue: L2 writes back lazily, so a launch's DRAM writes miss what is still dirty in L2
-when it ends: the share of L2 holding written (not read) lines, ``written / (read + written)``
-of the launch's compulsory bytes, times the dirty capacity a streaming copy leaves behind
-(measured by the ``calibrate`` experiment, ``MachineRates.l2_dirty_residue_bytes``; a copy
-writes half of what it moves).
+when it ends. The lines a launch streams through L2 (its compulsory reads and writes) share
+what its working set (``L2Phase.working_set_bytes``: K and V of the heads in flight, ...), kept
+by its re-reads, leaves of L2; of those, the write share ``written / (read + written)`` is
+dirty: residue = share x (capacity - working set), at most what it writes. The capacity is
+measured (``calibrate``, experiments/common/l2_residue.py's hot-set sweep:
+``MachineRates.l2_dirty_capacity_bytes``, residue / write share of a numba kernel streaming
+one or three words read per word written; H200, 2026-12-04: 38.5-42.5 MB of the 60 MB L2).
+The same sweep, with a buffer it keeps re-reading, shows the mechanism: 8 and 16 MiB of hot
+data took 1.2-1.6 times their size, times the write share, off the residue (19.3 -> 14.2 ->
+8.6 MB at share 1/2); the model counts the working set at its size. Idle DRAM does not drain
+it: 256 dependent FMAs per element (18 times slower) left the same residue.
 Pure Python: no numba.
 """
 from __future__ import annotations
@@ -181,11 +188,12 @@ def _tile_bytes_per_trip(p: Phase, w: Workload, trips: int) -> float:
     return sector_traffic(p, w).missed * SECTOR_BYTES / trips if trips else 0.0
 
 
-def dirty_residue(view: L2Phase, hw: Hardware, residue_bytes: float) -> float:
+def dirty_residue(view: L2Phase, capacity_bytes: float) -> float:
     """DRAM write bytes still dirty in L2 when the launch of ``view`` ends (module docstring);
-    ``residue_bytes``: what a streaming copy leaves dirty (``MachineRates``)."""
+    ``capacity_bytes``: the L2 capacity whose write share a streaming kernel leaves dirty
+    (``MachineRates.l2_dirty_capacity_bytes``)."""
     moved = view.compulsory_read_bytes + view.compulsory_write_bytes
     if not moved:
         return 0.0
     share = view.compulsory_write_bytes / moved
-    return min(view.dram_write_bytes, 2 * share * residue_bytes)
+    return min(view.dram_write_bytes, share * max(0.0, capacity_bytes - view.working_set_bytes))

@@ -60,7 +60,7 @@ BARRIER = "barrier_cycles"
 #: Quantities measured more than once (one row per configuration), summarised by their median.
 MEDIANS = {"mma_lds_overlap": "mma_lds_overlap"}
 #: ... and those that may be missing (None): measured by ncu, which not every run has.
-OPTIONAL_MEDIANS = {"l2_dirty_residue_bytes": "l2_dirty_residue_bytes"}
+OPTIONAL_MEDIANS = {"l2_dirty_capacity_bytes": "l2_dirty_capacity_bytes"}
 
 
 @dataclass(frozen=True)
@@ -96,8 +96,9 @@ class MachineRates:
     clock of tensor-pipe-bound kernels, which run below the FFMA-loaded ``clock_hz``.
     mma_lds_overlap: how much conflict-free LDS.128 beside independent mma serialise (0: the
     shorter hides under the longer, 1: they add up; the median over 1 and 2 loads an mma).
-    l2_dirty_residue_bytes: DRAM write bytes a streaming kernel leaves dirty in L2 when it ends
-    (ncu; the median over the sizes measured; None where the run had no ncu).
+    l2_dirty_capacity_bytes: the L2 bytes whose write share a streaming kernel leaves dirty
+    when it ends (ncu, experiments/common/l2_residue.py's hot-set sweep without a hot buffer:
+    residue / write share, the median; None where the run had no ncu, or predates it).
     mma_half_by_config, mma_half_latency_cycles: format ("float16", "bfloat16") -> the
     ``mma.sync.m16n8k16`` (fp32 accumulators, 4096 FLOP each) rates by (warps an SM, chains a
     warp), as ``mma_tf32_by_config``, and its dependent latency; empty for CSVs from before
@@ -140,7 +141,7 @@ class MachineRates:
     host_launch_per_array_arg_s: float
     lds_latency_cycles: float | None = None
     shfl_latency_cycles: float | None = None
-    l2_dirty_residue_bytes: float | None = None
+    l2_dirty_capacity_bytes: float | None = None
     mma_half_by_config: Mapping[str, Mapping[tuple[int, int], float]] = field(default_factory=dict)
     mma_half_latency_cycles: Mapping[str, float] = field(default_factory=dict)
     l1_hit_latency_cycles: float | None = None

@@ -119,6 +119,7 @@ def test_the_gpu_branch_host_code_on_simulated_kernels(monkeypatch, tmp_path):
     assert unmeasured == {"placement_coresident_stride": "no co-resident blocks",   # blocks run one by one
                           "l2_dirty_residue_bytes": "simulator: not a measurement",  # ncu: a real GPU
                           "l2_dirty_residue_sweep_bytes": "simulator: not a measurement",
+                          "l2_dirty_residue_hot_bytes": "simulator: not a measurement",
                           "l1_local_reuse_hit_rate": "simulator: not a measurement",
                           **{f"copy_sectors_{mode}": "simulator: not a measurement"
                              for mode in copy_sectors.MODES}}
@@ -226,7 +227,7 @@ def _measured_rows() -> list[dict]:
             m("ffma_flops_per_cycle_per_sm", None, "FLOP/cycle/SM", "test", note="not measured")]
     out += [m("mma_lds_overlap", v, "fraction", "test", detail=f"{n} LDS.128 an mma")
             for n, v in ((1, 0.1), (2, 0.3))]
-    out += [m("l2_dirty_residue_bytes", v, "bytes", "test") for v in (24e6, 26e6, 30e6)]
+    out += [m("l2_dirty_capacity_bytes", v, "bytes", "test") for v in (38e6, 40e6, 42e6)]
     out += [m("lds_latency_cycles", 29.5, "cycles", "test"), m("l2_hit_latency_cycles", 260.0, "cycles", "test")]
     return [calibrate.row(x) for x in out]
 
@@ -247,7 +248,7 @@ def test_load_rates_round_trips_the_csv(tmp_path):
     assert r.sts_wavefronts_per_cycle == {32: 1.25, 64: 1.5, 128: 2.0}
     assert r.ffma_flops_per_cycle == 64 * r.ffma_per_cycle
     assert r.seconds(r.clock_hz * 3) == pytest.approx(3)
-    assert r.mma_lds_overlap == pytest.approx(0.2) and r.l2_dirty_residue_bytes == 26e6  # medians
+    assert r.mma_lds_overlap == pytest.approx(0.2) and r.l2_dirty_capacity_bytes == 40e6  # medians
     assert r.lds_latency_cycles == 29.5 and r.shfl_latency_cycles is None           # optional
     assert r.l2_hit_latency_cycles == 260.0 and r.l1_hit_latency_cycles is None
 
@@ -399,12 +400,48 @@ def test_residue_sweep_rows_follow_the_childs_launch_order():
     assert l2_residue.measure_sweep(False)[0].note == "simulator: not a measurement"
 
 
+def test_hot_residue_rows_follow_the_childs_launch_order():
+    from experiments.common import l2_residue
+
+    configs = l2_residue.hot_configs()
+    kernels = [{"dram_write_bytes": l2_residue.HOT_WRITE_BYTES - 1000 * k, "dram_read_bytes": 1.0,
+                "gpu_time_ns": 1.0} for k in range(len(configs))]
+    rows = l2_residue.hot_rows(kernels)
+    residues, capacities = rows[:len(configs)], rows[len(configs):]
+    assert [r.value for r in residues] == [1000 * k for k in range(len(configs))]
+    assert {r.quantity for r in residues} == {"l2_dirty_residue_hot_bytes"}
+    # without a hot buffer: residue / write share
+    cold = [(k, reads) for k, (reads, hot, _) in enumerate(configs) if not hot]
+    assert [r.value for r in capacities] == [1000 * k * (1 + reads) for k, reads in cold]
+    assert {r.quantity for r in capacities} == {"l2_dirty_capacity_bytes"}
+    reads, hot, spin = configs[-1]
+    last = json.loads(residues[-1].detail)
+    assert (last["reads_per_write"], last["hot_bytes"], last["spin"]) == (reads, hot * 2**20, spin)
+    assert last["write_share"] == 1 / (1 + reads)
+    assert l2_residue.measure_hot(False)[0].note == "simulator: not a measurement"
+
+
+@SIM_ONLY
+def test_the_hot_residue_kernel_sums_its_reads_hot_words_and_spin():
+    """Under the simulator, tiny: each element sums its ``reads`` streamed ones and, with a hot
+    buffer, HOT_PER_ELEMENT hot ones; ``spin`` steps v -> v / 2 + 1 / 2 then halve v - 1."""
+    from experiments.common import l2_residue
+
+    configs = [(1, 0, 0), (3, 1, 0), (3, 1, 2)]
+    outs = l2_residue.run_hot(configs, write_bytes=4 * 40, blocks=1, threads=32)
+    for (reads, hot, spin), out in zip(configs, outs):
+        v = reads + (l2_residue.HOT_PER_ELEMENT if hot else 0)
+        expect = 1 + (v - 1) / 2**spin
+        np.testing.assert_array_equal(out, np.full(40, expect, np.float32))
+
+
 def test_ncu_microbenchmarks_say_when_ncu_is_missing(monkeypatch):
     from experiments.common import l2_residue, ncu
 
     monkeypatch.setattr(ncu.shutil, "which", lambda name: None)
-    rows = l2_residue.measure(True) + l2_residue.measure_sweep(True) + copy_sectors.measure(True)
-    assert len(rows) == 2 + len(copy_sectors.MODES)
+    rows = (l2_residue.measure(True) + l2_residue.measure_sweep(True) + l2_residue.measure_hot(True)
+            + copy_sectors.measure(True))
+    assert len(rows) == 3 + len(copy_sectors.MODES)
     assert all(r.value is None and r.note == "ncu not found" for r in rows)
 
 

@@ -92,12 +92,15 @@ def test_cp_async_rows_cost_a_sector_per_chunk_where_the_padding_shifts_them():
         sum(tensor_sectors(name, n, w) for name, n in fwd.hbm_reads.items()))
 
 
-def test_dirty_residue_is_the_write_share_of_what_a_copy_leaves():
-    view = L2Phase("x", 1, 0, 1.0, dram_read_bytes=300.0, dram_write_bytes=100.0,
-                   compulsory_read_bytes=300, compulsory_write_bytes=100)
-    # a copy writes half of what it moves and leaves R dirty: here a quarter, so R / 2
-    assert dirty_residue(view, H200, 40.0) == pytest.approx(20.0)
-    assert dirty_residue(view, H200, 1e9) == 100.0          # never more than was written
+def test_dirty_residue_is_the_write_share_of_what_the_working_set_leaves():
+    def view(working_set):
+        return L2Phase("x", 1, working_set, 1.0, dram_read_bytes=300.0, dram_write_bytes=100.0,
+                       compulsory_read_bytes=300, compulsory_write_bytes=100)
+    # a quarter of the streamed bytes are writes: a quarter of the capacity left stays dirty
+    assert dirty_residue(view(0), 40.0) == pytest.approx(10.0)
+    assert dirty_residue(view(24), 40.0) == pytest.approx(4.0)      # a working set kept hot
+    assert dirty_residue(view(50), 40.0) == 0.0                      # ... filling it
+    assert dirty_residue(view(0), 1e9) == 100.0          # never more than was written
 
 
 def test_makespan_fills_slots_in_launch_order():
