@@ -129,10 +129,25 @@ VALIDATION_5 = (
     Case("fa2", "fwd_bwd", 3, 8, 2048, 80, dtype="bfloat16"),
     Case("fa2", "fwd_bwd", 2, 12, 1536, 32, causal=True, dtype="float16"),
 )
+#: Held out from the dirty-residue model of 2026-12-04 (the write share of the L2 capacity the
+#: working set leaves, the capacity from calibrate's hot-set sweep), measured once after it was
+#: committed: new shapes, write shares and working sets on kernels already compiled.
+VALIDATION_6 = (
+    Case("fa2", "fwd_bwd", 2, 16, 3584, 64),
+    Case("fa2", "fwd_bwd", 4, 10, 2048, 128),
+    Case("fa2", "fwd_bwd", 12, 8, 1536, 32),
+    Case("fa2", "fwd_bwd", 3, 16, 2304, 80, causal=True),
+    Case("fa2_fma", "fwd_bwd", 2, 14, 2048, 64),
+    Case("fa2_fma", "fwd_bwd", 5, 8, 1280, 128),
+    Case("fa1", "fwd", 2, 8, 3072, 64),
+    Case("standard", "fwd_bwd", 2, 10, 1024, 64),
+    Case("fa2", "fwd_bwd", 2, 16, 4096, 64, dtype="bfloat16"),
+    Case("fa2", "fwd_bwd", 3, 12, 2048, 128, dtype="float16"),
+)
 #: Every split measured on the GPU, by name.
 SPLITS = {"development": DEVELOPMENT, "validation": VALIDATION, "validation_2": VALIDATION_2,
           "half": HALF, "validation_3": VALIDATION_3, "validation_4": VALIDATION_4,
-          "validation_5": VALIDATION_5}
+          "validation_5": VALIDATION_5, "validation_6": VALIDATION_6}
 #: CPU mode: the model alone, at a few of the same configurations.
 CPU_CASES = DEVELOPMENT[:2] + VALIDATION[:2]
 
