@@ -15,9 +15,11 @@ kernels of experiments/common/microbench.py (which says how each is timed):
   whole GPU (B/s) and a cycle an SM;
 - __syncthreads() cycles, blocks of 4, 8, 16 warps; launch overhead: GPU seconds between queued
   empty kernels, host seconds a numba launch (and per extra array argument);
-- the dirty bytes L2 still holds when a streaming kernel ends (ncu; experiments/common/l2_residue.py),
-  and the same for writes of 4-256 MiB with 0, 1 or 3 bytes read a byte written (a sweep the
-  model does not read yet: what a model of the DRAM write residue must explain);
+- the dirty bytes L2 still holds when a streaming kernel ends (ncu; experiments/common/l2_residue.py):
+  torch's copy, and torch's writes of 4-256 MiB with 0, 1 or 3 bytes read a byte written, for
+  the record; and a numba kernel's with 1 or 3 words read a word written beside a re-read hot
+  buffer of 0-48 MiB (the hot-set sweep), whose residue over its write share without the
+  buffer is the dirty capacity ``simulator.local.dirty_residue`` uses;
 - SM<->L2 read sectors per 32 bytes copied HBM -> SRAM by cp.async (16 and 4 bytes) and by
   register loads (ncu; experiments/common/copy_sectors.py: why the half kernels' loads count 1.5x);
 - the L1 hit rate of local (spill) loads reused cyclically, against the footprint and the global
