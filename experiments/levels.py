@@ -317,6 +317,29 @@ def repredict(kernels_csv: Path) -> list[dict]:
     return rows
 
 
+def measure_alone(cases, split: str, out: Path, csv_name: str, command: str) -> None:
+    """A few cases measured on their own (a split measured after a model change, cases whose
+    kernels changed): their kernels built first, then their ncu counters; each level printed
+    measured beside predicted, and their per-kernel counters written to ``out / csv_name`` (the
+    rows ``levels_kernels.csv`` takes; ``command`` for the run's metadata)."""
+    import numba_flash
+    from experiments.common.kernels import kernel_config
+    from experiments.common.metadata import run_metadata
+
+    print(numba_flash.warmup([kernel_config(c) for c in cases]), flush=True)
+    counters = profile_cases(list(cases), out / "ncu")
+    kernel_rows = []
+    for c in cases:
+        rows, kernels = rows_for(c, split, counters[c])
+        kernel_rows += kernels
+        for r in rows:
+            if r["measured"] is not None:
+                print(c.label, r["kernel"], r["quantity"], r["measured"], r["predicted"], flush=True)
+            elif r["note"]:
+                print(c.label, r["kernel"], r["quantity"], "NOTE", r["note"], flush=True)
+    write_rows(out / csv_name, kernel_rows, run_metadata("levels", "gpu", command))
+
+
 def run(ctx: RunContext) -> list[dict]:
     if not ctx.gpu:
         measured = ctx.out / NAME / "levels_kernels.csv"

@@ -79,14 +79,18 @@ def _source_files(root: Path) -> list[Path]:
     return [path for pattern in _SOURCES for path in sorted(root.glob(pattern))]
 
 
+def _module_name(path: Path, root: Path) -> str:
+    """The dotted module name of the source file ``path`` under ``root``."""
+    return path.relative_to(root).with_suffix("").as_posix().replace("/", ".")
+
+
 def module_sources(module: str, root: Path | None = None) -> tuple[str, ...]:
     """The kernel source files (paths relative to ``root``, this repository by default, sorted)
     that module ``module`` (dotted: ``numba_flash.kernels.flash_backward_tc``) is built from:
     its own file and those it imports, directly or through each other, among ``_SOURCES``.
     Empty for a module that is not a kernel source."""
     root = _PACKAGE.parent if root is None else root
-    known = {path.relative_to(root).with_suffix("").as_posix().replace("/", "."): path
-             for path in _source_files(root)}
+    known = {_module_name(path, root): path for path in _source_files(root)}
     found, todo = set(), [module]
     while todo:
         name = todo.pop()
@@ -126,8 +130,7 @@ def function_module(function: str) -> str:
     name ptxas and ncu show, a kernel table's ``function`` column); ValueError unless exactly
     one does."""
     root = _PACKAGE.parent
-    found = {path.relative_to(root).with_suffix("").as_posix().replace("/", ".")
-             for path in sorted(root.glob("numba_flash/kernels/*.py"))
+    found = {_module_name(path, root) for path in sorted(root.glob("numba_flash/kernels/*.py"))
              for node in ast.walk(ast.parse(path.read_text()))
              if isinstance(node, ast.FunctionDef) and node.name == function}
     if len(found) != 1:
@@ -143,11 +146,15 @@ def function_digest(function: str) -> str:
     return kernel_digest(function_module(function))[:16]
 
 
+def is_current(entry) -> bool:
+    """Whether a kernel-table entry (a dict with ``function`` and ``kernel_source``) was
+    recorded from its kernel's sources as they are now."""
+    return entry["kernel_source"] == function_digest(entry["function"])
+
+
 def stale_functions(entries) -> list[str]:
-    """The kernel functions (sorted) of kernel-table entries (dicts with ``function`` and
-    ``kernel_source``) recorded from other sources than their kernel's as they are now."""
-    return sorted({e["function"] for e in entries
-                   if e["kernel_source"] != function_digest(e["function"])})
+    """The kernel functions (sorted) of the kernel-table entries not ``is_current``."""
+    return sorted({e["function"] for e in entries if not is_current(e)})
 
 
 @functools.lru_cache(maxsize=None)
@@ -176,9 +183,8 @@ def _current_tags() -> set[str]:
     """The source tags of every kernel module as the sources are now (and of all of them, a
     test factory's)."""
     root = _PACKAGE.parent
-    modules = (p.relative_to(root).with_suffix("").as_posix().replace("/", ".")
-               for p in root.glob("numba_flash/kernels/*.py"))
-    return {_source_tag(f"{m}.factory") for m in modules} | {source_digest()[:12]}
+    return ({_source_tag(f"{_module_name(p, root)}.factory") for p in root.glob("numba_flash/kernels/*.py")}
+            | {source_digest()[:12]})
 
 
 def _current(path: Path, tags: set[str]) -> bool:

@@ -11,9 +11,10 @@ The configurations are tools/kernel_resources.py's (``configurations``, ``--expe
 ``--add`` as there; kernels without a main loop are listed under ``no_loop``), each compiled
 exactly as tools/kernel_sass.py compiles it for its counts (that tool's ``sass_of``:
 ``compile_check.sm90_ptx``, ``ptxas -arch=sm_90`` with the kernel's register cap, ``nvdisasm
--c``, and again with line information, kept where the instructions are the same). The main loop and the loops nested in it are simulator/sass.py's
-(``regions``); each instruction's operands are read by ``simulator.issue.decode_instruction``
-(destination and source registers, predicates, uniform registers; see simulator/issue.py).
+-c``, and again with line information, kept where the instructions are the same). The main
+loop and the loops nested in it are simulator/sass.py's (``regions``); each instruction's
+operands are read by ``simulator.issue.decode_instruction`` (destination and source
+registers, predicates, uniform registers; see simulator/issue.py).
 Nested loops are stored once with their address range; their trip counts are not in the SASS
 (runtime, e.g. strided copies), so they are recorded as unknown (``trips: null``) and
 ``stream_for`` inlines such a body once unless the caller gives its trips. In the warp-pair
@@ -113,7 +114,7 @@ def kept(path: Path) -> tuple[list[dict], list[dict]]:
     if document.get("format") != FORMAT:
         sys.exit(f"--add: {path} is of format {document.get('format')}, not {FORMAT}: "
                  "regenerate it whole")
-    return [[entry for entry in document[part] if not kernel_cache.stale_functions([entry])]
+    return [[entry for entry in document[part] if kernel_cache.is_current(entry)]
             for part in ("loops", "no_loop")]
 
 

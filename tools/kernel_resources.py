@@ -245,11 +245,11 @@ def selection(args) -> tuple[tuple[int, ...], tuple[tuple, ...]]:
 
 def kept_rows(path: Path) -> list[dict]:
     """``--add``: the rows of the table at ``path`` (none if there is no file yet) whose kernel
-    sources are as they are now (``kernel_cache.stale_functions``); the others are compiled again."""
+    sources are as they are now (``kernel_cache.is_current``); the others are compiled again."""
     if not path.exists():
         return []
     with open(path, newline="") as f:
-        return [row for row in csv.DictReader(f) if not kernel_cache.stale_functions([row])]
+        return [row for row in csv.DictReader(f) if kernel_cache.is_current(row)]
 
 
 def missing(chosen, keys) -> list[int]:

@@ -1,7 +1,13 @@
 #!/bin/bash
-# Per-instruction-issued stall reasons (ncu smsp__average_warps_issue_stalled_*_per_issue_active)
-# and the top stall locations (SourceCounters) of the tensor-core forward and backward, fp32,
-# 4 x 16 x 4096 at d = 64 and 128 (issue 16). From the repository root on the GPU machine:
+# Where the tensor-core kernels' time goes (issue 16): fp32, 4 x 16 x 4096, d = 128 and 64, the
+# kernels built first. Two ncu runs, each launch profiled again:
+#  - ncu_backward_stalls.txt: the backward's (flash_backward_tc) warp-state, scheduler, compute,
+#    memory, occupancy and launch sections;
+#  - ncu_stall_reasons.txt: cycles stalled per instruction issued, by reason
+#    (smsp__average_warps_issue_stalled_*_per_issue_active), and the source counters, of the
+#    forward and the backward.
+# From the repository root on the GPU machine (on 2026-12-04 each was its own script, run in
+# its own call: results/h200/stalls/*_2026-12-04.txt):
 #   source .whl/prefix.sh; bash results/h200/stalls/stall_reasons.sh OUT
 out=${1:?out folder}
 mkdir -p "$out"
@@ -17,9 +23,17 @@ from experiments.common.cases import Case
 from experiments.common.kernels import kernel_config
 cases = [Case.from_json(c) for c in json.load(open(sys.argv[1]))]
 print(numba_flash.warmup([kernel_config(c) for c in cases]))" "$out/stall_cases.json"
-ncu --clock-control none --profile-from-start off --kernel-name regex:flash_ \
+profile() {   # profile OUTPUT KERNEL-REGEX NCU-OPTIONS...
+    local log=$1 kernels=$2
+    shift 2
+    ncu --clock-control none --profile-from-start off --kernel-name "regex:$kernels" "$@" \
+        python3 -m experiments.common.ncu_target "$out/stall_cases.json" "$out/stall_result.json" \
+        > "$out/$log" 2>&1
+    echo "ncu ($log) rc $?"
+}
+profile ncu_backward_stalls.txt flash_backward_tc \
+    --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats
+profile ncu_stall_reasons.txt flash_ \
     --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-    --section SourceCounters \
-    python3 -m experiments.common.ncu_target "$out/stall_cases.json" "$out/stall_result.json" \
-    > "$out/ncu_stall_reasons.txt" 2>&1
-echo "ncu rc $?"
+    --section SourceCounters
