@@ -166,20 +166,27 @@ same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py --back
         chained over all d/8 steps, the tensor core's adds made the gradients' error grow with
         d (H200, 2026-12-03, d = 256: 3.2-6.8x plain fp32's, stepwise 0.3-0.7x). d <= 128
         keeps the chain. (Its VERSION read 12 until 2026-12-04, and the forward's 13 for v14.)
-    v14 S^T, dP^T and dQ_i each summed in two independent mma chains, the even and the odd k
-        steps, added in fp32 at the end (2 NT chains of 3 KS / 2 mma for S^T, not NT of 3 KS):
-        ptxas had issued the chains as they came, two HMMA then a NOP waiting out the tensor
-        core's 24-cycle latency (ncu source sampling of v13 at (4,16,4096,128): 30 % of the
-        warp samples on HMMA, 17.5 % on NOPs, 38 % of all stalled "wait"; 22 % "long
-        scoreboard" on the tile loads); a step's loads of Qi, dOi, L_i, D_i all issued before
-        its first store. ptxas: d = 128 171 registers, no spills (as v13); d = 64 255, 12 B
-        spilled (v13 40). H200, 2026-12-04, tools/backward_timing.py (backward alone, v13 and
-        v14 in separate runs of the day): (4,16,4096,128) 47.85 -> 37.37 ms (28.7 -> 36.8
-        TFLOP/s), causal (2,32,4096,128) 28.22 -> 19.91, (8,32,2048,128) 48.84 -> 36.63, d = 64
-        (4,16,4096) 16.58 -> 15.35, (16,16,1024,64) 4.75 -> 4.13, causal 9.55 -> 8.30; gradient
-        errors <= 5.0e-6 of max |dx| against float64 (v13 7.0e-6). Not adopted: fetching the
-        next step's tiles into registers a step ahead (255 registers and 40 B spilled at d =
-        128): 40.43 ms there against v14's 37.44 in the same run, slower at every shape timed.
+    v14 a step's loads of Qi, dOi, L_i, D_i all issued before its first store (fetch_tile,
+        store_twice): v13 moved each tile as a loop of 2 x 2 element items (tools/kernel_sass.py:
+        inner loops of 4 LDG and 4 STS.128 an iteration), each iteration's stores waiting for
+        its loads, so a thread waited out an L2 round trip per item, four a step at d = 128
+        (ncu source sampling of v13 at (4,16,4096,128): 22 % of warp samples "long
+        scoreboard" on the loads' consumers; v14: 8 %). And S^T, dP^T, dQ_i each summed in two
+        independent mma chains, the even and the odd k steps, added in fp32 at the end (2 NT
+        chains of 3 KS / 2 mma for S^T, not NT of 3 KS): ptxas had issued v13's chains two
+        HMMA then a NOP for the tensor core's 24-cycle latency (17.5 % of v13's samples on
+        NOPs, 0 in v14's) -- but the chains alone gained nothing (below). ptxas: 255 registers
+        at d = 128 with 8 / 12 B of spill stores / loads (v13: 171, none), d = 64 255 and
+        28 / 56 B (40 / 48). H200, 2026-12-04, tools/backward_timing.py, backward alone
+        (results/h200/tuning/backward_v14_2026-12-04.log): (4,16,4096,128) 47.85 -> 37.37 ms
+        (28.7 -> 36.8 TFLOP/s), causal (2,32,4096,128) 28.22 -> 19.91, (8,32,2048,128) 48.84 ->
+        36.63, d = 64 (4,16,4096) 16.58 -> 15.35, (16,16,1024,64) 4.75 -> 4.13, causal 9.55 ->
+        8.30 (v13 and v14 in separate runs of the day; v14 again 37.60 / 15.57 in the last);
+        gradient errors <= 5.0e-6 of max |dx| against float64 (v13 7.0e-6). In the last run, the
+        two chains on v13's loads (171 registers, no spills): 48.10 ms at (4,16,4096,128),
+        28.44 causal, 17.79 at d = 64 -- no faster than v13. Not adopted: fetching the next
+        step's tiles a step ahead (255 registers, 40 B spilled at d = 128): 40.43 ms there
+        against 37.44 in the same run, slower at every shape timed.
 """
 from __future__ import annotations
 
@@ -354,8 +361,8 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
         row copy of Qi or dOi; a_*: this lane's chunks (offsets / 4) of its hi and lo parts of
         k step 0; b_*: of row g at k step 0 (even k steps) and 1 (odd). d <= 128: the even k
         steps summed on the tensor cores in c, the odd ones in c_odd (v14: 2 NT independent
-        chains of 3 KS / 2 mma, not NT of 3 KS, so that the mma of one chain issue while the
-        others wait out the tensor core's latency), added in fp32 at the end. d > 128: each k
+        chains of 3 KS / 2 mma, not NT of 3 KS; no faster alone, see v14), added in fp32 at
+        the end. d > 128: each k
         step's product from zero on the tensor cores, added in fp32 (round to nearest), as the
         forward's S (v14): a chain over all of d accumulates the tensor core's adds."""
         for n in static_range(NT):
