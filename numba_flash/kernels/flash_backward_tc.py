@@ -168,25 +168,28 @@ same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py --back
         keeps the chain. (Its VERSION read 12 until 2026-12-04, and the forward's 13 for v14.)
     v14 a step's loads of Qi, dOi, L_i, D_i all issued before its first store (fetch_tile,
         store_twice): v13 moved each tile as a loop of 2 x 2 element items (tools/kernel_sass.py:
-        inner loops of 4 LDG and 4 STS.128 an iteration), each iteration's stores waiting for
-        its loads, so a thread waited out an L2 round trip per item, four a step at d = 128
-        (ncu source sampling of v13 at (4,16,4096,128): 22 % of warp samples "long
-        scoreboard" on the loads' consumers; v14: 8 %). And S^T, dP^T, dQ_i each summed in two
-        independent mma chains, the even and the odd k steps, added in fp32 at the end (2 NT
-        chains of 3 KS / 2 mma for S^T, not NT of 3 KS): ptxas had issued v13's chains two
-        HMMA then a NOP for the tensor core's 24-cycle latency (17.5 % of v13's samples on
-        NOPs, 0 in v14's) -- but the chains alone gained nothing (below). ptxas: 255 registers
-        at d = 128 with 8 / 12 B of spill stores / loads (v13: 171, none), d = 64 255 and
-        28 / 56 B (40 / 48). H200, 2026-12-04, tools/backward_timing.py, backward alone
-        (results/h200/tuning/backward_v14_2026-12-04.log): (4,16,4096,128) 47.85 -> 37.37 ms
-        (28.7 -> 36.8 TFLOP/s), causal (2,32,4096,128) 28.22 -> 19.91, (8,32,2048,128) 48.84 ->
-        36.63, d = 64 (4,16,4096) 16.58 -> 15.35, (16,16,1024,64) 4.75 -> 4.13, causal 9.55 ->
-        8.30 (v13 and v14 in separate runs of the day; v14 again 37.60 / 15.57 in the last);
-        gradient errors <= 5.0e-6 of max |dx| against float64 (v13 7.0e-6). In the last run, the
-        two chains on v13's loads (171 registers, no spills): 48.10 ms at (4,16,4096,128),
-        28.44 causal, 17.79 at d = 64 -- no faster than v13. Not adopted: fetching the next
-        step's tiles a step ahead (255 registers, 40 B spilled at d = 128): 40.43 ms there
-        against 37.44 in the same run, slower at every shape timed.
+        inner loops of 4 LDG and 4 STS.128 an iteration), each iteration's stores waiting for its
+        loads, so a thread waited out an L2 round trip per item, four a step at d = 128 (ncu source
+        sampling of v13 at (4,16,4096,128): 22 % of warp samples "long scoreboard" on the loads'
+        consumers; v14: 8 %). And S^T, dP^T, dQ_i each summed in two independent mma chains, the
+        even and the odd k steps, added in fp32 at the end (2 NT chains of 3 KS / 2 mma for S^T, not
+        NT of 3 KS): ptxas had issued v13's chains two HMMA then a NOP for the tensor core's
+        24-cycle latency (17.5 % of v13's samples on NOPs, 0 in v14's) -- but the chains alone
+        gained nothing (below); dQ_i keeps one chain where a warp has more than 4 of its tiles
+        (DQ_CHAINS: d = 256), and a thread's loads go in batches of 2 items a tile (BATCH: all of
+        them at the default tilings of d <= 128; d = 256 has 32 items a thread: all at once spilled
+        7.7 KB, and unrolled batches 6.6, so they loop, load_batch). ptxas: 255 registers at d = 128
+        with 8 / 12 B of spill stores / loads (v13: 171, none), d = 64 255 and 28 / 56 B (40 / 48),
+        d = 256 4856 / 4612 B (4316 / 3612; not timed). H200, 2026-12-04, tools/backward_timing.py,
+        backward alone (results/h200/tuning/backward_v14_2026-12-04.log): (4,16,4096,128) 47.85 ->
+        37.37 ms (28.7 -> 36.8 TFLOP/s), causal (2,32,4096,128) 28.22 -> 19.91, (8,32,2048,128)
+        48.84 -> 36.63, d = 64 (4,16,4096) 16.58 -> 15.35, (16,16,1024,64) 4.75 -> 4.13, causal 9.55
+        -> 8.30 (v13 and v14 in separate runs of the day; v14 again 37.60 / 15.57 in the last);
+        gradient errors <= 5.0e-6 of max |dx| against float64 (v13 7.0e-6). In the last run, the two
+        chains on v13's loads (171 registers, no spills): 48.10 ms at (4,16,4096,128), 28.44 causal,
+        17.79 at d = 64 -- no faster than v13. Not adopted: fetching the next step's tiles a step
+        ahead (255 registers, 40 B spilled at d = 128): 40.43 ms there against 37.44 in the same
+        run, slower at every shape timed.
 """
 from __future__ import annotations
 
@@ -240,9 +243,13 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
     KW = D8 // 2                             # column pairs of a row
     PAIR_ITEMS = BR // 2 * KW                # 2 x 2 element items of Qi (or dOi)
     ITEMS, ROW_ITEMS = -(-PAIR_ITEMS // T), -(-BR // T)   # a thread's items, rows of L and D
+    BATCH = min(ITEMS, 2)   # items of each tile loaded before their stores (registers: 16 floats)
+    BATCHES = -(-ITEMS // BATCH)
     UNITS = (BR // 16) * OT                  # 16 x 8 tiles of dQ_i
     PER_WARP = -(-UNITS // WARPS)
     SHARED_ROWS = OT % PER_WARP == 0           # a warp's tiles of dQ_i share their 16 rows
+    DQ_CHAINS = 2 if PER_WARP <= 4 else 1   # v14: chains a dQ_i tile (d = 256: 32 tiles a warp)
+    ODD_PARTS = 4 if DQ_CHAINS == 2 else 0   # fragment entries of a tile's odd-step chain
     # shared-memory carve-up (Tiling.smem_terms order; XO: the pairs' P^T, else the end)
     KO, VO, QO, OO, QTO, OTO, SO, LO, DO, XO = (np.uint64(x) for x in np.cumsum(
         [0, *tiling.smem_terms("flash_backward_tc", d).values()])[:10])
@@ -283,14 +290,15 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
             at = at0 + uint64(p * LP + 4 * ((2 * u + 1) ^ sw))
             smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = l0, l1, l2, l3
 
-    def fetch_tile(buf, src, row0, nrows, tid):
-        """HBM -> registers: this thread's share of Qi or dOi (Br x D8) as store_twice stores
-        it, unscaled, zero past nrows and d (v14: all of a step's loads issued before the
-        first store, which waits for them). Item ``it`` is rows 2p, 2p + 1 of columns 2u,
-        2u + 1 for the pair index tid + it T (p = index // KW, u = index % KW), in buf[it, 0..3]
-        as (2p, 2u), (2p, 2u + 1), (2p + 1, 2u), (2p + 1, 2u + 1)."""
-        for it in static_range(ITEMS):
-            idx = tid + it * T
+    def fetch_tile(buf, src, row0, nrows, tid, first):
+        """HBM -> registers: items first..first + BATCH - 1 of this thread's share of Qi or dOi
+        (Br x D8) as store_twice stores them, unscaled, zero past nrows and d (v14: a batch's
+        loads, both tiles', all issued before its first store, which waits for them). Item
+        ``first + it`` is rows 2p, 2p + 1 of columns 2u, 2u + 1 for the pair index
+        tid + (first + it) T (p = index // KW, u = index % KW), in buf[it, 0..3] as (2p, 2u),
+        (2p, 2u + 1), (2p + 1, 2u), (2p + 1, 2u + 1)."""
+        for it in static_range(BATCH):
+            idx = tid + (first + it) * T
             p = idx // KW           # row pair 2p, 2p + 1
             u = idx - p * KW        # column pair 2u, 2u + 1
             if idx < PAIR_ITEMS:
@@ -299,11 +307,12 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
                 buf[it, 2] = scaled_element(src, row0, 2 * p + 1, 2 * u, nrows, d, ONE)
                 buf[it, 3] = scaled_element(src, row0, 2 * p + 1, 2 * u + 1, nrows, d, ONE)
 
-    def store_twice(smem, row_at, col_at, buf, tid, factor):
-        """Registers -> SRAM: fetch_tile's share of Qi or dOi times factor, split, twice:
-        row-major at row_at and transposed at col_at (header); four 16-byte stores an item."""
-        for it in static_range(ITEMS):
-            idx = tid + it * T
+    def store_twice(smem, row_at, col_at, buf, tid, factor, first):
+        """Registers -> SRAM: fetch_tile's items first.. of Qi or dOi times factor, split,
+        twice: row-major at row_at and transposed at col_at (header); four 16-byte stores an
+        item."""
+        for it in static_range(BATCH):
+            idx = tid + (first + it) * T
             p = idx // KW
             u = idx - p * KW
             if idx < PAIR_ITEMS:
@@ -344,6 +353,17 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
 
     fetch_row_stats, store_row_stats = (cuda.jit(device=True)(unrolled(f))
                                         for f in (fetch_row_stats, store_row_stats))
+
+    @cuda.jit(device=True)
+    def load_batch(smem, q_buf, do_buf, stats, q, do, lse, dvec, row0, rows, tid, qscale, bt):
+        """Batch bt of a step's Qi, dOi HBM -> registers -> SRAM (its loads, and with the first
+        batch L_i, D_i's, all issued before its first store)."""
+        fetch_tile(q_buf, q, row0, rows, tid, bt * BATCH)
+        fetch_tile(do_buf, do, row0, rows, tid, bt * BATCH)
+        if bt == 0:
+            fetch_row_stats(stats, lse, dvec, row0, rows, tid)
+        store_twice(smem, QO, QTO, q_buf, tid, qscale, bt * BATCH)
+        store_twice(smem, OO, OTO, do_buf, tid, ONE, bt * BATCH)
 
     @cuda.jit(device=True)
     def step_rows(step, first, nb, kvh, blk_idx, n_q):
@@ -468,8 +488,8 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
             dv_acc = dk_acc    # one accumulator a warp: dVj (role 0) or dKj (role 1)
         else:
             dv_acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of dVj
-        q_buf = cuda.local.array((ITEMS, 4), float32)    # registers: this thread's share of Qi,
-        do_buf = cuda.local.array((ITEMS, 4), float32)   # ... of dOi (fetch_tile)
+        q_buf = cuda.local.array((BATCH, 4), float32)    # registers: a batch of this thread's
+        do_buf = cuda.local.array((BATCH, 4), float32)   # ... share of Qi and of dOi (fetch_tile)
         stats = cuda.local.array((ROW_ITEMS, 2), float32)   # ... of L_i, D_i (fetch_row_stats)
         cq = cuda.local.array((PER_WARP, 4), float32)  # registers: this warp's tiles of dQ_i
         cq_odd = cuda.local.array((PER_WARP, 4), float32)   # ... their odd k steps' part
@@ -517,11 +537,13 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
             bh, row0, rows = step_rows(step, first, nb, kvh, blk_idx, n_q)
             # HBM -> registers -> SRAM; no barrier before the stores: every warp last read Qi,
             # dOi, L, D before the previous dS barrier
-            fetch_tile(q_buf, q, bh * n_q + row0, rows, tid)
-            fetch_tile(do_buf, do, bh * n_q + row0, rows, tid)
-            fetch_row_stats(stats, lse, dvec, bh * n_q + row0, rows, tid)
-            store_twice(smem, QO, QTO, q_buf, tid, qscale)
-            store_twice(smem, OO, OTO, do_buf, tid, ONE)
+            # (one batch: in line; more: a loop, as unrolled ptxas would hoist all their loads)
+            for bt in static_range(1 if BATCHES == 1 else 0):
+                load_batch(smem, q_buf, do_buf, stats, q, do, lse, dvec, bh * n_q + row0, rows,
+                           tid, qscale, bt)
+            for bt in range(0 if BATCHES == 1 else BATCHES):
+                load_batch(smem, q_buf, do_buf, stats, q, do, lse, dvec, bh * n_q + row0, rows,
+                           tid, qscale, bt)
             store_row_stats(smem, stats, tid)
             # barrier: Qi, dOi, L_i, D_i (first step: Kj, Vj) complete before any warp reads
             # fragments of them; every warp's dQ product done with the previous dS
@@ -650,7 +672,7 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
                 for e in static_range(4):
                     cq[f, e] = ZERO
                     cq_odd[f, e] = ZERO
-            # even k steps summed in cq, odd ones in cq_odd (v14: twice the independent chains)
+            # even k steps summed in cq, odd ones in cq_odd (v14; one chain at DQ_CHAINS = 1)
             for kk in static_range(JS):
                 for f in static_range(PER_WARP):
                     pa = sa_hi + qa[f] + uint64(32 * kk)
@@ -659,7 +681,7 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
                     al0, al1, al2, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
                     pb = kb_hi + qb[f] + uint64(4 * kk * LP)
                     pc = kb_lo + qb[f] + uint64(4 * kk * LP)
-                    if kk % 2 == 0:
+                    if kk % DQ_CHAINS == 0:
                         cq[f, 0], cq[f, 1], cq[f, 2], cq[f, 3] = mma_3xtf32(
                             ah0, ah1, ah2, ah3, al0, al1, al2, al3,
                             smem[pb], smem[pb + U1], smem[pc], smem[pc + U1],
@@ -670,7 +692,7 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
                             smem[pb], smem[pb + U1], smem[pc], smem[pc + U1],
                             cq_odd[f, 0], cq_odd[f, 1], cq_odd[f, 2], cq_odd[f, 3])
             for f in static_range(PER_WARP):
-                for e in static_range(4):
+                for e in static_range(ODD_PARTS):
                     cq[f, e] += cq_odd[f, e]
                 unit = warp * PER_WARP + f
                 if unit < UNITS:
