@@ -8,9 +8,10 @@ to time a kernel version against the one before it.
         [--shapes 4,16,4096,128 2,32,4096,128,causal]
 
 One line a shape and backward tiling: backward ms and TFLOP/s (2.5 x 4 B H N^2 d, x 0.5
-causal), the forward's ms, forward + backward ms, the largest gradient error relative to max
-|dx| against float64 (tools/tune_forward.median_ms: 2 warm-ups, median of 10). v12's warp
-pairs were timed with ``--tilings 16x64p 16x64`` (then tools/backward_pairs_timing.py).
+causal), the forward's ms, forward + backward ms, the largest error of o, dq, dk, dv relative
+to its max |x| against float64 (tools/tune_forward.median_ms: 2 warm-ups, median of 10).
+v12's warp pairs were timed with ``--tilings 16x64p 16x64`` (then
+tools/backward_pairs_timing.py).
 """
 import argparse
 import sys
@@ -56,8 +57,11 @@ def main():
     shapes = [parse(s) for s in args.shapes]
     tilings = {name: tiling_of(name) for name in args.tilings}
     t0 = time.perf_counter()
-    configs = [nf.KernelConfig(d=d, n_q=n, causal=c, forward="fa2", backward="fa2", tiling=t)
-               for _, _, n, d, c in shapes for t in tilings.values()]
+    # the forward at the API's tiling (the one timed), each backward tiling without a forward
+    configs = [nf.KernelConfig(d=d, n_q=n, causal=c, forward="fa2", backward=None)
+               for _, _, n, d, c in shapes]
+    configs += [nf.KernelConfig(d=d, n_q=n, causal=c, forward=None, backward="fa2", tiling=t)
+                for _, _, n, d, c in shapes for t in tilings.values()]
     rows = nf.warmup(list(dict.fromkeys(configs)))
     print(f"{args.label} {nf.__file__}: warm-up {time.perf_counter() - t0:.0f} s, errors: "
           f"{[r['error'] for r in rows if r['error']]}", flush=True)
