@@ -7,7 +7,7 @@ over every instruction of an opcode (predicates dropped), with the top stall rea
 
 Each kernel of the export: its samples, the stall reasons' shares of all samples, then the
 opcodes by share of samples with their instructions executed (warp level) and top reasons.
-results/h200/stalls/source_stalls.sh records such exports.
+results/h200/stalls/stall_reasons.sh records such exports.
 """
 import argparse
 import collections
@@ -67,7 +67,7 @@ def main():
     args = ap.parse_args()
     for name, rows in kernels(args.source_csv):
         print(name.split("(")[0][:100])
-        print("\n".join(ledger(rows, args.top)))
+        print("\n".join(ledger(rows, args.top)) if rows else "  no instructions")
 
 
 if __name__ == "__main__":
