@@ -25,8 +25,8 @@ and 2p + 1 share keys 16p..16p + 15, Bc/8 warps a block. Role 0 computes S^T, P^
 dropout) and dVj += P^T dOi, passing P^T to role 1 through SRAM; role 1 computes dP^T in the
 meantime, then dS^T, dKj += dS^T Qi and the dS store; all warps share the dQ product. Each lane
 holds one accumulator (dVj or dKj: 64 registers at d = 128, not 128), so that 8 warps fit a
-multiprocessor at d = 128 (16 x 64: 171 registers, no spills, 209 KB) where one warp a tile
-had 4 (255 registers, spills). Same instructions a tile as one warp, split in two, plus P^T's
+multiprocessor at d = 128 (16 x 64, 209 KB; v12: 171 registers, no spills) where one warp a
+tile had 4 (255 registers, spills). Same instructions a tile as one warp, split in two, plus P^T's
 16-byte stores and loads (Br/8 each a lane a step) and its named barrier.
 
 The mask is a band (simulator.spec.Mask: causal, a sliding window, or both sides), fixed at
@@ -166,6 +166,32 @@ same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward.py --back
         chained over all d/8 steps, the tensor core's adds made the gradients' error grow with
         d (H200, 2026-12-03, d = 256: 3.2-6.8x plain fp32's, stepwise 0.3-0.7x). d <= 128
         keeps the chain. (Its VERSION read 12 until 2026-12-04, and the forward's 13 for v14.)
+    v14 a step's loads of Qi, dOi, L_i, D_i all issued before its first store (fetch_tile,
+        store_twice): v13 moved each tile as a loop of 2 x 2 element items (tools/kernel_sass.py:
+        inner loops of 4 LDG and 4 STS.128 an iteration), each iteration's stores waiting for its
+        loads, so a thread waited out an L2 round trip per item, four a step at d = 128 (ncu source
+        sampling of v13 at (4,16,4096,128): 22 % of warp samples "long scoreboard" on the loads'
+        consumers; 8 % with these loads). And dP^T, dQ_i each summed in two independent mma
+        chains, the even and the odd k steps, added in fp32 at the end (DP_CHAINS; dQ_i keeps
+        one chain where a warp has more than 4 of its tiles, DQ_CHAINS: d = 256); S^T keeps one
+        chain, as the forward's S that set L. A thread's loads go in batches of 2 items a tile
+        (BATCH: all of them at the default tilings of d <= 128; d = 256 has 32 items a thread: all
+        at once spilled 7.7 KB, unrolled batches 6.6, so they loop, load_batch). ptxas 13.0: 255
+        registers at d = 128 with 8 / 12 B of spill stores / loads (v13: 171, none), d = 64 255
+        and 28 / 56 B (v13 40 / 48), d = 256 4856 / 4612 B (v13 4316 / 3612; not timed).
+        H200, 2026-12-04, tools/backward_timing.py, backward alone, v13 and v14 in the same run
+        (results/h200/tuning/backward_v14_2026-12-04.log, run 5): (4,16,4096,128) 48.04 -> 39.19
+        ms (28.6 -> 35.1 TFLOP/s), causal (2,32,4096,128) 28.09 -> 20.76, (8,32,2048,128) 48.93
+        -> 38.48, d = 64 (4,16,4096) 16.49 -> 15.53, (16,16,1024,64) 4.65 -> 4.19, causal 9.59 ->
+        8.38. Accuracy (flash-attention's rule, results/h200/verification/tf32_steps_checks.py
+        v14): every gradient within 3x plain fp32's at logits x 30, d = 64, 80, 128 (<= 2.0x), and
+        at (1,2,1000,1000,128) x 1 dq 2.8x, dk 2.5x, where v13's sums (one chain each, on these
+        loads) gave 3.7x and 3.1x. Tried: S^T in two chains too (the first v14 timed: 37.4-38.2
+        ms at (4,16,4096,128)), failed the rule at logits x 30 (dV up to 12.9x plain fp32's: its
+        S^T no longer summed as the forward's, P = exp(S - L) is off by the difference); every
+        product in one chain with these loads, 38.25 ms and 3.7x above; the chains on v13's loads
+        alone, 48.10 ms (no gain); fetching the next step's tiles a step ahead, 40.43 ms against
+        37.44 in the same run (255 registers, 40 B spilled).
 """
 from __future__ import annotations
 
@@ -179,12 +205,12 @@ from simulator.tiling import Tiling
 from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .mma import warp_ops
-from .tiles import (LN2, ONE, POS_INF, ZERO, dropout_kept, dropout_words, identity, lse_base2,
-                    make_key_row_store, make_key_rows_store, masked, needs_mask, row_block_range,
-                    scaled_element, tile_major_block)
+from .tiles import (LN2, NEG_INF, ONE, ZERO, dropout_kept, dropout_words, identity,
+                    lse_base2, make_key_row_store, make_key_rows_store, masked, needs_mask,
+                    row_block_range, scaled_element, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 13
+VERSION = 14
 
 
 @kernel_factory
@@ -217,9 +243,16 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
     KS, NT, OT = D8 // 8, BR // 8, D8 // 8   # k steps over d; 8-query tiles; 8-column tiles
     JS = BC // 8                             # k steps of dS Kj (over keys)
     KW = D8 // 2                             # column pairs of a row
+    PAIR_ITEMS = BR // 2 * KW                # 2 x 2 element items of Qi (or dOi)
+    ITEMS, ROW_ITEMS = -(-PAIR_ITEMS // T), -(-BR // T)   # a thread's items, rows of L and D
+    BATCH = min(ITEMS, 2)   # items of each tile loaded before their stores (registers: 16 floats)
+    BATCHES = -(-ITEMS // BATCH)
     UNITS = (BR // 16) * OT                  # 16 x 8 tiles of dQ_i
     PER_WARP = -(-UNITS // WARPS)
     SHARED_ROWS = OT % PER_WARP == 0           # a warp's tiles of dQ_i share their 16 rows
+    DQ_CHAINS = 2 if PER_WARP <= 4 else 1   # v14: chains a dQ_i tile (d = 256: 32 tiles a warp)
+    DP_CHAINS = 2                           # v14: chains of dP^T
+    ODD_PARTS = 4 if DQ_CHAINS == 2 else 0   # fragment entries of a tile's odd-step chain
     # shared-memory carve-up (Tiling.smem_terms order; XO: the pairs' P^T, else the end)
     KO, VO, QO, OO, QTO, OTO, SO, LO, DO, XO = (np.uint64(x) for x in np.cumsum(
         [0, *tiling.smem_terms("flash_backward_tc", d).values()])[:10])
@@ -230,7 +263,8 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
 
     w = warp_ops(lo_truncated=True)   # see the module docstring
     split, split_finite, exp2, mma_3xtf32 = w.split, w.split_finite, w.exp2_ftz, w.mma_3xtf32
-    STEPWISE = d > 128      # v13: S^T, dP^T summed k step by k step in fp32 (else one chain)
+    # v13: S^T, dP^T summed k step by k step in fp32 (else chained: S^T in one, dP^T in DP_CHAINS)
+    STEPWISE = d > 128
     pair_arrive, pair_sync = w.pair_arrive, w.pair_sync
     store_key_rows = make_key_rows_store(d, OT, identity)
     store_key_row = make_key_row_store(d, OT, identity)   # v12: a warp's one of dKj, dVj
@@ -260,70 +294,142 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
             at = at0 + uint64(p * LP + 4 * ((2 * u + 1) ^ sw))
             smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = l0, l1, l2, l3
 
-    @cuda.jit(device=True)
-    def load_twice(smem, row_at, col_at, src, row0, nrows, tid, factor):
-        """HBM -> SRAM, per step: Qi or dOi (Br x D8, times factor) twice, row-major at row_at
-        and transposed at col_at (header); rows past nrows and columns past d zero. A thread
-        moves 2 x 2 elements, rows 2p, 2p + 1 of columns 2u, 2u + 1: four 16-byte stores."""
-        for idx in range(tid, BR // 2 * KW, T):
+    def fetch_tile(buf, src, row0, nrows, tid, first):
+        """HBM -> registers: items first..first + BATCH - 1 of this thread's share of Qi or dOi
+        (Br x D8) as store_twice stores them, unscaled, zero past nrows and d (v14: a batch's
+        loads, both tiles', all issued before its first store, which waits for them). Item
+        ``first + it`` is rows 2p, 2p + 1 of columns 2u, 2u + 1 for the pair index
+        tid + (first + it) T (p = index // KW, u = index % KW), in buf[it, 0..3] as (2p, 2u),
+        (2p, 2u + 1), (2p + 1, 2u), (2p + 1, 2u + 1)."""
+        for it in static_range(BATCH):
+            idx = tid + (first + it) * T
             p = idx // KW           # row pair 2p, 2p + 1
             u = idx - p * KW        # column pair 2u, 2u + 1
-            h00, l00 = split(scaled_element(src, row0, 2 * p, 2 * u, nrows, d, factor))
-            h01, l01 = split(scaled_element(src, row0, 2 * p, 2 * u + 1, nrows, d, factor))
-            h10, l10 = split(scaled_element(src, row0, 2 * p + 1, 2 * u, nrows, d, factor))
-            h11, l11 = split(scaled_element(src, row0, 2 * p + 1, 2 * u + 1, nrows, d, factor))
-            at = row_at + uint64(2 * p * LQ + 4 * u)                  # row 2p, chunk u
-            smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h00, h01, l00, l01
-            at = row_at + uint64((2 * p + 1) * LQ + 4 * (u ^ 4))      # row 2p + 1, chunk u ^ 4
-            smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h10, h11, l10, l11
-            sw = p ^ (u % 8)
-            at = col_at + uint64(2 * u * LT + 4 * sw)                 # row 2u, chunk p ^ sw(2u)
-            smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h00, h10, l00, l10
-            at = col_at + uint64((2 * u + 1) * LT + 4 * (sw ^ 4))     # row 2u + 1
-            smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h01, h11, l01, l11
+            if idx < PAIR_ITEMS:
+                buf[it, 0] = scaled_element(src, row0, 2 * p, 2 * u, nrows, d, ONE)
+                buf[it, 1] = scaled_element(src, row0, 2 * p, 2 * u + 1, nrows, d, ONE)
+                buf[it, 2] = scaled_element(src, row0, 2 * p + 1, 2 * u, nrows, d, ONE)
+                buf[it, 3] = scaled_element(src, row0, 2 * p + 1, 2 * u + 1, nrows, d, ONE)
+
+    def store_twice(smem, row_at, col_at, buf, tid, factor, first):
+        """Registers -> SRAM: fetch_tile's items first.. of Qi or dOi times factor, split,
+        twice: row-major at row_at and transposed at col_at (header); four 16-byte stores an
+        item."""
+        for it in static_range(BATCH):
+            idx = tid + (first + it) * T
+            p = idx // KW
+            u = idx - p * KW
+            if idx < PAIR_ITEMS:
+                h00, l00 = split(factor * buf[it, 0])
+                h01, l01 = split(factor * buf[it, 1])
+                h10, l10 = split(factor * buf[it, 2])
+                h11, l11 = split(factor * buf[it, 3])
+                at = row_at + uint64(2 * p * LQ + 4 * u)                  # row 2p, chunk u
+                smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h00, h01, l00, l01
+                at = row_at + uint64((2 * p + 1) * LQ + 4 * (u ^ 4))      # row 2p + 1, chunk u ^ 4
+                smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h10, h11, l10, l11
+                sw = p ^ (u % 8)
+                at = col_at + uint64(2 * u * LT + 4 * sw)                 # row 2u, chunk p ^ sw(2u)
+                smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h00, h10, l00, l10
+                at = col_at + uint64((2 * u + 1) * LT + 4 * (sw ^ 4))     # row 2u + 1
+                smem[at], smem[at + U1], smem[at + U2], smem[at + U3] = h01, h11, l01, l11
+
+    fetch_tile, store_twice = (cuda.jit(device=True)(unrolled(f))
+                               for f in (fetch_tile, store_twice))
+
+    def fetch_row_stats(stats, lse, dvec, row0, rows, tid):
+        """HBM -> registers: L and D of rows tid + it T < Br in stats[it] (L = -inf past rows:
+        P = 0 there, see lse_base2)."""
+        for it in static_range(ROW_ITEMS):
+            r = tid + it * T
+            stats[it, 0], stats[it, 1] = NEG_INF, ZERO
+            if r < rows:
+                stats[it, 0] = lse[uint64(row0 + r)]
+                stats[it, 1] = dvec[uint64(row0 + r)]
+
+    def store_row_stats(smem, stats, tid):
+        """Registers -> SRAM: L_i in base 2 (+inf past the tail) and D_i."""
+        for it in static_range(ROW_ITEMS):
+            r = tid + it * T
+            if r < BR:
+                smem[LO + uint64(r)] = lse_base2(stats[it, 0])
+                smem[DO + uint64(r)] = stats[it, 1]
+
+    fetch_row_stats, store_row_stats = (cuda.jit(device=True)(unrolled(f))
+                                        for f in (fetch_row_stats, store_row_stats))
 
     @cuda.jit(device=True)
-    def load_row_stats(smem, lse, dvec, row0, rows, tid):
-        """HBM -> SRAM: L_i (base 2) and D_i; L = +inf on rows past the tail (see lse_base2)."""
-        for r in range(tid, BR, T):
-            l2 = POS_INF
-            dr = ZERO
-            if r < rows:
-                l2 = lse_base2(lse[uint64(row0 + r)])
-                dr = dvec[uint64(row0 + r)]
-            smem[LO + uint64(r)] = l2
-            smem[DO + uint64(r)] = dr
+    def load_batch(smem, q_buf, do_buf, stats, q, do, lse, dvec, row0, rows, tid, qscale, bt):
+        """Batch bt of a step's Qi, dOi HBM -> registers -> SRAM (its loads, and with the first
+        batch L_i, D_i's, all issued before its first store)."""
+        fetch_tile(q_buf, q, row0, rows, tid, bt * BATCH)
+        fetch_tile(do_buf, do, row0, rows, tid, bt * BATCH)
+        if bt == 0:
+            fetch_row_stats(stats, lse, dvec, row0, rows, tid)
+        store_twice(smem, QO, QTO, q_buf, tid, qscale, bt * BATCH)
+        store_twice(smem, OO, OTO, do_buf, tid, ONE, bt * BATCH)
 
-    def rows_times_tile_t(c, smem, a_hi, a_lo, b_even, b_odd):
-        """c = A B^T (16 x Br C fragments) for A = this warp's 16 rows of Kj or Vj and B = the
-        row copy of Qi or dOi; a_*: this lane's chunks (offsets / 4) of its hi and lo parts of
-        k step 0; b_*: of row g at k step 0 (even k steps) and 1 (odd). d > 128: each k step's
-        product from zero on the tensor cores, added in fp32 (round to nearest), as the
-        forward's S (v14): a chain over all of d accumulates the tensor core's adds."""
-        for n in static_range(NT):
-            for e in static_range(4):
-                c[n, e] = ZERO
-        for kk in static_range(KS):
-            pa = U4 * (a_hi + uint64(8 * kk))
-            ah0, ah1, ah2, ah3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
-            pa = U4 * (a_lo + uint64(8 * kk))
-            al0, al1, al2, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
+    @cuda.jit(device=True)
+    def step_rows(step, first, nb, kvh, blk_idx, n_q):
+        """(bh, row0, rows) of step ``step``: query head bh = kvh GROUP + step // nb (GQA: the
+        group's heads in turn), row block i = first + step % nb (block-sparse: blk_idx[i])."""
+        qh = step // nb if GROUP > 1 else 0
+        i = first + step - qh * nb
+        if SPARSE:
+            i = blk_idx[i]
+        row0 = i * BR
+        return kvh * GROUP + qh, row0, min(BR, n_q - row0)
+
+    def make_rows_times_tile_t(chains):
+        """rows_times_tile_t summing its k steps in ``chains`` (1 or 2) mma chains."""
+        def rows_times_tile_t(c, c_odd, smem, a_hi, a_lo, b_even, b_odd):
+            """c = A B^T (16 x Br C fragments) for A = this warp's 16 rows of Kj or Vj and B =
+            the row copy of Qi or dOi; a_*: this lane's chunks (offsets / 4) of its hi and lo
+            parts of k step 0; b_*: of row g at k step 0 (even k steps) and 1 (odd). d <= 128:
+            one chain on the tensor cores, or (chains = 2) the even k steps summed in c, the odd
+            ones in c_odd, added in fp32 at the end (2 NT independent chains of 3 KS / 2 mma,
+            not NT of 3 KS). d > 128: each k step's product from zero on the tensor cores, added
+            in fp32 (round to nearest), as the forward's S (v13)."""
             for n in static_range(NT):
-                pb = U4 * ((b_odd if kk % 2 else b_even) + uint64(2 * n * LQ + 4 * (kk - kk % 2)))
-                if STEPWISE:   # v13: k step kk from zero, added in fp32
-                    c0, c1, c2, c3 = mma_3xtf32(
-                        ah0, ah1, ah2, ah3, al0, al1, al2, al3,
-                        smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
-                        ZERO, ZERO, ZERO, ZERO)
-                    c[n, 0] += c0
-                    c[n, 1] += c1
-                    c[n, 2] += c2
-                    c[n, 3] += c3
-                else:
-                    c[n, 0], c[n, 1], c[n, 2], c[n, 3] = mma_3xtf32(
-                        ah0, ah1, ah2, ah3, al0, al1, al2, al3,
-                        smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
-                        c[n, 0], c[n, 1], c[n, 2], c[n, 3])
+                for e in static_range(4):
+                    c[n, e] = ZERO
+                    c_odd[n, e] = ZERO
+            for kk in static_range(KS):
+                pa = U4 * (a_hi + uint64(8 * kk))
+                ah0, ah1, ah2, ah3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
+                pa = U4 * (a_lo + uint64(8 * kk))
+                al0, al1, al2, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
+                for n in static_range(NT):
+                    pb = U4 * ((b_odd if kk % 2 else b_even)
+                               + uint64(2 * n * LQ + 4 * (kk - kk % 2)))
+                    if STEPWISE:   # v13: k step kk from zero, added in fp32
+                        c0, c1, c2, c3 = mma_3xtf32(
+                            ah0, ah1, ah2, ah3, al0, al1, al2, al3,
+                            smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
+                            ZERO, ZERO, ZERO, ZERO)
+                        c[n, 0] += c0
+                        c[n, 1] += c1
+                        c[n, 2] += c2
+                        c[n, 3] += c3
+                    elif kk % chains == 0:
+                        c[n, 0], c[n, 1], c[n, 2], c[n, 3] = mma_3xtf32(
+                            ah0, ah1, ah2, ah3, al0, al1, al2, al3,
+                            smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
+                            c[n, 0], c[n, 1], c[n, 2], c[n, 3])
+                    else:
+                        c_odd[n, 0], c_odd[n, 1], c_odd[n, 2], c_odd[n, 3] = mma_3xtf32(
+                            ah0, ah1, ah2, ah3, al0, al1, al2, al3,
+                            smem[pb], smem[pb + U1], smem[pb + U2], smem[pb + U3],
+                            c_odd[n, 0], c_odd[n, 1], c_odd[n, 2], c_odd[n, 3])
+            if chains == 2 and not STEPWISE:
+                for n in static_range(NT):
+                    for e in static_range(4):
+                        c[n, e] += c_odd[n, e]
+        return cuda.jit(device=True)(unrolled(rows_times_tile_t))
+
+    # S^T in one chain, as the forward summed the S that set L (v14 as first timed, with two,
+    # broke the gradients' bound at logits x 30); dP^T in DP_CHAINS
+    scores_t, dp_t = make_rows_times_tile_t(1), make_rows_times_tile_t(DP_CHAINS)
 
     def add_scores_times_tile(acc, hi, lo, smem, b_even, b_odd):
         """acc += X B for X (16 x Br) held as the split C fragments hi, lo of X^T (P^T or dS^T:
@@ -345,9 +451,7 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
             acc[n, 2] += c2
             acc[n, 3] += c3
 
-    rows_times_tile_t, add_scores_times_tile = (
-        cuda.jit(device=True)(unrolled(f))
-        for f in (rows_times_tile_t, add_scores_times_tile))
+    add_scores_times_tile = cuda.jit(device=True)(unrolled(add_scores_times_tile))
 
     def flash_backward_tc(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo,
                           seed_lo, seed_hi, keep_from, rp, blk_ptr, blk_idx):
@@ -386,13 +490,18 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
         s = cuda.local.array((NT, 4), float32)    # registers: S^T, then P^T (its hi part, then P^T)
         ds = cuda.local.array((NT, 4), float32)   # registers: dP^T, then dS^T (then its hi part)
         lo_part = cuda.local.array((NT, 4), float32)   # registers: lo parts of P^T, then of dS^T
+        odd = cuda.local.array((NT, 4), float32)       # registers: odd k steps' part of dP^T
         wd = cuda.local.array((2, 4), uint64)          # registers: two Philox calls' words (dropout)
         dk_acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of dKj
         if PAIRS:
             dv_acc = dk_acc    # one accumulator a warp: dVj (role 0) or dKj (role 1)
         else:
             dv_acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of dVj
+        q_buf = cuda.local.array((BATCH, 4), float32)    # registers: a batch of this thread's
+        do_buf = cuda.local.array((BATCH, 4), float32)   # ... share of Qi and of dOi (fetch_tile)
+        stats = cuda.local.array((ROW_ITEMS, 2), float32)   # ... of L_i, D_i (fetch_row_stats)
         cq = cuda.local.array((PER_WARP, 4), float32)  # registers: this warp's tiles of dQ_i
+        cq_odd = cuda.local.array((PER_WARP, 4), float32)   # ... their odd k steps' part
         qa = cuda.local.array(PER_WARP, uint64)        # their offsets in dS (row block)
         qb = cuda.local.array(PER_WARP, uint64)        # ... and in Kj (column tile)
         for n in static_range(OT):
@@ -434,23 +543,24 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
         # registers there at GROUP = 1)
         nb = max(0, end - first)      # row blocks a head (the same for every head)
         for step in range(GROUP * nb):
-            qh = step // nb if GROUP > 1 else 0
-            i = first + step - qh * nb
-            if SPARSE:
-                i = blk_idx[i]
-            bh = kvh * GROUP + qh     # query head (GQA: the group's heads in turn)
-            row0 = i * BR
-            rows = min(BR, n_q - row0)
-            # no barrier: every warp last read Qi, dOi, L, D before the previous dS barrier
-            load_twice(smem, QO, QTO, q, bh * n_q + row0, rows, tid, qscale)
-            load_twice(smem, OO, OTO, do, bh * n_q + row0, rows, tid, ONE)
-            load_row_stats(smem, lse, dvec, bh * n_q + row0, rows, tid)
+            bh, row0, rows = step_rows(step, first, nb, kvh, blk_idx, n_q)
+            # HBM -> registers -> SRAM; no barrier before the stores: every warp last read Qi,
+            # dOi, L, D before the previous dS barrier
+            # (one batch: in line; more: a loop, as unrolled ptxas would hoist all their loads)
+            for bt in static_range(1 if BATCHES == 1 else 0):
+                load_batch(smem, q_buf, do_buf, stats, q, do, lse, dvec, bh * n_q + row0, rows,
+                           tid, qscale, bt)
+            for bt in range(0 if BATCHES == 1 else BATCHES):
+                load_batch(smem, q_buf, do_buf, stats, q, do, lse, dvec, bh * n_q + row0, rows,
+                           tid, qscale, bt)
+            store_row_stats(smem, stats, tid)
             # barrier: Qi, dOi, L_i, D_i (first step: Kj, Vj) complete before any warp reads
             # fragments of them; every warp's dQ product done with the previous dS
             cuda.syncthreads()
 
             if not PAIRS or role == 0:
-                rows_times_tile_t(s, smem, ka_hi, ka_lo, QC + row_even, QC + row_odd)  # S^T, base 2
+                # S^T, base 2
+                scores_t(s, odd, smem, ka_hi, ka_lo, QC + row_even, QC + row_odd)
                 # interior tiles (full, and inside the band) need no mask; rows past N_q have
                 # L = +inf
                 edge = needs_mask(row0, BR, col0, cols, BC, hi, lo, UPPER, LOWER)
@@ -512,8 +622,8 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
                                 s[n, e] += lo_part[n, e]      # P^T again, within 2^-21 (exact sum)
 
             if PAIRS:
-                if role == 1:
-                    rows_times_tile_t(ds, smem, va_hi, va_lo, OC + row_even, OC + row_odd)  # dP^T
+                if role == 1:   # dP^T
+                    dp_t(ds, odd, smem, va_hi, va_lo, OC + row_even, OC + row_odd)
                     # wait for role 0's P^T (barrier 1 + tile: its stores are visible)
                     pair_sync(1 + tile)
                     kept = uint64(0)
@@ -527,7 +637,7 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
                                     kept |= uint64(1) << uint64(4 * n + e)
                                 s[n, e] = abs(s[n, e])
             else:
-                rows_times_tile_t(ds, smem, va_hi, va_lo, OC + row_even, OC + row_odd)   # dP^T
+                dp_t(ds, odd, smem, va_hi, va_lo, OC + row_even, OC + row_odd)   # dP^T
             if not PAIRS or role == 1:
                 for h in static_range(2):
                     for n in static_range(NT):
@@ -570,6 +680,8 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
                 qb[f] = uint64(32 * (u - u // OT * OT))      # columns 8 nt..
                 for e in static_range(4):
                     cq[f, e] = ZERO
+                    cq_odd[f, e] = ZERO
+            # even k steps summed in cq, odd ones in cq_odd (v14; one chain at DQ_CHAINS = 1)
             for kk in static_range(JS):
                 for f in static_range(PER_WARP):
                     pa = sa_hi + qa[f] + uint64(32 * kk)
@@ -578,11 +690,19 @@ def make_flash_backward_tc(tiling: Tiling, d: int, mask: Mask | bool):
                     al0, al1, al2, al3 = smem[pa], smem[pa + U1], smem[pa + U2], smem[pa + U3]
                     pb = kb_hi + qb[f] + uint64(4 * kk * LP)
                     pc = kb_lo + qb[f] + uint64(4 * kk * LP)
-                    cq[f, 0], cq[f, 1], cq[f, 2], cq[f, 3] = mma_3xtf32(
-                        ah0, ah1, ah2, ah3, al0, al1, al2, al3,
-                        smem[pb], smem[pb + U1], smem[pc], smem[pc + U1],
-                        cq[f, 0], cq[f, 1], cq[f, 2], cq[f, 3])
+                    if kk % DQ_CHAINS == 0:
+                        cq[f, 0], cq[f, 1], cq[f, 2], cq[f, 3] = mma_3xtf32(
+                            ah0, ah1, ah2, ah3, al0, al1, al2, al3,
+                            smem[pb], smem[pb + U1], smem[pc], smem[pc + U1],
+                            cq[f, 0], cq[f, 1], cq[f, 2], cq[f, 3])
+                    else:
+                        cq_odd[f, 0], cq_odd[f, 1], cq_odd[f, 2], cq_odd[f, 3] = mma_3xtf32(
+                            ah0, ah1, ah2, ah3, al0, al1, al2, al3,
+                            smem[pb], smem[pb + U1], smem[pc], smem[pc + U1],
+                            cq_odd[f, 0], cq_odd[f, 1], cq_odd[f, 2], cq_odd[f, 3])
             for f in static_range(PER_WARP):
+                for e in static_range(ODD_PARTS):
+                    cq[f, e] += cq_odd[f, e]
                 unit = warp * PER_WARP + f
                 if unit < UNITS:
                     mt = unit // OT

@@ -11,6 +11,9 @@ SETS = {
          (2, 2, 300, 301, 40, False, 30, "fa2_fma", True), (2, 2, 300, 301, 128, False, 30, "fa2_fma", True),
          (2, 2, 300, 301, 128, False, 30, "fa2", False), (1, 2, 1000, 1000, 96, False, 30, "fa2", True),
          (1, 2, 255, 97, 64, True, 1, "fa2", True), (2, 2, 300, 301, 64, False, 30, "fa2", False)],
+ "v14": [(2, 2, 300, 301, 128, False, 30, "fa2", False), (1, 2, 1000, 997, 128, True, 30, "fa2", False),
+         (2, 2, 300, 301, 64, False, 30, "fa2", False), (1, 2, 997, 1000, 64, True, 30, "fa2", False),
+         (2, 2, 300, 301, 80, False, 30, "fa2", False), (1, 2, 1000, 1000, 128, False, 1, "fa2", False)],
 }
 if __name__ == "__main__":
     import torch
