@@ -9,9 +9,11 @@ instructions: a loop's body can borrow a few instructions from the code before i
 
 - ``load_head_tile(..., max_rows, tid, factor)``: ``range(tid, max_rows * d, T)``: ceil(max_rows d / T)
   (max_rows is ``BR`` or ``BC``);
-- ``load_twice`` (tensor-core backward): Br/2 x D8/2 element quads over T threads;
 - ``load_q_tile`` (tensor-core forward, before its loop): Br x D8 elements over T threads;
 - ``load_pair_tile`` (tensor-core backward, before its loop): Bc/2 x D8/2 element quads;
+- the tensor-core backward's batch loop (v14, ``for bt in range(0 if BATCHES == 1 else
+  BATCHES)``: its Qi, dOi loads where a thread has more than 2 items of each, d = 256):
+  ``load_batches``;
 - ``load_row_stats``: a row a thread, ``range(tid, Br, T)``: ``warp_rows`` (warps past the
   rows run none: at Br = 32 and 256 threads one warp of eight);
 - ``load_row_block`` (half-precision backward: the next Qi, dOi by cp.async, then L_i, D_i a
@@ -26,11 +28,11 @@ Those are the source loop's iterations. ptxas unrolls a strided copy (a trip cou
 depends on ``tid``) u-fold: the SASS loop then runs ceil(count / u) times, each trip u
 iterations' worth (remainder iterations guarded inside). u is read off the compiled loop: its
 global loads (LDG, and LDGSTS for cp.async) / the loads one source iteration makes
-(``COPY_LOADS``: 1 for ``load_head_tile`` and the matmul's copies, 4 for ``load_twice``, 2 for
-``load_row_stats`` and ``load_row_block``). On the H200 (ncu's executed instructions, levels
-2026-12-02) the model counted 1.4x (the FMA kernels) to 1.8x (the standard matmul) the
-instructions those kernels executed before this: every copy loop but ``load_twice``'s is unrolled
-4-fold. The products' loops are unrolled in the source (``static_range``): nothing to divide.
+(``COPY_LOADS``: 1 for ``load_head_tile`` and the matmul's copies, 4 for ``load_pair_tile``, 2
+for ``load_row_stats`` and ``load_row_block``, 16 for the backward's batch loop). On the H200
+(ncu's executed instructions, levels 2026-12-02) the model counted 1.4x (the FMA kernels) to
+1.8x (the standard matmul) the instructions those kernels executed before this: most copy loops
+are unrolled 4-fold (the backward v13's 2 x 2 item copy of Qi, dOi was not; v14 has none). The products' loops are unrolled in the source (``static_range``): nothing to divide.
 Loops written in the kernel, and loops that hold loops, are read off their own ``for`` line
 (the first among the loop's lines that no enclosing loop owns: a compiled loop borrows its
 parents' loop control): Algorithm 1's row loop ``range(tr)`` runs what the workload sets (the
@@ -55,7 +57,7 @@ from .sass import MAIN_LOOP, regions_of
 from .tiling import MATMUL_BK, Tiling
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "numba_flash" / "kernels"
-_CALL = re.compile(r"\b(load_head_tile|load_twice|load_row_stats|load_row_block|rows_dot_rows|recompute_p_ds|"
+_CALL = re.compile(r"\b(load_head_tile|load_row_stats|load_row_block|rows_dot_rows|recompute_p_ds|"
                    r"scores_times_tile|scores_t_times_tile|load_q_tile|load_pair_tile)\(([^)]*)\)")
 _RANGE = re.compile(r"for \w+ in range\(([^)]*)\)")
 
@@ -64,8 +66,10 @@ _RANGE = re.compile(r"for \w+ in range\(([^)]*)\)")
 MATMUL_COPIES = ("tid,BR*BK,T", "tid,BK*BC,T")
 #: Global loads (LDG, LDGSTS) one source iteration of each strided copy makes (module docstring);
 #: "range" is the standard matmul's two copies, written as ``for`` loops in the kernel.
-COPY_LOADS = {"load_head_tile": 1, "load_twice": 4, "load_row_stats": 2, "load_row_block": 2,
-              "load_q_tile": 1, "load_pair_tile": 4, "range": 1}
+COPY_LOADS = {"load_head_tile": 1, "load_row_stats": 2, "load_row_block": 2,
+              "load_q_tile": 1, "load_pair_tile": 4, "range": 1, "load_batch": 16}
+#: The tensor-core backward's loop over batches of its tile loads (v14: ``load_batch``).
+BATCH_LOOP = "0ifBATCHES==1elseBATCHES"
 
 
 @lru_cache(maxsize=None)
@@ -84,8 +88,6 @@ def _counts_at(text: str, kernel: str, t: Tiling, d: int, warp: int | None = Non
         name, args = call.group(1), [a.strip() for a in call.group(2).split(",")]
         if name == "load_head_tile" and args[6] in rows:
             return [-(-rows[args[6]] * d // threads)]
-        if name == "load_twice":
-            return [-(-(t.Br // 2) * (t.mma_depth(d) // 2) // threads)]
         if name == "load_q_tile":          # range(tid, BR * D8, T): an element an iteration
             return [-(-t.Br * t.mma_depth(d) // threads)]
         if name == "load_pair_tile":       # range(tid, BC // 2 * KW, T): 2 x 2 elements
@@ -139,7 +141,7 @@ def inner_trips(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str 
         where, counts = (None, None) if holds else _line_of(region.lines, kernel, tiling, d, warp)
         if where is None:       # a loop written in the kernel, or one holding loops: its for line
             enclosing = {control[j] for j in [*_chain(up, k), None]}
-            where, counts = _own_loop(region, enclosing, kernel, tiling, rows_per_trip, warp)
+            where, counts = _own_loop(region, enclosing, kernel, tiling, d, rows_per_trip, warp)
         if where is None:
             return None
         control[k] = where[1]
@@ -180,13 +182,13 @@ def _chain(up: list[int | None], k: int) -> list[int]:
     return out
 
 
-def _own_loop(region, enclosing: set, kernel: str, t: Tiling, rows_per_trip: int | None,
+def _own_loop(region, enclosing: set, kernel: str, t: Tiling, d: int, rows_per_trip: int | None,
               warp: int | None = None):
     """((file, line), [trips]) of a loop written in the kernel: the first ``for`` statement
     among its lines that is no ``enclosing`` loop's (for lines: a loop borrows its parents'
     loop control)
     -- ``range(tr)``, Algorithm 1's row loop: ``rows_per_trip``; ``range(tid, BR, T)``:
-    a thread's rows, ``warp_rows``; ``range(cols)``, ``range(BC)``: a row of S, Bc
+    a thread's rows, ``warp_rows``; the tensor-core backward's batch loop, ``load_batches``; ``range(cols)``, ``range(BC)``: a row of S, Bc
     iterations of one shared access each (a load, a store or both; full tiles), compiled
     u-fold as its u loads or stores say, 0 where it sits directly under an ``if`` of
     ``NEVER_TAKEN`` -- (None, None) for any other."""
@@ -203,6 +205,8 @@ def _own_loop(region, enclosing: set, kernel: str, t: Tiling, rows_per_trip: int
             return ((file, line), [rows_per_trip]) if rows_per_trip is not None else (None, None)
         if bounds == "tid,BR,T":
             return (file, line), [warp_rows(t.Br, t.threads_for(kernel), warp)]
+        if bounds == BATCH_LOOP:
+            return (file, line), [load_batches(t, d, t.threads_for(kernel))]
         if bounds in ("cols", "BC"):    # a row of S: one shared access an iteration, unrolled u-fold
             if _guard(file, line) in NEVER_TAKEN:
                 return (file, line), [0]
@@ -234,6 +238,17 @@ def _guard(file: str, line: int) -> str | None:
             found = re.fullmatch(r"\s*if (.+):", code)
             return found.group(1).strip() if found else None
     return None
+
+
+def load_batches(t: Tiling, d: int, threads: int) -> int:
+    """Trips of the tensor-core backward's batch loop (``range(0 if BATCHES == 1 else
+    BATCHES)``): a thread's ceil((Br/2)(D8/2) / T) 2 x 2 element items of Qi (and as many of
+    dOi), loaded 2 at a time; 0 where one batch holds them all (the kernel then loads them
+    unrolled, outside any loop). A batch's source iteration loads 2 items of each tile, 4
+    elements an item: 16 global loads (``COPY_LOADS``; L_i and D_i's, in the first, aside)."""
+    items = -(-(t.Br // 2) * (t.mma_depth(d) // 2) // threads)
+    batches = -(-items // min(items, 2))
+    return 0 if batches == 1 else batches
 
 
 def warp_rows(rows: int, threads: int, warp: int | None) -> float:
@@ -290,7 +305,10 @@ def copy_kind(text: str) -> str | None:
     if call:
         return call.group(1) if call.group(1) in COPY_LOADS else None
     loop = _RANGE.search(text)
-    return "range" if loop and loop.group(1).replace(" ", "") in MATMUL_COPIES else None
+    bounds = loop.group(1).replace(" ", "") if loop else None
+    if bounds == BATCH_LOOP:
+        return "load_batch"
+    return "range" if bounds in MATMUL_COPIES else None
 
 
 def unrolled(iterations: int, region, kind: str | None) -> int:

@@ -222,6 +222,8 @@ def test_nested_loop_trips_follow_the_code():
     assert inner_trips("flash_backward_tc", Tiling(32, 128), 64, False) == ()
     assert inner_trips("flash_backward_half", Tiling(64, 128), 64, False) == (2 / 8,)
     assert inner_trips("flash_backward_half", Tiling(64, 128), 64, False, warp=1) == (1,)
+    # at d = 256 (16 x 16, one warp) a thread has 32 items of Qi: 16 batches of 2, one trip each
+    assert inner_trips("flash_backward_tc", Tiling(16, 16), 256, False) == (16,)
     assert inner_trips("flash_forward_tc", Tiling(256, 32), 64, False) == ()
     # standard matmul, 64 x 64 (256 threads), 16-deep chunks: two copies of 1024 / 256 = 4
     # iterations in one 4-fold trip each, 16 steps
@@ -276,7 +278,10 @@ def test_a_copy_loop_compiled_u_fold_runs_a_u_th_of_its_iterations():
     assert copy_kind("rows_dot_rows(s, smem, 0, K0, ty, tx)") is None
     assert unrolled(9, region, "load_row_stats") == 3      # 2 loads an iteration: 4-fold, ceil
     assert unrolled(9, region, "load_head_tile") == 2      # 1 load an iteration: 8-fold
-    assert unrolled(9, region, "load_twice") == 5          # 4 loads an iteration: 2-fold
+    assert unrolled(9, region, "load_pair_tile") == 5      # 4 loads an iteration: 2-fold
+    # the tensor-core backward's batch loop (d = 256): 16 loads a batch, and L_i, D_i's 2
+    assert copy_kind("for bt in range(0 if BATCHES == 1 else BATCHES):") == "load_batch"
+    assert unrolled(16, SimpleNamespace(ldg32=18, ldg64=0, ldg128=0, ldgsts=0), "load_batch") == 16
     assert unrolled(16, region, None) == 16                # not a copy: the source's count
     assert unrolled(0, region, "load_head_tile") == 0
 
