@@ -4,6 +4,10 @@
     compute-sanitizer --tool racecheck python tools/sanitize_kernels.py [--only fa2,bwd_fa2]
 ``--only`` keeps the named kernels (forward algorithms, ``bwd_`` + backward algorithm, ``bwd_det``
 for the deterministic backward, ``standard``): racecheck runs each launch ~100x slower.
+``--shape N_Q,N_K,D[,causal] [--tiling BRxBC[p]]`` runs that one shape instead of the five (a
+trailing p: warp pairs; e.g. the d = 80 shape with and without them, ``--shape 61,97,80,causal
+--tiling 16x64p`` / ``16x64``). Run it once without the sanitizer first: the kernels are then
+loaded from the disk cache, not compiled under it.
 Exits non-zero if any result is off the float64 reference (so a clean log means clean and right).
 """
 import argparse
@@ -14,17 +18,35 @@ import numba_flash as nf
 from numba_flash import reference as ref
 
 
+def one_shape(shape: str, tiling: str | None):
+    """'61,97,80,causal' and '16x64p' -> (61, 97, 80, True, Tiling(16, 64, warp_pairs=True))."""
+    parts = shape.split(",")
+    n_q, n_k, d = (int(x) for x in parts[:3])
+    t = None
+    if tiling:
+        br, bc = tiling.rstrip("p").split("x")
+        t = nf.Tiling(int(br), int(bc), tiling.endswith("p"))
+    return n_q, n_k, d, parts[3:] == ["causal"], t
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=None, help="comma-separated kernel names (default: all)")
-    only = ap.parse_args().only
-    keep = (lambda name: True) if only is None else (lambda name: name in only.split(","))
+    ap.add_argument("--shape", default=None, help="N_Q,N_K,D[,causal]: this shape alone")
+    ap.add_argument("--tiling", default=None, help="with --shape: BRxBC, a trailing p for warp pairs")
+    args = ap.parse_args()
+    keep = (lambda name: True) if args.only is None else (lambda name: name in args.only.split(","))
     rng = np.random.default_rng(7)
     worst = 0.0
-    for n_q, n_k, d, causal, tiling in [(97, 61, 40, True, nf.Tiling(32, 32)),
-                                        (61, 97, 80, True, None), (33, 47, 24, False, nf.Tiling(16, 64)),
-                                        (300, 301, 64, True, None),    # fa2's 256 x 32: 16 warps
-                                        (45, 70, 20, True, None)]:     # d not a multiple of 8
+    shapes = [(97, 61, 40, True, nf.Tiling(32, 32)),
+              (61, 97, 80, True, None), (33, 47, 24, False, nf.Tiling(16, 64)),
+              (300, 301, 64, True, None),    # fa2's 256 x 32: 16 warps
+              (45, 70, 20, True, None)]      # d not a multiple of 8
+    if args.shape:
+        shapes = [one_shape(args.shape, args.tiling)]
+    elif args.tiling:
+        ap.error("--tiling goes with --shape")
+    for n_q, n_k, d, causal, tiling in shapes:
         q, k, v, do = (rng.standard_normal((1, 2, n, d)).astype(np.float32) for n in (n_q, n_k, n_k, n_q))
         o_ref, lse_ref = ref.attention_forward(q, k, v, causal=causal)
         g_ref = ref.attention_backward(do, q, k, v, causal=causal)
