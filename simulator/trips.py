@@ -32,7 +32,8 @@ global loads (LDG, and LDGSTS for cp.async) / the loads one source iteration mak
 for ``load_row_stats`` and ``load_row_block``, 16 for the backward's batch loop). On the H200
 (ncu's executed instructions, levels 2026-12-02) the model counted 1.4x (the FMA kernels) to
 1.8x (the standard matmul) the instructions those kernels executed before this: most copy loops
-are unrolled 4-fold (the backward v13's 2 x 2 item copy of Qi, dOi was not; v14 has none). The products' loops are unrolled in the source (``static_range``): nothing to divide.
+are unrolled 4-fold (the backward v13's 2 x 2 item copy of Qi, dOi was not; v14 has none). The
+products' loops are unrolled in the source (``static_range``): nothing to divide.
 Loops written in the kernel, and loops that hold loops, are read off their own ``for`` line
 (the first among the loop's lines that no enclosing loop owns: a compiled loop borrows its
 parents' loop control): Algorithm 1's row loop ``range(tr)`` runs what the workload sets (the
@@ -182,16 +183,16 @@ def _chain(up: list[int | None], k: int) -> list[int]:
     return out
 
 
-def _own_loop(region, enclosing: set, kernel: str, t: Tiling, d: int, rows_per_trip: int | None,
-              warp: int | None = None):
+def _own_loop(region, enclosing: set, kernel: str, t: Tiling, d: int,
+              rows_per_trip: int | None, warp: int | None = None):
     """((file, line), [trips]) of a loop written in the kernel: the first ``for`` statement
     among its lines that is no ``enclosing`` loop's (for lines: a loop borrows its parents'
     loop control)
     -- ``range(tr)``, Algorithm 1's row loop: ``rows_per_trip``; ``range(tid, BR, T)``:
-    a thread's rows, ``warp_rows``; the tensor-core backward's batch loop, ``load_batches``; ``range(cols)``, ``range(BC)``: a row of S, Bc
-    iterations of one shared access each (a load, a store or both; full tiles), compiled
-    u-fold as its u loads or stores say, 0 where it sits directly under an ``if`` of
-    ``NEVER_TAKEN`` -- (None, None) for any other."""
+    a thread's rows, ``warp_rows``; the tensor-core backward's batch loop, ``load_batches``;
+    ``range(cols)``, ``range(BC)``: a row of S, Bc iterations of one shared access each (a
+    load, a store or both; full tiles), compiled u-fold as its u loads or stores say, 0 where it
+    sits directly under an ``if`` of ``NEVER_TAKEN`` -- (None, None) for any other."""
     file, numbers = _line_numbers(region.lines)
     if file is None:
         return None, None

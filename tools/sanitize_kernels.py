@@ -15,6 +15,7 @@ import argparse
 import numpy as np
 
 import numba_flash as nf
+from backward_timing import tiling_of
 from numba_flash import reference as ref
 
 
@@ -22,11 +23,7 @@ def one_shape(shape: str, tiling: str | None):
     """'61,97,80,causal' and '16x64p' -> (61, 97, 80, True, Tiling(16, 64, warp_pairs=True))."""
     parts = shape.split(",")
     n_q, n_k, d = (int(x) for x in parts[:3])
-    t = None
-    if tiling:
-        br, bc = tiling.rstrip("p").split("x")
-        t = nf.Tiling(int(br), int(bc), tiling.endswith("p"))
-    return n_q, n_k, d, parts[3:] == ["causal"], t
+    return n_q, n_k, d, parts[3:] == ["causal"], tiling_of(tiling) if tiling else None
 
 
 def main():
