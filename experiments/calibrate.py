@@ -13,6 +13,9 @@ kernels of experiments/common/microbench.py (which says how each is timed):
   lane; shfl.sync a cycle an SM;
 - global memory: read bandwidth from L2 (16 MiB) and DRAM (2 GiB), write bandwidth to DRAM,
   whole GPU (B/s) and a cycle an SM;
+- the cycles of a dependent L2-hit load issued right behind 0, 8, 32, 64 atomic adds of a warp,
+  into lines of the block's own or lines every SM adds into (experiments/common/atomic_latency.py:
+  the wait of a backward's first loads of a step, after its dQ_i adds);
 - __syncthreads() cycles, blocks of 4, 8, 16 warps; launch overhead: GPU seconds between queued
   empty kernels, host seconds a numba launch (and per extra array argument);
 - the dirty bytes L2 still holds when a streaming kernel ends (ncu; experiments/common/l2_residue.py):
@@ -37,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from experiments.common import copy_sectors, l1_reuse, l2_residue, microbench, plotting
+from experiments.common import atomic_latency, copy_sectors, l1_reuse, l2_residue, microbench, plotting
 from experiments.common.context import NO_GPU, RunContext
 from experiments.common.metadata import run_metadata
 from experiments.common.results import write_rows
@@ -63,6 +66,7 @@ def run(ctx: RunContext) -> list[dict]:
     rows = []
     for measure in ctx.progress(microbench.MEASUREMENTS, f"{NAME}: microbenchmarks"):
         rows += [row(m) for m in measure(bench)]
+    rows += [row(m) for m in atomic_latency.measure(bench)]
     placement_rows, raw = microbench.measure_placement(bench)
     rows += [row(m) for m in placement_rows]
     rows += [row(m) for m in l2_residue.measure(not simulated)]

@@ -50,6 +50,7 @@ def test_cpu_run_executes_every_kernel_and_reports_no_value(cpu_rows):
     assert mma == {(w, c) for w in (4, 8, 16) for c in (1, 2, 4)}
     assert {r["warps_per_sm"] for r in rows if r["quantity"] == rates.BARRIER} == {4, 8, 16}
     assert {r["blocks_per_sm"] for r in rows if r["quantity"] == "placement_repeatable"} == {1, 2, 4}
+    assert len([r for r in rows if r["quantity"] == "load_after_red_cycles"]) == 8   # 2 modes x k = 0, 8, 32, 64
 
 
 @SIM_ONLY
@@ -490,3 +491,29 @@ def test_random_replacement_hits_are_the_cold_caches_fixed_point():
         h = hits(r, s)
         assert 0 < h < 1 and abs(h - np.exp(-(r * (1 - h) + s))) < 1e-9
     assert hits(1.5, 0.0) > hits(2.0, 0.0) > hits(3.0, 0.0) and hits(2.0, 0.2) < hits(2.0, 0.0)
+
+
+@SIM_ONLY
+def test_the_load_after_reductions_kernel_adds_where_it_should():
+    """Each warp's k reductions an iteration land in its block's tile (PRIVATE) or in the one
+    tile of the grid (SHARED), 8 rows x 4 words each; its chase walks `iterations` links."""
+    from numba import cuda
+
+    from experiments.common import atomic_latency as al
+    kernel = al.load_after_red_kernel(8)
+    data = cuda.to_device(mb.chase_links(4 * 32 * mb.CHASE_STRIDE_WORDS))
+    tile = al.TILE_ROWS * al.TILE_WORDS
+    for mode in al.MODES:
+        tiles = cuda.to_device(np.zeros(2 * tile, np.float32))
+        out, table = cuda.device_array(2 * 32, np.uint32), cuda.to_device(np.zeros((2, len(mb.TIMING)), np.int64))
+        kernel[2, 32](mode, data, tiles, 3, out, table)
+        got = tiles.copy_to_host().reshape(2, al.TILE_ROWS, al.TILE_WORDS)
+        expected = np.zeros_like(got)
+        for block in range(2):
+            for j in range(8):                      # 3 iterations of the same 8 reductions
+                rows = np.arange(8) + 8 * (j % 2)
+                words = 4 * (j // 2) + np.arange(4)
+                expected[0 if mode == al.SHARED else block][np.ix_(rows, words)] += 3
+        np.testing.assert_array_equal(got, expected)
+        starts = np.arange(2) * mb.CHASE_STRIDE_WORDS                       # one warp a block
+        assert list(out.copy_to_host()[::32]) == list(starts + 3 * mb.CHASE_STRIDE_WORDS)
