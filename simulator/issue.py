@@ -42,7 +42,9 @@ alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cy
   arrival issued (a loop of barriers alone takes that a barrier, as it was measured); with ``blocks`` > 1
   the scheduler's warps are split round-robin into that many blocks, each barrier its own;
 - instructions are taken as the static stream: every instruction of the body once a trip,
-  whichever way its branches go (as simulator/sass.py counts), predicated-off ones issued too;
+  whichever way its branches go (as simulator/sass.py counts), predicated-off ones issued too,
+  but for the copies ptxas peeled before a strided copy's loop, of which a warp runs as many
+  as its trips need (``decode_loop``'s ``peel_runs``: ``simulator.trips.peel_runs``);
   branches, NOPs, BSSY/BSYNC cost an issue slot and nothing else.
 
 Time is continuous (latencies and pipe intervals are measured fractions of a cycle), the
@@ -62,13 +64,15 @@ from functools import lru_cache
 from pathlib import Path
 
 from .rates import MachineRates
-from .sass import access_bytes, opcode_key, parse, pipe_class, regions, INNER_LOOP, MAIN_LOOP
+from .sass import access_bytes, opcode_key, parse, peeled_copies, pipe_class, regions, INNER_LOOP, MAIN_LOOP
 from .tiling import Tiling
 
 #: Per-kernel main-loop instruction streams: written by tools/kernel_loops.py, read by ``stream_for``.
 LOOPS_JSON = Path(__file__).with_name("kernel_loops.json.gz")
 #: The version of the file's encoding (``encode_loop``) and layout (2: each loop and ``no_loop``
-#: key names its kernel's source digest, ptxas version and date).
+#: key names its kernel's source digest, ptxas version and date; since 2026-12-04 a nested
+#: loop may name its peeled copies, ``peel``: the records of kernels with strided copies in
+#: their main loop do, and a loop without the key has none).
 FORMAT = 2
 
 # ---- latencies not measured by calibrate: assumptions -------------------------------------
@@ -300,8 +304,9 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None,
     ..., line N`` marker before it -- the kernel file's line, call sites for inlined code) and
     ``r`` (``Op.rows_only``: an instruction of a ``row_lines`` line -- a call of a row copy --
     outside every nested loop); ``inner_loops``: each loop nested in it, as indices of its first
-    and last instruction, depth, and trips (null: not known statically, ``stream_for`` inlines
-    it once)."""
+    and last instruction, depth, trips (null: not known statically, ``stream_for`` inlines
+    it once) and ``peel``: [first, last] indices of each copy ptxas peeled before it
+    (``simulator.sass.peeled_copies``; [] for none)."""
     instructions = parse(text)
     found = {r.name: r for r in regions(instructions)} if instructions else {}
     main = found.get(MAIN_LOOP)
@@ -311,9 +316,11 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None,
     roles = _by_source_line(text, line_roles) if line_roles else {}
     rows = _by_source_line(text, dict.fromkeys(row_lines, "r")) if row_lines else {}
     index = {i.address: k for k, i in enumerate(main.instructions)}
+    loops = [r for name, r in found.items() if name.startswith(INNER_LOOP)]
     inner = [{"first": index[r.instructions[0].address], "last": index[r.instructions[-1].address],
-              "depth": r.depth, "trips": None}
-             for name, r in found.items() if name.startswith(INNER_LOOP)]
+              "depth": r.depth, "trips": None,
+              "peel": [[index[a], index[b]] for a, b in peeled_copies(main.instructions, r, loops)]}
+             for r in loops]
     nested = {k for r in inner for k in range(r["first"], r["last"] + 1)}
     opcodes, encoded = {}, []
     for n, i in enumerate(main.instructions):
@@ -348,10 +355,12 @@ def _by_source_line(text: str, values: dict) -> dict:
     return out
 
 
-def decode_loop(loop: dict, inner_trips=None) -> tuple[Op, ...]:
+def decode_loop(loop: dict, inner_trips=None, peel_runs=None) -> tuple[Op, ...]:
     """The stream of an ``encode_loop`` record: its body once, each nested loop's body inlined
     ``trips`` times (``inner_trips``: a list, one count a nested loop in address order,
-    overriding the recorded ones; a count unknown on both sides: once)."""
+    overriding the recorded ones; a count unknown on both sides: once), and of the copies
+    ptxas peeled before a nested loop the first ``peel_runs[k]`` only (a list as
+    ``inner_trips``; None, or None for a loop: every copy, as the static code holds them)."""
     table = [(key, pipe) for key, pipe in loop["opcodes"]]
     ops = []
     for item in loop["instructions"]:
@@ -365,6 +374,11 @@ def decode_loop(loop: dict, inner_trips=None) -> tuple[Op, ...]:
              (inner_trips if inner_trips is not None else [r["trips"] for r in inner])]
     if len(trips) != len(inner):
         raise ValueError(f"{len(inner)} nested loops, {len(trips)} trip counts given")
+    runs = list(peel_runs) if peel_runs is not None else [None] * len(inner)
+    if len(runs) != len(inner):
+        raise ValueError(f"{len(inner)} nested loops, {len(runs)} peel runs given")
+    skipped = {k for r, n in zip(inner, runs) if n is not None
+               for first, last in r.get("peel", [])[int(n):] for k in range(first, last + 1)}
 
     def expand(first: int, last: int, skip=None) -> list[Op]:
         out, k = [], first
@@ -376,7 +390,8 @@ def decode_loop(loop: dict, inner_trips=None) -> tuple[Op, ...]:
                 out += expand(r["first"], r["last"], j) * trips[j]
                 k = r["last"] + 1
             else:
-                out.append(ops[k])
+                if k not in skipped:
+                    out.append(ops[k])
                 k += 1
         return out
 
@@ -413,10 +428,12 @@ def loop_record(kernel: str, tiling: Tiling | None, d: int, causal: bool, varian
 
 @lru_cache(maxsize=None)
 def stream_for(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant: str = "",
-               inner_trips: tuple[int, ...] | None = None, path: Path = LOOPS_JSON) -> tuple[Op, ...]:
+               inner_trips: tuple[int, ...] | None = None, path: Path = LOOPS_JSON,
+               peel_runs: tuple[int | None, ...] | None = None) -> tuple[Op, ...]:
     """The main loop's instruction stream of ``kernel`` compiled for ``tiling``, ``d``,
-    ``causal`` (``decode_loop``; ``inner_trips`` overrides the nested loops' trip counts)."""
-    return decode_loop(loop_record(kernel, tiling, d, causal, variant, path), inner_trips)
+    ``causal`` (``decode_loop``; ``inner_trips`` overrides the nested loops' trip counts,
+    ``peel_runs`` says how many of their peeled copies run)."""
+    return decode_loop(loop_record(kernel, tiling, d, causal, variant, path), inner_trips, peel_runs)
 
 
 # ---- the simulator -----------------------------------------------------------------------

@@ -115,10 +115,14 @@ def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalT
                 nested_missed += repeated
         loads = (whole.ldl_bytes - loop.ldl_bytes) * blocks + per_trip[0] * trips
         stores = (whole.stl_bytes - loop.stl_bytes) * blocks + per_trip[1] * trips
-        # the main loop's row-copy set-up runs in the warps that own a row only
+        # the main loop's row-copy set-up runs in the warps that own a row only, and of the
+        # copies peeled before a nested loop only those its trips need (``trips.skipped_peels``)
         skipped = _rows_only_bytes(kernel, t, w.d, causal, variant, res.threads)
-        loads, stores = (loads * res.threads - skipped[0] * trips,
-                         stores * res.threads - skipped[1] * trips)
+        from .trips import skipped_peels
+
+        peels = skipped_peels(kernel, t, w.d, causal, variant, rows_per_trip(p))
+        loads, stores = (loads * res.threads - (skipped[0] + peels.get("ldl_bytes", 0.0) * res.threads) * trips,
+                         stores * res.threads - (skipped[1] + peels.get("stl_bytes", 0.0) * res.threads) * trips)
     else:
         loads, stores = whole.ldl_bytes * blocks * res.threads, whole.stl_bytes * blocks * res.threads
     footprint = res.stack_frame_bytes * resident

@@ -71,7 +71,7 @@ from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
 from .issue import global_load_latency, memory_latencies
 from .local import local_traffic, nested_runs, recorded_causal, rows_per_trip
-from .trips import inner_trips, outer_trips, warps_without_rows
+from .trips import inner_trips, outer_trips, skipped_peels, warp_stream
 from .workload import Workload
 
 #: Independent mma accumulator chains a warp of our tensor-core kernels keeps (at least).
@@ -234,6 +234,8 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     counts = _counts(loop, [], warps_b)
     for region, extra in nested_runs(p, kernel, tiling, w, variant):
         counts = {k: v + extra * getattr(region, k) * warps_b for k, v in counts.items()}
+    skipped = skipped_peels(kernel, tiling, w.d, causal, variant, rows_per_trip(p))
+    counts = {k: v - skipped.get(k, 0.0) * warps_b for k, v in counts.items()}
     heads = p.grid_heads(w.BH)
     trips = sum(p.block_trips) * heads
     t_trip = cost(counts, smem_wavefronts(p, w.dtype_bytes) / trips if trips else 0.0)
@@ -266,7 +268,7 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     where it cannot run (no recorded stream, nested loops of unknown trips, a band kernel
     never recorded: ``Workload.kernel_causal`` None). Global loads at the L2's latency, spill
     refills at L1's, or L2's where they miss L1 (``spills_miss``: ``simulator.local``)."""
-    from .issue import Streams, loop_cycles, loop_record, stream_for
+    from .issue import Streams, loop_cycles, loop_record
 
     causal = w.kernel_causal
     if causal is None:
@@ -282,19 +284,14 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     per_scheduler = max(1, round(blocks * occ.warps_per_block / 4))
     if per_scheduler % blocks:
         return None          # the simulator splits a scheduler's warps evenly over the blocks
-    idle = warps_without_rows(t.Br, t.threads_for(kernel))
-    rows_only = any(o.rows_only for o in stream_for(kernel, t, w.d, causal, variant))
-    if all(float(n).is_integer() for n in trips) and not (rows_only and idle):
-        stream = stream_for(kernel, t, w.d, causal, variant, tuple(int(n) for n in trips) or None)
-    else:
-        # trips that differ between warps, or set-up only the warps with a row of a row copy
-        # run (``Op.rows_only``): scheduler 0's warps, 0, 4, 8, ... of each block (simulated
-        # warp i belongs to block i mod blocks), each its own stream
-        def own(warp):
-            body = stream_for(kernel, t, w.d, causal, variant,
-                              inner_trips(kernel, t, w.d, causal, variant, rows, warp))
-            return tuple(o for o in body if not o.rows_only) if warp in idle else body
-        stream = Streams(tuple(own(4 * (i // blocks)) for i in range(per_scheduler)))
+    # scheduler 0's warps, 0, 4, 8, ... of each block (simulated warp i belongs to block
+    # i mod blocks), each the trip it runs (``trips.warp_stream``: nested loops' and peeled
+    # copies' runs, and a row copy's set-up, can differ between warps); one stream where
+    # they are all the same
+    warps = [4 * (i // blocks) for i in range(per_scheduler)]
+    own = {v: warp_stream(kernel, t, w.d, causal, variant, rows, v) for v in set(warps)}
+    distinct = set(own.values())
+    stream = distinct.pop() if len(distinct) == 1 else Streams(tuple(own[v] for v in warps))
     l2, l1 = memory_latencies(r)
     # warp roles (v12's warp pairs, role = warp % 2): a scheduler's warps w, w + 4, ... share
     # one role, so each scheduler runs one role's part of the loop beside the common part:

@@ -378,6 +378,68 @@ def regions(instructions: tuple[Instruction, ...]) -> tuple[Region, ...]:
     return tuple(out)
 
 
+#: Global loads, the copies' unit (LDG, LD, and LDGSTS for cp.async).
+_COPY_LOADS = {"LDG", "LD", "LDGSTS"}
+#: Instructions that may not sit between a peel's end and its loop's header (``peeled_copies``).
+_NOT_IN_GAP = _COPY_LOADS | _TENSOR | _ATOM | {"LDS", "STS", "STG", "ST", "LDSM", "BAR"}
+#: At most this many instructions between a peel's end and its loop's header: the loop's trip
+#: count and its entry guard.
+PEEL_GAP = 24
+
+
+def _copy_loads(instructions: Iterable[Instruction]) -> int:
+    return sum(1 for i in instructions if i.mnemonic.split(".")[0] in _COPY_LOADS)
+
+
+def peeled_copies(body: tuple[Instruction, ...], loop: Region,
+                  nested: Iterable[Region] = ()) -> tuple[tuple[int, int], ...]:
+    """The peeled copies ptxas places before ``loop``, a strided copy it unrolled u-fold
+    inside the loop whose instructions are ``body`` (the main loop's): ((first, last) address
+    of each, in order), () where there are none.
+
+    A strided copy ``for e in range(tid, n, T)`` has a trip count that depends on ``tid``, so
+    ptxas compiles it as a peel of the first ``iterations mod u`` iterations, then a loop of u
+    iterations a trip (e.g. the FFMA backward's Qi, dOi and L_i, D_i copies, the half
+    backward's cp.async row copy, backward v13's L_i, D_i copy; sm_90, ptxas 13.0). The peel
+    is u - 1 copies of one iteration, each after an exit branch; every exit jumps to the peel's
+    end, a few instructions (the loop's trip count and entry guard) before the loop: a warp
+    that has r = iterations mod u iterations to peel runs the copies 1..r and the exit after
+    copy r, then the loop ``iterations // u`` times (ncu's executed instructions of backward
+    v13, H200, 2026-12-04: its row copy's peeled copies 2 and 3 and its 4-fold loop never ran
+    in warp 0, which has 1 row; results/h200/stalls/source). Found from the branches: the
+    forward branches of ``body`` before ``loop``, outside the ``nested`` loops that do not
+    hold it, that share a target T at most ``PEEL_GAP`` instructions before ``loop`` with no
+    memory access, mma or barrier between them; copy k runs from the instruction after exit k
+    to exit k + 1 (the last copy: to T); each copy must make the same number of global loads,
+    c > 0, and the loop (m + 1) c for m copies -- else () (no peel recognised)."""
+    loads = _copy_loads(loop.instructions)
+    if not loads:
+        return ()
+    inside = [(r.start, r.end) for r in nested if not (r.start <= loop.start and loop.end <= r.end)]
+
+    def outside(i: Instruction) -> bool:
+        return not any(a <= i.address <= b for a, b in inside)
+
+    before = [i for i in body if i.address < loop.start]
+    exits: dict[int, list[Instruction]] = {}
+    for i in before:
+        if i.target is not None and i.address < i.target <= loop.start and outside(i):
+            exits.setdefault(i.target, []).append(i)
+    for target in sorted(exits, reverse=True):           # the nearest end first
+        gap = [i for i in before if i.address >= target]
+        if len(gap) > PEEL_GAP or any(i.mnemonic.split(".")[0] in _NOT_IN_GAP for i in gap):
+            continue
+        ends = [i.address for i in exits[target]] + [target]
+        copies = [[i for i in before if ends[k] < i.address <= ends[k + 1]
+                   and not (k == len(ends) - 2 and i.address == target)]
+                  for k in range(len(ends) - 1)]
+        each = [_copy_loads(c) for c in copies]
+        if copies and all(c for c in copies) and each[0] > 0 and len(set(each)) == 1 \
+                and loads == (len(copies) + 1) * each[0]:
+            return tuple((c[0].address, c[-1].address) for c in copies)
+    return ()
+
+
 # ---- the CSV -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class KernelSass:

@@ -25,8 +25,12 @@ instructions: a loop's body can borrow a few instructions from the code before i
 - the standard matmul's k-chunk: its two strided copies ceil(Br BK / T), ceil(BK Bc / T) and the
   BK-step product.
 Those are the source loop's iterations. ptxas unrolls a strided copy (a trip count that
-depends on ``tid``) u-fold: the SASS loop then runs ceil(count / u) times, each trip u
-iterations' worth (remainder iterations guarded inside). u is read off the compiled loop: its
+depends on ``tid``) u-fold. In the main loop it peels the first count mod u iterations: u - 1
+copies of one iteration before the loop, each behind an exit branch
+(``simulator.sass.peeled_copies``, recorded with the loop in ``kernel_loops.json.gz``), of
+which a warp runs count mod u (``peel_runs``); the SASS loop then runs count // u times, each
+trip u iterations' worth. Where no peel is recorded, the loop runs ceil(count / u) times
+(remainder iterations guarded inside). u is read off the compiled loop: its
 global loads (LDG, and LDGSTS for cp.async) / the loads one source iteration makes
 (``COPY_LOADS``: 1 for ``load_head_tile`` and the matmul's copies, 4 for ``load_pair_tile``, 2
 for ``load_row_stats`` and ``load_row_block``, 16 for the backward's batch loop). On the H200
@@ -114,7 +118,6 @@ def _counts_at(text: str, kernel: str, t: Tiling, d: int, warp: int | None = Non
     return None
 
 
-@lru_cache(maxsize=None)
 def inner_trips(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "",
                 rows_per_trip: int | None = None, warp: int | None = None) -> tuple[float, ...] | None:
     """Trips of each loop nested in ``kernel``'s main loop (address order) per trip of the loop
@@ -123,12 +126,35 @@ def inner_trips(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str 
     per main-loop trip, which the workload sets (``Phase.inner_trips``); None: unknown.
     ``warp``: the trips of that warp of the block (an int each); None: the mean over the
     block's warps of each warp's (a float where a loop's trips differ between warps)."""
+    found = _nested_counts(kernel, tiling, d, causal, variant, rows_per_trip, warp)
+    return None if found is None else found[0]
+
+
+def peel_runs(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "",
+              rows_per_trip: int | None = None, warp: int | None = None) -> tuple | None:
+    """Of each loop nested in ``kernel``'s main loop (address order), how many of the copies
+    ptxas peeled before it run a trip of the loop it sits in: a strided copy of n source
+    iterations, unrolled u-fold behind a peel of u - 1 copies
+    (``simulator.sass.peeled_copies``), runs n mod u of them, then its loop n // u times;
+    None for a loop without a peel (or one not recorded): the caller issues every copy the
+    code holds. None where a trip count is not known; arguments as ``inner_trips``."""
+    found = _nested_counts(kernel, tiling, d, causal, variant, rows_per_trip, warp)
+    return None if found is None else found[1]
+
+
+@lru_cache(maxsize=None)
+def _nested_counts(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str,
+                   rows_per_trip: int | None, warp: int | None):
+    """(``inner_trips``, ``peel_runs``) of one warp, or their means over the block's warps."""
     if warp is None:
         warps = -(-tiling.threads_for(kernel) // 32)
-        each = [inner_trips(kernel, tiling, d, causal, variant, rows_per_trip, w) for w in range(warps)]
+        each = [_nested_counts(kernel, tiling, d, causal, variant, rows_per_trip, w)
+                for w in range(warps)]
         if any(e is None for e in each):
             return None
-        return tuple(sum(col) / warps for col in zip(*each)) if each[0] else ()
+        mean = lambda cols: tuple(None if col[0] is None else sum(col) / warps  # noqa: E731
+                                  for col in zip(*cols))
+        return mean(e[0] for e in each), mean(e[1] for e in each)
     rows = regions_of(kernel, tiling, d, causal, variant)
     main = next((r for r in rows if r.region == MAIN_LOOP), None)
     if main is None:
@@ -148,9 +174,10 @@ def inner_trips(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str 
         control[k] = where[1]
         located.append((where, counts))
     per_line = Counter(where for where, _ in located)
+    peels = _peels(kernel, tiling, d, causal, variant, len(nested))
     taken: dict[tuple[str, int], int] = {}
-    out = []
-    for region, (where, counts) in zip(nested, located):
+    trips, runs = [], []
+    for region, (where, counts), peeled in zip(nested, located, peels):
         k = taken.get(where, 0)
         # a call's remainder loop of 0 trips may be compiled away: then its line has fewer
         # loops than the call makes, and the next count is this loop's
@@ -158,9 +185,78 @@ def inner_trips(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str 
             k += 1
         if k >= len(counts):
             return None
-        out.append(unrolled(counts[k], region, copy_kind(_source(where[0])[where[1] - 1])))
+        n, kind = counts[k], copy_kind(_source(where[0])[where[1] - 1])
+        u = copy_unroll(region, kind)
+        if u is not None and peeled == u - 1 > 0:      # a peel of n mod u, then n // u trips
+            trips.append(n // u)
+            runs.append(n % u)
+        else:
+            trips.append(unrolled(n, region, kind))
+            runs.append(None)
         taken[where] = k + 1
-    return tuple(out)
+    return tuple(trips), tuple(runs)
+
+
+def warp_stream(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "",
+                rows_per_trip: int | None = None, warp: int = 0, peeled: bool = True):
+    """The main-loop trip warp ``warp`` of a block runs, as ``simulator.issue`` ops: each
+    nested loop inlined its ``inner_trips``, the copies peeled before a loop as many as
+    ``peel_runs`` (``peeled=False``: all of them, as the static code holds them), and the
+    set-up of a row copy (``issue.Op.rows_only``) only in a warp that owns a row. None where a
+    trip count is not known; LookupError where the loop is not recorded."""
+    from .issue import stream_for
+
+    found = _nested_counts(kernel, tiling, d, causal, variant, rows_per_trip, warp)
+    if found is None:
+        return None
+    trips, runs = found
+    body = stream_for(kernel, tiling, d, causal, variant, trips or None,
+                      peel_runs=runs if peeled else None)
+    if warp in warps_without_rows(tiling.Br, tiling.threads_for(kernel)):
+        return tuple(o for o in body if not o.rows_only)
+    return body
+
+
+@lru_cache(maxsize=None)
+def skipped_peels(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "",
+                  rows_per_trip: int | None = None) -> dict[str, float]:
+    """What a main-loop trip does not run of the copies peeled before nested loops
+    (``peel_runs``), per warp, the mean over the block's warps: warp instructions by
+    ``issue.Op.pipe`` and ``total``, and the local-memory bytes a thread does not read
+    (``ldl_bytes``) or write (``stl_bytes``). Empty where nothing is skipped or the loop's
+    stream or trips are not known."""
+    from .sass import access_bytes
+
+    warps = -(-tiling.threads_for(kernel) // 32)
+    out: Counter = Counter()
+    for w in range(warps):
+        try:
+            full = warp_stream(kernel, tiling, d, causal, variant, rows_per_trip, w, peeled=False)
+            run = warp_stream(kernel, tiling, d, causal, variant, rows_per_trip, w)
+        except LookupError:
+            return {}
+        if full is None or run is None:
+            return {}
+        for ops, sign in ((full, 1), (run, -1)):
+            for o in ops:
+                out[o.pipe] += sign
+                out["total"] += sign
+                if o.pipe in ("ldl", "stl"):
+                    out[f"{o.pipe}_bytes"] += sign * access_bytes(o.key)
+    return {k: v / warps for k, v in out.items() if v}
+
+
+def _peels(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str, loops: int) -> list[int]:
+    """The copies peeled before each of the main loop's ``loops`` nested loops, as recorded
+    in ``kernel_loops.json.gz`` (``simulator.issue.encode_loop``); 0 each where the loop is not
+    recorded or its nested loops are not these."""
+    from .issue import loop_record
+
+    try:
+        inner = loop_record(kernel, tiling, d, causal, variant)["inner_loops"]
+    except LookupError:
+        return [0] * loops
+    return [len(r.get("peel", [])) for r in inner] if len(inner) == loops else [0] * loops
 
 
 def parents(main, nested) -> list[int | None]:
@@ -314,11 +410,18 @@ def copy_kind(text: str) -> str | None:
 
 def unrolled(iterations: int, region, kind: str | None) -> int:
     """SASS trips of a nested loop of ``iterations`` source iterations (module docstring):
-    a strided copy whose compiled body holds u iterations' loads runs ceil(iterations / u)."""
-    if kind is None or iterations == 0:
+    a strided copy whose compiled body holds u iterations' loads runs ceil(iterations / u)
+    (where no copies are peeled before it: ``peel_runs``)."""
+    u = copy_unroll(region, kind)
+    if u is None or iterations == 0:
         return iterations
-    u = max(1, _loads(region) // COPY_LOADS[kind])
     return -(-iterations // u)
+
+
+def copy_unroll(region, kind: str | None) -> int | None:
+    """u, the source iterations a trip of a compiled strided copy makes (its global loads
+    over one iteration's, ``COPY_LOADS``); None for a loop that is no strided copy."""
+    return None if kind is None else max(1, _loads(region) // COPY_LOADS[kind])
 
 
 @lru_cache(maxsize=None)

@@ -288,20 +288,21 @@ def test_row_copy_lines_of_a_kernel_source(tmp_path):
 
 def test_row_copy_set_up_runs_in_the_warps_with_rows():
     """A row copy's loop (``range(tid, Br, T)``) runs only in the warps that own a row: the half
-    backward at Br = 64, 256 threads, d = 64 copies L_i, D_i in warps 0 and 1 (one trip each),
-    none in the other six (mean 2/8), and the recorded loop tags the copy's set-up
-    ``rows_only``. (Found on the tensor-core backward v13 at Br = 32, d = 64, where ptxas
+    backward at Br = 64, 256 threads, d = 64 copies L_i, D_i in warps 0 and 1 (one row each:
+    the first of the copies ptxas peeled before its 4-fold loop, which runs no trip), none in
+    the other six (mean 2/8), and the recorded loop tags the copy's set-up ``rows_only``. (Found on the tensor-core backward v13 at Br = 32, d = 64, where ptxas
     refilled 6 spilled words for ``load_row_stats`` before its row loop, which only warp 0
     entered: the local model counted 3.5-3.7x the local loads ncu measured until it counted
     those refills for 32 threads, not 256 (H200, 2026-12-03). v14 loads its rows unrolled, with
     no loop; no kernel now refills spilled words there, so ``_rows_only_bytes`` is 0 here.)"""
     from simulator.local import _rows_only_bytes
-    from simulator.trips import inner_trips
+    from simulator.trips import inner_trips, peel_runs
 
     t = Tiling(64, 128)
     stream = stream_for("flash_backward_half", t, 64, False)
     assert any(o.rows_only for o in stream)
-    assert inner_trips("flash_backward_half", t, 64, False)[-1] == pytest.approx(2 / 8)
-    each = [inner_trips("flash_backward_half", t, 64, False, warp=w)[-1] for w in range(8)]
+    assert peel_runs("flash_backward_half", t, 64, False)[-1] == pytest.approx(2 / 8)
+    each = [peel_runs("flash_backward_half", t, 64, False, warp=w)[-1] for w in range(8)]
     assert each == [1, 1] + [0] * 6
+    assert [inner_trips("flash_backward_half", t, 64, False, warp=w)[-1] for w in range(8)] == [0] * 8
     assert _rows_only_bytes("flash_backward_half", t, 64, False, "", 256) == (0, 0)
