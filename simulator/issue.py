@@ -64,7 +64,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from .rates import MachineRates
-from .sass import access_bytes, opcode_key, parse, peeled_copies, pipe_class, regions, INNER_LOOP, MAIN_LOOP
+from .sass import (access_bytes, guarded, opcode_key, parse, peeled_copies, pipe_class, regions,
+                   stall_counts, INNER_LOOP, MAIN_LOOP)
 from .tiling import Tiling
 
 #: Per-kernel main-loop instruction streams: written by tools/kernel_loops.py, read by ``stream_for``.
@@ -112,9 +113,11 @@ class Op:
     and reads (``R4``, ``P0``, ``UR6``, ``UP1``; zero registers left out), whether it waits for
     the block (``BAR.SYNC``), its shared-memory / L1 wavefronts (0 for other pipes), the
     warp role it belongs to (None: every warp runs it; 0 / 1: only the warps of that role, the
-    two warps of a pair in the tensor-core backward's v12, ``role = warp % 2``), and whether
+    two warps of a pair in the tensor-core backward's v12, ``role = warp % 2``), whether
     only the warps that own a row of a row copy run it (``rows_only``: the guard and set-up of
-    a ``range(tid, Br, T)`` loop outside its body, which ptxas places in the main loop)."""
+    a ``range(tid, Br, T)`` loop outside its body, which ptxas places in the main loop), and
+    its stall count: the cycles ptxas's control word makes the warp wait before its next
+    instruction issues (1: none; ``sass.stall_counts``)."""
 
     key: str
     pipe: str
@@ -124,6 +127,7 @@ class Op:
     wavefronts: int = 0
     role: int | None = None
     rows_only: bool = False
+    stall: int = 1
 
 
 def op(key: str, dests=(), srcs=(), barrier: bool | None = None) -> Op:
@@ -302,9 +306,12 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None,
     ``0`` / ``1`` (only warps of that role run it: ``line_roles`` maps kernel-source lines
     inside a ``role == k`` branch to k, and an instruction takes the line of the ``//## File
     ..., line N`` marker before it -- the kernel file's line, call sites for inlined code) and
-    ``r`` (``Op.rows_only``: an instruction of a ``row_lines`` line -- a call of a row copy --
-    outside every nested loop); ``inner_loops``: each loop nested in it, as indices of its first
-    and last instruction, depth, trips (null: not known statically, ``stream_for`` inlines
+    ``r`` (``Op.rows_only``: outside every nested loop, an instruction a row copy's guard
+    branch skips, ``simulator.sass.guarded``, where each row copy's loop -- a nested loop of a
+    ``row_lines`` line, a call of a row copy -- has a guard; else any instruction of such a
+    line), then, where ``text`` has the encodings (``nvdisasm -hex``), ``;<stall count>``
+    (``Op.stall``); ``inner_loops``: each loop nested in it, as indices of its first and last
+    instruction, depth, trips (null: not known statically, ``stream_for`` inlines
     it once) and ``peel``: [first, last] indices of each copy ptxas peeled before it
     (``simulator.sass.peeled_copies``; [] for none)."""
     instructions = parse(text)
@@ -322,6 +329,13 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None,
               "peel": [[index[a], index[b]] for a, b in peeled_copies(main.instructions, r, loops)]}
              for r in loops]
     nested = {k for r in inner for k in range(r["first"], r["last"] + 1)}
+    # a row copy's code: what its guard branch skips where the copy's loop has one, else the
+    # instructions of its call line outside every nested loop
+    copies = [r for r in loops if any(i.address in rows for i in r.instructions)]
+    spans = [guarded(main.instructions, r, loops) for r in copies]
+    if copies and all(spans):
+        rows = {i.address for i in main.instructions if any(a <= i.address <= b for a, b in spans)}
+    stalls = stall_counts(text)
     opcodes, encoded = {}, []
     for n, i in enumerate(main.instructions):
         o = ops[i.address]
@@ -331,9 +345,15 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None,
         role = roles.get(i.address)
         row = "r" if i.address in rows and n not in nested else ""
         encoded.append(f"{k};{_format_registers(o.dests)};{_format_registers(o.srcs)};"
-                       f"{'B' if o.barrier else ''}{'' if role is None else role}{row}")
+                       f"{'B' if o.barrier else ''}{'' if role is None else role}{row}"
+                       + (f";{stalls[i.address]}" if stalls else ""))
     return {"start": f"{main.start:x}", "end": f"{main.end:x}",
             "opcodes": [list(k) for k in opcodes], "instructions": encoded, "inner_loops": inner}
+
+
+def has_stall_counts(loop: dict) -> bool:
+    """Whether an ``encode_loop`` record holds each instruction's stall count."""
+    return all(item.count(";") == 4 for item in loop["instructions"])
 
 
 #: nvdisasm's source-line marker before the instructions of a line: (file, line)
@@ -355,28 +375,30 @@ def _by_source_line(text: str, values: dict) -> dict:
     return out
 
 
-def decode_loop(loop: dict, inner_trips=None, peel_runs=None) -> tuple[Op, ...]:
+def decode_loop(loop: dict, inner_trips=None, peel_runs=None, stalls: bool = True) -> tuple[Op, ...]:
     """The stream of an ``encode_loop`` record: its body once, each nested loop's body inlined
     ``trips`` times (``inner_trips``: a list, one count a nested loop in address order,
     overriding the recorded ones; a count unknown on both sides: once), and of the copies
     ptxas peeled before a nested loop the first ``peel_runs[k]`` only (a list as
-    ``inner_trips``; None, or None for a loop: every copy, as the static code holds them)."""
+    ``inner_trips``; None, or None for a loop: every copy, as the static code holds them);
+    ``stalls``: each instruction its recorded stall count (else 1)."""
     table = [(key, pipe) for key, pipe in loop["opcodes"]]
     ops = []
     for item in loop["instructions"]:
-        k, dests, srcs, flags = item.split(";")
+        k, dests, srcs, flags, *stall = item.split(";")
         key, pipe = table[int(k)]
         role = next((int(c) for c in flags if c.isdigit()), None)
         ops.append(Op(key, pipe, _parse_registers(dests), _parse_registers(srcs), "B" in flags,
-                      _wavefronts(key, pipe), role, "r" in flags))
+                      _wavefronts(key, pipe), role, "r" in flags, int(stall[0]) if stall and stalls else 1))
     inner = loop["inner_loops"]
     trips = [(n if n is not None else 1) for n in
              (inner_trips if inner_trips is not None else [r["trips"] for r in inner])]
     if len(trips) != len(inner):
         raise ValueError(f"{len(inner)} nested loops, {len(trips)} trip counts given")
     runs = list(peel_runs) if peel_runs is not None else [None] * len(inner)
-    if len(runs) != len(inner):
-        raise ValueError(f"{len(inner)} nested loops, {len(runs)} peel runs given")
+    if len(runs) != len(inner) or any(n is not None and not float(n).is_integer() for n in runs):
+        raise ValueError(f"{len(inner)} nested loops, peel runs {runs}: give one whole count "
+                         "(or None) a loop, a warp's")
     skipped = {k for r, n in zip(inner, runs) if n is not None
                for first, last in r.get("peel", [])[int(n):] for k in range(first, last + 1)}
 
@@ -432,8 +454,18 @@ def stream_for(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant
                peel_runs: tuple[int | None, ...] | None = None) -> tuple[Op, ...]:
     """The main loop's instruction stream of ``kernel`` compiled for ``tiling``, ``d``,
     ``causal`` (``decode_loop``; ``inner_trips`` overrides the nested loops' trip counts,
-    ``peel_runs`` says how many of their peeled copies run)."""
-    return decode_loop(loop_record(kernel, tiling, d, causal, variant, path), inner_trips, peel_runs)
+    ``peel_runs`` says how many of their peeled copies run; stall counts where every loop of
+    the file has them, ``all_stall_counts``)."""
+    return decode_loop(loop_record(kernel, tiling, d, causal, variant, path), inner_trips, peel_runs,
+                       stalls=all_stall_counts(path))
+
+
+@lru_cache(maxsize=None)
+def all_stall_counts(path: Path = LOOPS_JSON) -> bool:
+    """Whether every loop of the file holds its stall counts: the simulator honours them only
+    then, so that kernels recorded at different times are timed on one footing."""
+    loops = kernel_loops(path)["loops"]
+    return bool(loops) and all(has_stall_counts(r) for r in loops)
 
 
 # ---- the simulator -----------------------------------------------------------------------
@@ -574,6 +606,7 @@ class _Decoded:
         self.units = [_unit(o) for o in stream]
         self.queues = [_queue(o) for o in stream]
         self.service = [_service(o, r) for o in stream]
+        self.stalls = [o.stall for o in stream]
 
 
 def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
@@ -681,6 +714,8 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
             ready[w][d] = start + c.latency[k]
             tracked[w][d] = c.variable[k]
         waits[w] = None
+        if c.stalls[k] > 1:          # the compiler's stall count: the warp's next issue waits
+            resume[w] = max(resume[w], t + c.stalls[k])
         pc[w] += 1
         issued += 1
         last = w

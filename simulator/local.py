@@ -6,8 +6,10 @@ Local traffic of a launch, from the compiled kernel (never guessed):
   trip of the region they sit in: the main loop's once per trip (``Phase.block_trips``), a
   nested loop's once per its trips (``nested_runs``), the rest once per block. A warp's local access is laid out lane by
   lane in consecutive words, so it fills whole sectors: bytes = per-thread bytes x threads,
-  but for the main loop's set-up of a row copy (``Op.rows_only``: ``range(tid, Br, T)``'s
-  guard and spill refills, run only by the warps that own a row).
+  less what a trip does not run of its static code (``simulator.trips.skipped``): the main
+  loop's set-up of a row copy (``Op.rows_only``: ``range(tid, Br, T)``'s guard and spill
+  refills, run only by the warps that own a row) and the copies ptxas peeled before a nested
+  loop beyond those a warp needs.
 - misses, by reuse distance: a load hits if, since the last use of its slot, the blocks
   resident on an SM touched fewer distinct lines than the L1 left beside shared memory
   (``Hardware.l1_smem_bytes - Occupancy.carveout``; LRU keeps what is reused within its
@@ -42,6 +44,7 @@ from .occupancy import resources
 from .phases import Phase
 from .sass import MAIN_LOOP, sass
 from .tiling import Tiling
+from .trips import skipped
 from .workload import Workload
 
 
@@ -115,38 +118,17 @@ def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalT
                 nested_missed += repeated
         loads = (whole.ldl_bytes - loop.ldl_bytes) * blocks + per_trip[0] * trips
         stores = (whole.stl_bytes - loop.stl_bytes) * blocks + per_trip[1] * trips
-        # the main loop's row-copy set-up runs in the warps that own a row only, and of the
-        # copies peeled before a nested loop only those its trips need (``trips.skipped_peels``)
-        skipped = _rows_only_bytes(kernel, t, w.d, causal, variant, res.threads)
-        from .trips import skipped_peels
-
-        peels = skipped_peels(kernel, t, w.d, causal, variant, rows_per_trip(p))
-        loads, stores = (loads * res.threads - (skipped[0] + peels.get("ldl_bytes", 0.0) * res.threads) * trips,
-                         stores * res.threads - (skipped[1] + peels.get("stl_bytes", 0.0) * res.threads) * trips)
+        # less what a trip does not run: a row copy's set-up in the warps without a row, the
+        # copies peeled before a nested loop beyond those its trips need (``trips.skipped``)
+        left = skipped(kernel, t, w.d, causal, variant, rows_per_trip(p))
+        loads = (loads - left.get("ldl_bytes", 0.0) * trips) * res.threads
+        stores = (stores - left.get("stl_bytes", 0.0) * trips) * res.threads
     else:
         loads, stores = whole.ldl_bytes * blocks * res.threads, whole.stl_bytes * blocks * res.threads
     footprint = res.stack_frame_bytes * resident
     streamed = _tile_bytes_per_trip(p, w, trips) * occ.blocks_per_sm
     missed = nested_missed + (0.0 if footprint + streamed <= l1 else loads)
     return LocalTraffic(float(loads + nested_loads), float(stores), float(missed))
-
-
-def _rows_only_bytes(kernel: str, t: Tiling, d: int, causal: bool, variant: str,
-                     threads: int) -> tuple[int, int]:
-    """(load, store) local bytes a main-loop trip of a block does not make because the
-    ``Op.rows_only`` instructions of its loop (``simulator.issue``) run in the warps that own a
-    row of the row copy only: their LDL / STL widths x the threads of the other warps."""
-    from .issue import stream_for
-    from .sass import access_bytes
-    from .trips import warps_without_rows
-
-    idle = 32 * len(warps_without_rows(t.Br, threads))
-    try:
-        ops = [o for o in stream_for(kernel, t, d, causal, variant) if o.rows_only]
-    except LookupError:
-        return 0, 0
-    return (sum(access_bytes(o.key) for o in ops if o.pipe == "ldl") * idle,
-            sum(access_bytes(o.key) for o in ops if o.pipe == "stl") * idle)
 
 
 def rows_per_trip(p: Phase) -> int | None:

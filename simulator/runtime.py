@@ -71,7 +71,7 @@ from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
 from .issue import global_load_latency, memory_latencies
 from .local import local_traffic, nested_runs, recorded_causal, rows_per_trip
-from .trips import inner_trips, outer_trips, skipped_peels, warp_stream
+from .trips import inner_trips, outer_trips, skipped, warp_stream
 from .workload import Workload
 
 #: Independent mma accumulator chains a warp of our tensor-core kernels keeps (at least).
@@ -234,8 +234,8 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     counts = _counts(loop, [], warps_b)
     for region, extra in nested_runs(p, kernel, tiling, w, variant):
         counts = {k: v + extra * getattr(region, k) * warps_b for k, v in counts.items()}
-    skipped = skipped_peels(kernel, tiling, w.d, causal, variant, rows_per_trip(p))
-    counts = {k: v - skipped.get(k, 0.0) * warps_b for k, v in counts.items()}
+    left = skipped(kernel, tiling, w.d, causal, variant, rows_per_trip(p))    # not run (trips.skipped)
+    counts = {k: v - left.get(k, 0.0) * warps_b for k, v in counts.items()}
     heads = p.grid_heads(w.BH)
     trips = sum(p.block_trips) * heads
     t_trip = cost(counts, smem_wavefronts(p, w.dtype_bytes) / trips if trips else 0.0)

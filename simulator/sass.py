@@ -238,6 +238,24 @@ def parse(text: str) -> tuple[Instruction, ...]:
     return tuple(out)
 
 
+#: nvdisasm -hex: an instruction's second 64-bit word, alone on the line after it.
+_HIGH_WORD = re.compile(r"^\s*/\* (0x[0-9a-f]{16}) \*/\s*$")
+
+
+def stall_counts(text: str) -> dict[int, int]:
+    """Address -> stall count of each instruction of ``nvdisasm -c -hex`` output of sm_70+
+    code (empty without ``-hex``): the 4-bit field at bits 105-108 of the 128-bit encoding,
+    bits 41-44 of the second word, the cycles the warp waits before it issues its next
+    instruction (the compiler's schedule for fixed-latency results; ncu's "wait" stall). At
+    least 1."""
+    out, lines = {}, text.splitlines()
+    for line, after in zip(lines, lines[1:]):
+        found, high = _INSTRUCTION.match(line), _HIGH_WORD.match(after)
+        if found and high:
+            out[int(found.group(1), 16)] = max(1, (int(high.group(1), 16) >> 41) & 0xF)
+    return out
+
+
 _LINE = re.compile(r'//## File "([^"]+)", line (\d+)')
 
 
@@ -378,17 +396,18 @@ def regions(instructions: tuple[Instruction, ...]) -> tuple[Region, ...]:
     return tuple(out)
 
 
-#: Global loads, the copies' unit (LDG, LD, and LDGSTS for cp.async).
-_COPY_LOADS = {"LDG", "LD", "LDGSTS"}
+#: Global loads, the copies' unit (LDG, LD, and LDGSTS for cp.async: ``KernelSass``'s ldg32 /
+#: ldg64 / ldg128 and ldgsts).
+_GLOBAL_LOADS = {"LDG", "LD", "LDGSTS"}
 #: Instructions that may not sit between a peel's end and its loop's header (``peeled_copies``).
-_NOT_IN_GAP = _COPY_LOADS | _TENSOR | _ATOM | {"LDS", "STS", "STG", "ST", "LDSM", "BAR"}
+_NOT_IN_GAP = _GLOBAL_LOADS | _TENSOR | _ATOM | {"LDS", "STS", "STG", "ST", "LDSM", "BAR"}
 #: At most this many instructions between a peel's end and its loop's header: the loop's trip
 #: count and its entry guard.
 PEEL_GAP = 24
 
 
-def _copy_loads(instructions: Iterable[Instruction]) -> int:
-    return sum(1 for i in instructions if i.mnemonic.split(".")[0] in _COPY_LOADS)
+def _global_loads(instructions: Iterable[Instruction]) -> int:
+    return sum(1 for i in instructions if i.mnemonic.split(".")[0] in _GLOBAL_LOADS)
 
 
 def peeled_copies(body: tuple[Instruction, ...], loop: Region,
@@ -411,8 +430,9 @@ def peeled_copies(body: tuple[Instruction, ...], loop: Region,
     hold it, that share a target T at most ``PEEL_GAP`` instructions before ``loop`` with no
     memory access, mma or barrier between them; copy k runs from the instruction after exit k
     to exit k + 1 (the last copy: to T); each copy must make the same number of global loads,
-    c > 0, and the loop (m + 1) c for m copies -- else () (no peel recognised)."""
-    loads = _copy_loads(loop.instructions)
+    c > 0, and the loop (m + 1) c for m copies, and no copy may hold a loop -- else () (no
+    peel recognised)."""
+    loads = _global_loads(loop.instructions)
     if not loads:
         return ()
     inside = [(r.start, r.end) for r in nested if not (r.start <= loop.start and loop.end <= r.end)]
@@ -433,11 +453,34 @@ def peeled_copies(body: tuple[Instruction, ...], loop: Region,
         copies = [[i for i in before if ends[k] < i.address <= ends[k + 1]
                    and not (k == len(ends) - 2 and i.address == target)]
                   for k in range(len(ends) - 1)]
-        each = [_copy_loads(c) for c in copies]
+        each = [_global_loads(c) for c in copies]
+        looped = any(not outside(i) for c in copies for i in c)
         if copies and all(c for c in copies) and each[0] > 0 and len(set(each)) == 1 \
-                and loads == (len(copies) + 1) * each[0]:
+                and loads == (len(copies) + 1) * each[0] and not looped:
             return tuple((c[0].address, c[-1].address) for c in copies)
     return ()
+
+
+def guarded(body: tuple[Instruction, ...], loop: Region,
+            nested: Iterable[Region] = ()) -> tuple[int, int] | None:
+    """(first, last) address of the code a warp skips with ``loop`` when its guard branch is
+    taken, None where no guard is found: of the forward branches of ``body`` before the loop,
+    outside the ``nested`` loops that do not hold it, that jump to just past the loop's end (at
+    most ``PEEL_GAP`` instructions on), the first of those with the nearest target (the loop's
+    own entry guard, for fewer iterations than its unroll, jumps there too). A row copy ``range(tid, Br, T)`` is compiled so:
+    a warp with no row branches over its set-up, peeled copies and loop (the FFMA and half
+    backwards' L_i, D_i copies; sm_90, ptxas 13.0), while what the call does besides (the half
+    backward's cp.async of the next Qi, dOi) runs before the guard in every warp."""
+    inside = [(r.start, r.end) for r in nested if not (r.start <= loop.start and loop.end <= r.end)]
+    after = set([i.address for i in body if i.address > loop.end][:PEEL_GAP])
+    skips = [i for i in body if i.address < loop.start and i.target in after
+             and not any(a <= i.address <= b for a, b in inside)]
+    if not skips:
+        return None
+    end = min(i.target for i in skips)                       # the nearest end past the loop,
+    first = min(i.address for i in skips if i.target == end)  # its outermost jump
+    within = [i.address for i in body if first < i.address < end]
+    return within[0], within[-1]
 
 
 # ---- the CSV -------------------------------------------------------------------------------

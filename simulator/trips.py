@@ -58,7 +58,7 @@ from collections import Counter
 from functools import lru_cache
 from pathlib import Path
 
-from .sass import MAIN_LOOP, regions_of
+from .sass import MAIN_LOOP, access_bytes, regions_of
 from .tiling import MATMUL_BK, Tiling
 
 KERNELS_DIR = Path(__file__).resolve().parent.parent / "numba_flash" / "kernels"
@@ -137,7 +137,8 @@ def peel_runs(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = 
     iterations, unrolled u-fold behind a peel of u - 1 copies
     (``simulator.sass.peeled_copies``), runs n mod u of them, then its loop n // u times;
     None for a loop without a peel (or one not recorded): the caller issues every copy the
-    code holds. None where a trip count is not known; arguments as ``inner_trips``."""
+    code holds. None where a trip count is not known; arguments as ``inner_trips`` (without
+    ``warp``, the means over the block's warps: floats)."""
     found = _nested_counts(kernel, tiling, d, causal, variant, rows_per_trip, warp)
     return None if found is None else found[1]
 
@@ -152,9 +153,7 @@ def _nested_counts(kernel: str, tiling: Tiling, d: int, causal: bool, variant: s
                 for w in range(warps)]
         if any(e is None for e in each):
             return None
-        mean = lambda cols: tuple(None if col[0] is None else sum(col) / warps  # noqa: E731
-                                  for col in zip(*cols))
-        return mean(e[0] for e in each), mean(e[1] for e in each)
+        return _mean(e[0] for e in each), _mean(e[1] for e in each)
     rows = regions_of(kernel, tiling, d, causal, variant)
     main = next((r for r in rows if r.region == MAIN_LOOP), None)
     if main is None:
@@ -197,42 +196,50 @@ def _nested_counts(kernel: str, tiling: Tiling, d: int, causal: bool, variant: s
     return tuple(trips), tuple(runs)
 
 
+def _mean(rows) -> tuple:
+    """Column means of per-warp tuples (None where a loop has no peel: the same in every warp)."""
+    rows = list(rows)
+    return tuple(None if col[0] is None else sum(col) / len(rows) for col in zip(*rows))
+
+
 def warp_stream(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "",
-                rows_per_trip: int | None = None, warp: int = 0, peeled: bool = True):
+                rows_per_trip: int | None = None, warp: int = 0) -> tuple | None:
     """The main-loop trip warp ``warp`` of a block runs, as ``simulator.issue`` ops: each
     nested loop inlined its ``inner_trips``, the copies peeled before a loop as many as
-    ``peel_runs`` (``peeled=False``: all of them, as the static code holds them), and the
-    set-up of a row copy (``issue.Op.rows_only``) only in a warp that owns a row. None where a
-    trip count is not known; LookupError where the loop is not recorded."""
+    ``peel_runs``, and the set-up of a row copy (``issue.Op.rows_only``) only in a warp that
+    owns a row. None where a trip count is not known; LookupError where the loop is not
+    recorded."""
     from .issue import stream_for
 
     found = _nested_counts(kernel, tiling, d, causal, variant, rows_per_trip, warp)
     if found is None:
         return None
     trips, runs = found
-    body = stream_for(kernel, tiling, d, causal, variant, trips or None,
-                      peel_runs=runs if peeled else None)
+    body = stream_for(kernel, tiling, d, causal, variant, trips or None, peel_runs=runs)
     if warp in warps_without_rows(tiling.Br, tiling.threads_for(kernel)):
         return tuple(o for o in body if not o.rows_only)
     return body
 
 
 @lru_cache(maxsize=None)
-def skipped_peels(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "",
-                  rows_per_trip: int | None = None) -> dict[str, float]:
-    """What a main-loop trip does not run of the copies peeled before nested loops
-    (``peel_runs``), per warp, the mean over the block's warps: warp instructions by
-    ``issue.Op.pipe`` and ``total``, and the local-memory bytes a thread does not read
-    (``ldl_bytes``) or write (``stl_bytes``). Empty where nothing is skipped or the loop's
-    stream or trips are not known."""
-    from .sass import access_bytes
+def skipped(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "",
+            rows_per_trip: int | None = None) -> dict[str, float]:
+    """What a main-loop trip does not run of the code the static count gives it (its body and
+    each nested loop as often as ``inner_trips``), per warp, the mean over the block's warps:
+    the copies peeled before nested loops beyond ``peel_runs``, and a row copy's set-up
+    (``issue.Op.rows_only``) in the warps without a row (``warp_stream``). Warp instructions
+    by ``issue.Op.pipe`` and ``total``, and the local-memory bytes a thread does not read
+    (``ldl_bytes``) or write (``stl_bytes``). Empty where the loop's stream or trips are not
+    known."""
+    from .issue import stream_for
 
     warps = -(-tiling.threads_for(kernel) // 32)
     out: Counter = Counter()
     for w in range(warps):
+        found = _nested_counts(kernel, tiling, d, causal, variant, rows_per_trip, w)
         try:
-            full = warp_stream(kernel, tiling, d, causal, variant, rows_per_trip, w, peeled=False)
             run = warp_stream(kernel, tiling, d, causal, variant, rows_per_trip, w)
+            full = stream_for(kernel, tiling, d, causal, variant, found[0] or None) if found else None
         except LookupError:
             return {}
         if full is None or run is None:

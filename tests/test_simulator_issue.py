@@ -290,12 +290,14 @@ def test_row_copy_set_up_runs_in_the_warps_with_rows():
     """A row copy's loop (``range(tid, Br, T)``) runs only in the warps that own a row: the half
     backward at Br = 64, 256 threads, d = 64 copies L_i, D_i in warps 0 and 1 (one row each:
     the first of the copies ptxas peeled before its 4-fold loop, which runs no trip), none in
-    the other six (mean 2/8), and the recorded loop tags the copy's set-up ``rows_only``. (Found on the tensor-core backward v13 at Br = 32, d = 64, where ptxas
+    the other six (mean 2/8), and the recorded loop tags the copy's set-up ``rows_only``.
+    (Found on the tensor-core backward v13 at Br = 32, d = 64, where ptxas
     refilled 6 spilled words for ``load_row_stats`` before its row loop, which only warp 0
     entered: the local model counted 3.5-3.7x the local loads ncu measured until it counted
     those refills for 32 threads, not 256 (H200, 2026-12-03). v14 loads its rows unrolled, with
-    no loop; no kernel now refills spilled words there, so ``_rows_only_bytes`` is 0 here.)"""
-    from simulator.local import _rows_only_bytes
+    no loop; no kernel now refills spilled words there: ``trips.skipped`` has no local bytes
+    here.)"""
+    from simulator.trips import skipped, warp_stream
     from simulator.trips import inner_trips, peel_runs
 
     t = Tiling(64, 128)
@@ -305,4 +307,66 @@ def test_row_copy_set_up_runs_in_the_warps_with_rows():
     each = [peel_runs("flash_backward_half", t, 64, False, warp=w)[-1] for w in range(8)]
     assert each == [1, 1] + [0] * 6
     assert [inner_trips("flash_backward_half", t, 64, False, warp=w)[-1] for w in range(8)] == [0] * 8
-    assert _rows_only_bytes("flash_backward_half", t, 64, False, "", 256) == (0, 0)
+    left = skipped("flash_backward_half", t, 64, False)
+    assert "ldl_bytes" not in left and "stl_bytes" not in left
+    # warps 0 and 1 skip 2 of the 3 peeled copies (2 cp.async each: L_i and D_i)
+    full = stream_for("flash_backward_half", t, 64, False, "", (0,))
+    own = warp_stream("flash_backward_half", t, 64, False, warp=0)
+    assert sum(o.pipe == "ldgsts" for o in full) - sum(o.pipe == "ldgsts" for o in own) == 2 * 2
+
+
+# ---- the compiler's stall counts --------------------------------------------------------
+#: Two instructions of nvdisasm -c -hex output (ptxas 13.0, sm_90): stall counts 1 and 5.
+HEX = """
+        /*0030*/                   ULDC.64 UR6, c[0x0][0x3c0] ;                /* 0x0000f00000067ab9 */
+                                                                               /* 0x000fe20000000a00 */
+        /*0040*/                   FFMA R1, R2, R3, R4 ;                       /* 0x0000000302017223 */
+                                                                               /* 0x000fca0000000004 */
+"""
+
+
+def test_stall_counts_are_read_off_the_control_words():
+    from simulator.sass import stall_counts
+
+    assert stall_counts(HEX) == {0x30: 1, 0x40: 5}
+    assert stall_counts("\n".join(line.split("/* 0x")[0] for line in HEX.splitlines())) == {}
+
+
+def test_a_warp_waits_its_stall_count_before_its_next_instruction(rates):
+    """Independent NOPs issue one a cycle; with stall count 4 each, one warp issues one every
+    4 cycles, and 4 warps fill the gaps."""
+    from dataclasses import replace
+
+    free = [op("NOP")] * N
+    stalled = [replace(o, stall=4) for o in free]
+    assert loop_cycles(free, 1, rates) == pytest.approx(N)
+    assert loop_cycles(stalled, 1, rates) == pytest.approx(4 * N)
+    assert loop_cycles(stalled, 4, rates) == pytest.approx(4 * N)       # 4 warps x N, one a cycle
+
+
+def test_recorded_stall_counts_decode_into_each_instruction():
+    from simulator.issue import has_stall_counts
+
+    loop = {"opcodes": [["NOP", "nop"], ["FADD", "fma"]],
+            "instructions": ["0;;;;1", "1;R0;R0;;6", "0;;;;2"], "inner_loops": []}
+    assert has_stall_counts(loop) and [o.stall for o in decode_loop(loop)] == [1, 6, 2]
+    bare = {**loop, "instructions": [i.rsplit(";", 1)[0] for i in loop["instructions"]]}
+    assert not has_stall_counts(bare) and [o.stall for o in decode_loop(bare)] == [1, 1, 1]
+    assert [o.stall for o in decode_loop(loop, stalls=False)] == [1, 1, 1]
+
+
+def test_stall_counts_count_once_every_recorded_loop_has_them(tmp_path):
+    """A file of loops with and without stall counts times every kernel without them."""
+    import gzip
+    import json
+
+    from simulator.issue import all_stall_counts
+
+    loop = {"kernel": "k", "variant": "", "Br": "", "Bc": "", "d": "", "causal": "",
+            "opcodes": [["NOP", "nop"]], "instructions": ["0;;;;4"], "inner_loops": []}
+    for loops, expected in (([loop], True), ([loop, {**loop, "kernel": "j", "instructions": ["0;;;"]}], False)):
+        path = tmp_path / f"{len(loops)}.json.gz"
+        with gzip.open(path, "wt") as f:
+            json.dump({"format": 2, "loops": loops, "no_loop": []}, f)
+        assert all_stall_counts(path) is expected
+        assert [o.stall for o in stream_for("k", None, 0, False, path=path)] == [4 if expected else 1]

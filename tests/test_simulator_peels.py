@@ -9,10 +9,12 @@ import gzip
 import re
 from pathlib import Path
 
+import pytest
+
 from simulator.issue import decode_loop, encode_loop, kernel_loops, LOOPS_JSON
-from simulator.sass import INNER_LOOP, MAIN_LOOP, Instruction, parse, peeled_copies, regions
+from simulator.sass import INNER_LOOP, MAIN_LOOP, Instruction, guarded, parse, peeled_copies, regions
 from simulator.tiling import Tiling
-from simulator.trips import COPY_LOADS, copy_kind, inner_trips, peel_runs, skipped_peels, _source
+from simulator.trips import COPY_LOADS, inner_trips, peel_runs, skipped, warp_stream
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,7 +70,7 @@ def test_copies_that_do_not_match_the_loop_are_no_peel():
     # a copy without its load: the peel's copies differ, so nothing is recognised
     main, (loop,) = _main_and_nested(LOOP.replace("LDG.E R4, desc[UR4][R6.64+0x100] ;", "IADD3 R4, R4, 0x1, RZ ;"))
     assert peeled_copies(main.instructions, loop, [loop]) == ()
-    # three copies but a loop of 8 loads (u = 8 would peel 7)
+    # three copies of one load but a loop of 6 (a peel of 3 goes with a loop of 4)
     doubled = LOOP.replace("        /*0100*/                   STS [R8], R4 ;",
                            "        /*00f8*/                   LDG.E R13, desc[UR4][R6.64+0x400] ;\n"
                            "        /*00fc*/                   LDG.E R14, desc[UR4][R6.64+0x500] ;\n"
@@ -111,7 +113,8 @@ def _export(path: Path) -> tuple[tuple[Instruction, ...], dict[int, int]]:
 def test_only_the_copies_a_warp_needs_ran_on_the_h200():
     """Backward v13 at d = 128 (Br = 16, 256 threads): warp 0 alone holds the one row of
     L_i, D_i a thread copies. ncu (H200, 2026-12-04) saw its first peeled copy run once a
-    trip in one warp of 8, the other two copies and the 4-fold loop never."""
+    trip in one warp of 8, the other two copies and the 4-fold loop never, and the row copy's
+    guard (``guarded``) keep the other warps out of all of it."""
     instructions, executed = _export(ROOT / "results/h200/stalls/source/backward_v13_d128_2026-12-04.csv.gz")
     found = regions(instructions)
     main = next(r for r in found if r.name == MAIN_LOOP)
@@ -128,25 +131,34 @@ def test_only_the_copies_a_warp_needs_ran_on_the_h200():
     assert {executed[i.address] for i in nested[2].instructions} == {0}
     # the Qi, dOi copies (2 x 2 items a thread, not unrolled): 2 trips a main-loop trip
     assert all(executed[i.address] == 2 * trips for r in nested[:2] for i in r.instructions)
+    # what the row copy's guard skips (``Op.rows_only``) ran in warp 0 or in no warp, the
+    # instructions either side of it in every warp
+    first, last = guarded(main.instructions, nested[2], nested)
+    assert {executed[i.address] for i in main.instructions if first <= i.address <= last} == {0, trips // 8}
+    order = [i.address for i in main.instructions]
+    assert executed[order[order.index(first) - 1]] == trips == executed[order[order.index(last) + 2]]
 
 
-def test_every_recorded_strided_copy_in_a_main_loop_names_its_peel():
-    """The peel decides the copies' trips (``peel_runs``), so every recorded main loop holding
-    a strided copy was recorded with it (a loop without the key is read as unpeeled)."""
+def test_every_recorded_peel_goes_with_a_copy_loop_of_its_unroll():
+    """Each recorded peel is u - 1 copies before a strided copy unrolled u-fold (``peel_runs``
+    gives it a count), and the kernels with strided copies in their main loop have one each."""
     from simulator.sass import regions_of
 
+    peeled = set()
     for r in kernel_loops(LOOPS_JSON)["loops"]:
         if not r["Br"]:
             continue
-        t, d, causal = Tiling(int(r["Br"]), int(r["Bc"])), int(r["d"] or 0), r["causal"] == "True"
-        nested = sorted((x for x in regions_of(r["kernel"], t, d, causal, r["variant"])
-                         if x.region.startswith("inner_loop_")), key=lambda x: x.start)
-        for region, loop in zip(nested, r["inner_loops"]):
-            lines = region.lines.split(" ")[0]
-            file, _, spans = lines.partition(":")
-            numbers = [int(n) for part in spans.split(",") for n in part.split("-") if n]
-            if file and numbers and copy_kind(_source(file)[max(numbers) - 1]):
-                assert "peel" in loop, (r["kernel"], r["variant"], r["Br"], r["Bc"], r["d"], r["causal"])
+        t, d, causal = Tiling(int(r["Br"]), int(r["Bc"])), int(r["d"] or 64), r["causal"] == "True"
+        rows = 1 if r["kernel"] == "flash_forward_v1" else None      # Algorithm 1's row loop
+        runs = peel_runs(r["kernel"], t, d, causal, r["variant"], rows)
+        recorded = [len(loop.get("peel", [])) for loop in r["inner_loops"]]
+        if any(recorded):
+            peeled.add(r["kernel"])
+        if runs is None:      # a nested loop of unknown trips: the static stream, every copy once
+            continue
+        assert [n is not None for n in runs] == [k > 0 for k in recorded], r["kernel"]
+    assert peeled == {"flash_backward", "flash_backward_dq", "flash_backward_half", "flash_forward_v1",
+                      "flash_forward_v2", "standard_matmul"}
 
 
 def test_the_ffma_backward_runs_one_copy_of_its_row_stats_in_the_warps_with_rows():
@@ -159,7 +171,29 @@ def test_the_ffma_backward_runs_one_copy_of_its_row_stats_in_the_warps_with_rows
     assert peel_runs("flash_backward", t, 64, False, warp=5)[:3] == (0, 0, 0)
     assert peel_runs("flash_backward", t, 64, False)[2] == 2 / 8
     # skipped a trip, the mean of a warp: Qi's and dOi's 3 peeled copies of a load each in
-    # every warp; 2 copies of L_i, D_i's 2 loads in warps 0 and 1 (the other warps skip the
-    # whole row copy, peel included: ``Op.rows_only``)
-    skipped = skipped_peels("flash_backward", t, 64, False)
-    assert skipped["ldg32"] == 3 + 3 + 2 * COPY_LOADS["load_row_stats"] * 2 / 8
+    # every warp; of L_i, D_i's copies (2 loads each), 2 in warps 0 and 1, all 3 in the other
+    # six warps, which skip the whole row copy (``Op.rows_only``)
+    left = skipped("flash_backward", t, 64, False)
+    assert left["ldg32"] == 3 + 3 + (2 * 2 + 6 * 3) * COPY_LOADS["load_row_stats"] / 8
+
+
+def test_the_count_path_runs_what_the_warps_run():
+    """The throughput bound's warp instructions a trip (the static counts with each nested
+    loop as often as it runs, less ``trips.skipped``) are the mean of the streams the issue
+    simulator gives each warp."""
+    from simulator.local import nested_runs
+    from simulator.phases import phase
+    from simulator.sass import MAIN_LOOP, sass
+    from simulator.workload import Workload
+
+    for kernel, t, d in (("flash_backward", Tiling(64, 64), 64), ("flash_backward_half", Tiling(64, 128), 64),
+                         ("flash_forward_v2", Tiling(128, 64), 80)):
+        w = Workload(B=1, H=1, N_q=1024, N_k=1024, d=d)
+        p = phase("test", None, bh=1, hbm_reads={}, hbm_writes={}, code=(kernel, ""), block_trips=(8,))
+        loop = sass(kernel, t, d, False, region=MAIN_LOOP)
+        counted = loop.total + sum(e * r.total for r, e in nested_runs(p, kernel, t, w, "")) \
+            - skipped(kernel, t, d, False).get("total", 0.0)
+        warps = t.threads_for(kernel) // 32
+        ran = sum(len(warp_stream(kernel, t, d, False, warp=v)) for v in range(warps)) / warps
+        assert counted == pytest.approx(ran), kernel
+

@@ -50,7 +50,7 @@ from kernel_sass import _file_name, _key, arguments, finish, keep_sass, sass_of,
 
 from numba_flash import kernel_cache
 
-from simulator.issue import LINE_MARKER, LOOPS_JSON, FORMAT, encode_loop
+from simulator.issue import LINE_MARKER, LOOPS_JSON, FORMAT, encode_loop, has_stall_counts
 from simulator.tiling import WARP_PAIRS_VARIANT
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -145,6 +145,10 @@ def main(argv) -> None:
                   "loops", flush=True)
             loops.append({**key, **loop, "ptxas": stamp["ptxas"], "date": stamp["date"]})
     finish(digest)
+    stalled = sum(has_stall_counts(loop) for loop in loops)
+    if 0 < stalled < len(loops):
+        print(f"{stalled} of {len(loops)} main loops carry stall counts: the issue simulator "
+              "uses them once all do (simulator.issue.all_stall_counts)")
     document = {"format": FORMAT, "loops": loops, "no_loop": no_loop}
     raw = json.dumps(document, separators=(",", ":")).encode()
     with gzip.open(args.out, "wb", compresslevel=9) as f:

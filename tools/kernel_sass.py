@@ -70,9 +70,11 @@ def nvdisasm() -> str:
 
 
 def disassemble(ptx: str, max_registers: int | None, lineinfo: bool = False) -> str:
-    """``nvdisasm -c`` of ``ptx`` assembled by ``ptxas -arch=sm_90`` (``-maxrregcount`` when
-    capped), as tools/kernel_resources.py assembles it; ``lineinfo``: ``ptxas -lineinfo`` and
-    ``nvdisasm -g``, for PTX compiled with line information."""
+    """``nvdisasm -c -hex`` of ``ptx`` assembled by ``ptxas -arch=sm_90`` (``-maxrregcount``
+    when capped), as tools/kernel_resources.py assembles it; ``lineinfo``: ``ptxas -lineinfo``
+    and ``nvdisasm -g``, for PTX compiled with line information. The encodings (``-hex``)
+    carry the compiler's stall counts (``simulator.sass.stall_counts``), which
+    tools/kernel_loops.py records."""
     cap = [f"-maxrregcount={max_registers}"] if max_registers else []
     lines = (["-lineinfo"], ["-g"]) if lineinfo else ([], [])
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,7 +82,7 @@ def disassemble(ptx: str, max_registers: int | None, lineinfo: bool = False) -> 
         with open(src, "w") as f:
             f.write(ptx)
         subprocess.run(["ptxas", "-arch=sm_90", *cap, *lines[0], "-o", cubin, src], check=True)
-        return subprocess.run([nvdisasm(), "-c", *lines[1], cubin], capture_output=True,
+        return subprocess.run([nvdisasm(), "-c", "-hex", *lines[1], cubin], capture_output=True,
                               text=True, check=True).stdout
 
 
