@@ -215,27 +215,15 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     warps_b = occ.warps_per_block
     warps_on_sm = occ.warps_per_sm
     loop = sass(kernel, tiling, w.d, causal, variant, region=MAIN_LOOP)
-    whole = sass(kernel, tiling, w.d, causal, variant, region="kernel")
     overlap = r.mma_lds_overlap
     cost = lambda counts, wavefronts: _cost(counts, wavefronts, warps_on_sm, warps_b, r, overlap, fmt)  # noqa: E731
-    # outside the main loop: the static count, with the strided tile copies before it (Qi of
-    # the forwards, Kj, Vj of the backwards) as often as they run (``outer_trips``)
-    copies = outer_trips(kernel, tiling, w.d, causal, variant)
-    outside_counts = _counts(whole, [loop], warps_b)
-    for region, n in copies:
-        outside_counts = {k: v + (n - 1) * getattr(region, k) * warps_b
-                          for k, v in outside_counts.items()}
+    outside_counts, counts = block_counts(p, w, tiling, warps_b)
     t_out = cost(outside_counts, 0.0)
     # ... and each trip of a copy through registers (LDG; not cp.async, whose LDGSTS a thread
     # does not wait on) waits for its loads: the block's own tile, read once a launch (L2
     # cold), from DRAM
-    chain = sum(n for region, n in copies
+    chain = sum(n for region, n in outer_trips(kernel, tiling, w.d, causal, variant)
                 if region.ldg32 + region.ldg64 + region.ldg128) * global_load_latency(r, 1.0)
-    counts = _counts(loop, [], warps_b)
-    for region, extra in nested_runs(p, kernel, tiling, w, variant):
-        counts = {k: v + extra * getattr(region, k) * warps_b for k, v in counts.items()}
-    left = skipped(kernel, tiling, w.d, causal, variant, rows_per_trip(p))    # not run (trips.skipped)
-    counts = {k: v - left.get(k, 0.0) * warps_b for k, v in counts.items()}
     heads = p.grid_heads(w.BH)
     trips = sum(p.block_trips) * heads
     t_trip = cost(counts, smem_wavefronts(p, w.dtype_bytes) / trips if trips else 0.0)
@@ -258,6 +246,26 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     cycles = shared_makespan(work, hw.sm_count, share, trip_cycles)
     clock = r.mma_clock_hz if loop.hmma else r.clock_hz
     return cycles / clock
+
+
+def block_counts(p: Phase, w: Workload, tiling: Tiling, warps: int) -> tuple[dict, dict]:
+    """(outside the main loop, once a block; a main-loop trip) warp instructions of a block of
+    ``warps`` warps of tiled launch ``p``, by class (``_KEYS``): the static counts
+    (``simulator.sass``), the strided tile copies before the main loop as often as they run
+    (``outer_trips``: Qi of the forwards, Kj, Vj of the backwards), each loop nested in it as
+    often as it runs (``nested_runs``), less what a trip does not run (``trips.skipped``)."""
+    kernel, variant = p.code
+    causal = recorded_causal(p, w)
+    loop = sass(kernel, tiling, w.d, causal, variant, region=MAIN_LOOP)
+    whole = sass(kernel, tiling, w.d, causal, variant, region="kernel")
+    outside = _counts(whole, [loop], warps)
+    for region, n in outer_trips(kernel, tiling, w.d, causal, variant):
+        outside = {k: v + (n - 1) * getattr(region, k) * warps for k, v in outside.items()}
+    trip = _counts(loop, [], warps)
+    for region, extra in nested_runs(p, kernel, tiling, w, variant):
+        trip = {k: v + extra * getattr(region, k) * warps for k, v in trip.items()}
+    left = skipped(kernel, tiling, w.d, causal, variant, rows_per_trip(p))
+    return outside, {k: v - left.get(k, 0.0) * warps for k, v in trip.items()}
 
 
 def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: MachineRates,

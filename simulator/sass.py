@@ -410,6 +410,13 @@ def _global_loads(instructions: Iterable[Instruction]) -> int:
     return sum(1 for i in instructions if i.mnemonic.split(".")[0] in _GLOBAL_LOADS)
 
 
+def _beside(loop: Region, nested: Iterable[Region]):
+    """Whether an instruction lies outside the ``nested`` loops that do not hold ``loop``
+    (the code around ``loop`` at its own nesting level)."""
+    others = [(r.start, r.end) for r in nested if not (r.start <= loop.start and loop.end <= r.end)]
+    return lambda i: not any(a <= i.address <= b for a, b in others)
+
+
 def peeled_copies(body: tuple[Instruction, ...], loop: Region,
                   nested: Iterable[Region] = ()) -> tuple[tuple[int, int], ...]:
     """The peeled copies ptxas places before ``loop``, a strided copy it unrolled u-fold
@@ -435,11 +442,7 @@ def peeled_copies(body: tuple[Instruction, ...], loop: Region,
     loads = _global_loads(loop.instructions)
     if not loads:
         return ()
-    inside = [(r.start, r.end) for r in nested if not (r.start <= loop.start and loop.end <= r.end)]
-
-    def outside(i: Instruction) -> bool:
-        return not any(a <= i.address <= b for a, b in inside)
-
+    outside = _beside(loop, nested)
     before = [i for i in body if i.address < loop.start]
     exits: dict[int, list[Instruction]] = {}
     for i in before:
@@ -467,14 +470,14 @@ def guarded(body: tuple[Instruction, ...], loop: Region,
     taken, None where no guard is found: of the forward branches of ``body`` before the loop,
     outside the ``nested`` loops that do not hold it, that jump to just past the loop's end (at
     most ``PEEL_GAP`` instructions on), the first of those with the nearest target (the loop's
-    own entry guard, for fewer iterations than its unroll, jumps there too). A row copy ``range(tid, Br, T)`` is compiled so:
-    a warp with no row branches over its set-up, peeled copies and loop (the FFMA and half
-    backwards' L_i, D_i copies; sm_90, ptxas 13.0), while what the call does besides (the half
-    backward's cp.async of the next Qi, dOi) runs before the guard in every warp."""
-    inside = [(r.start, r.end) for r in nested if not (r.start <= loop.start and loop.end <= r.end)]
+    own entry guard, for fewer iterations than its unroll, jumps there too). A row copy
+    ``range(tid, Br, T)`` is compiled so: a warp with no row branches over its set-up, peeled
+    copies and loop (the FFMA and half backwards' L_i, D_i copies; sm_90, ptxas 13.0), while
+    what the call does besides (the half backward's cp.async of the next Qi, dOi) runs before
+    the guard in every warp."""
+    outside = _beside(loop, nested)
     after = set([i.address for i in body if i.address > loop.end][:PEEL_GAP])
-    skips = [i for i in body if i.address < loop.start and i.target in after
-             and not any(a <= i.address <= b for a, b in inside)]
+    skips = [i for i in body if i.address < loop.start and i.target in after and outside(i)]
     if not skips:
         return None
     end = min(i.target for i in skips)                       # the nearest end past the loop,

@@ -178,22 +178,18 @@ def test_the_ffma_backward_runs_one_copy_of_its_row_stats_in_the_warps_with_rows
 
 
 def test_the_count_path_runs_what_the_warps_run():
-    """The throughput bound's warp instructions a trip (the static counts with each nested
-    loop as often as it runs, less ``trips.skipped``) are the mean of the streams the issue
-    simulator gives each warp."""
-    from simulator.local import nested_runs
+    """The throughput bound's warp instructions a trip (``runtime.block_counts``: the static
+    counts with each nested loop as often as it runs, less ``trips.skipped``) are the mean of
+    the streams the issue simulator gives each warp."""
     from simulator.phases import phase
-    from simulator.sass import MAIN_LOOP, sass
+    from simulator.runtime import block_counts
     from simulator.workload import Workload
 
     for kernel, t, d in (("flash_backward", Tiling(64, 64), 64), ("flash_backward_half", Tiling(64, 128), 64),
                          ("flash_forward_v2", Tiling(128, 64), 80)):
         w = Workload(B=1, H=1, N_q=1024, N_k=1024, d=d)
         p = phase("test", None, bh=1, hbm_reads={}, hbm_writes={}, code=(kernel, ""), block_trips=(8,))
-        loop = sass(kernel, t, d, False, region=MAIN_LOOP)
-        counted = loop.total + sum(e * r.total for r, e in nested_runs(p, kernel, t, w, "")) \
-            - skipped(kernel, t, d, False).get("total", 0.0)
         warps = t.threads_for(kernel) // 32
+        counted = block_counts(p, w, t, warps)[1]["total"] / warps
         ran = sum(len(warp_stream(kernel, t, d, False, warp=v)) for v in range(warps)) / warps
         assert counted == pytest.approx(ran), kernel
-

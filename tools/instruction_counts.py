@@ -1,8 +1,7 @@
 """The model's executed warp instructions of each tiled launch against ncu's, over a GPU run's
 raw counters (the levels experiment's ``levels_kernels.csv``): a check of the instruction
-counts the runtime model issues (``simulator.sass`` static counts, nested loops as often as
-``simulator.trips`` says they run, less what a trip skips: ``trips.skipped``; the code outside
-the main loop once a block, its tile copies as often as ``trips.outer_trips`` says).
+counts the runtime model issues (``simulator.runtime.block_counts``: the code outside the main
+loop once a block, a main-loop trip as often as the block runs one).
 
     python tools/instruction_counts.py [--csv results/h200/levels/levels_kernels.csv] [KERNEL ...]
 
@@ -22,30 +21,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # simulator, e
 from experiments.common import model
 from experiments.common.cases import Case
 from experiments.common.results import number, read_rows
-from simulator.local import nested_runs, recorded_causal, rows_per_trip
+from simulator.local import recorded_causal
 from simulator.occupancy import resources
-from simulator.sass import MAIN_LOOP, sass
-from simulator.trips import outer_trips, skipped
+from simulator.runtime import block_counts
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def model_instructions(p, w, tiling) -> float | None:
-    """Warp instructions launch ``p`` of workload ``w`` executes by the model; None for a
-    row kernel (no main loop)."""
-    kernel, variant = p.code
+    """Warp instructions launch ``p`` of workload ``w`` executes by the model (the runtime
+    model's ``block_counts``); None for a row kernel (no main loop)."""
     if not p.block_trips:
         return None
-    causal = recorded_causal(p, w)
-    warps = -(-resources(kernel, tiling, w.d, causal, variant).threads // 32)
-    loop = sass(kernel, tiling, w.d, causal, variant, region=MAIN_LOOP)
-    whole = sass(kernel, tiling, w.d, causal, variant, region="kernel")
-    outside = whole.total - loop.total + sum((n - 1) * r.total
-                                             for r, n in outer_trips(kernel, tiling, w.d, causal, variant))
-    per_trip = (loop.total + sum(e * r.total for r, e in nested_runs(p, kernel, tiling, w, variant))
-                - skipped(kernel, tiling, w.d, causal, variant, rows_per_trip(p)).get("total", 0.0))
+    kernel, variant = p.code
+    threads = resources(kernel, tiling, w.d, recorded_causal(p, w), variant).threads
+    outside, trip = block_counts(p, w, tiling, -(-threads // 32))
     heads = p.grid_heads(w.BH)
-    return warps * (outside * len(p.block_trips) + per_trip * sum(p.block_trips)) * heads
+    return (outside["total"] * len(p.block_trips) + trip["total"] * sum(p.block_trips)) * heads
 
 
 def ratios(csv_path: Path, kernels: set[str]) -> dict[str, list[tuple[str, float]]]:
