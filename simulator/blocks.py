@@ -18,6 +18,7 @@ The kernels get them as lists (``BlockGrid.row_lists``, ``column_lists``).
 """
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Callable
 
 import numpy as np
@@ -117,6 +118,8 @@ class BlockGrid:
     of each column block, ``na`` (Tc,) its length. Also ``upper``, ``lower``, ``hi``, ``lo``.
     ``tiles`` ((Tr, Tc) booleans, ``sparse_tiles``): block-sparse; the active pairs are the
     band's pairs (i, first_i <= j < end_i) whose tile is true, ``nb`` and ``na`` count them.
+    ``edge_nb`` (Tr,), ``edge_na`` (Tc,): the active pairs that are *edge tiles*, whose scores
+    the kernels mask (``edge_pairs``).
     """
 
     def __init__(self, n_q: int, n_k: int, br: int, bc: int, causal: bool = False,
@@ -157,6 +160,49 @@ class BlockGrid:
     def column_lists(self) -> tuple[np.ndarray, np.ndarray]:
         """The row blocks each K/V block visits: (ptr (Tc + 1,), idx) int64, as ``row_lists``."""
         return _lists(self.active().T)
+
+    def edge_pairs(self, rows: np.ndarray) -> np.ndarray:
+        """For row blocks ``rows`` (int array), (len(rows), Tc) booleans: the active pairs that
+        are edge tiles -- ``numba_flash.kernels.tiles.needs_mask`` of (row0 = i br, the full
+        br rows, col0 = j bc, cols_j): a ragged key block, or one holding a key past the upper
+        edge of some row of the block (col0 + bc - 1 > row0 + hi) or before the lower edge of
+        some row (col0 < row0 + br - 1 + lo). The kernels run their masking code on these
+        only."""
+        col0 = np.arange(self.tc, dtype=np.int64) * self.bc
+        row0 = np.asarray(rows, dtype=np.int64)[:, None] * self.br
+        edge = np.broadcast_to(self.cols < self.bc, (row0.shape[0], self.tc))
+        if self.upper:
+            edge = edge | (col0 + self.bc - 1 > row0 + self.hi)
+        if self.lower:
+            edge = edge | (col0 < row0 + self.br - 1 + self.lo)
+        j = np.arange(self.tc)
+        rows = np.asarray(rows)
+        active = (self.first[rows, None] <= j) & (j < self.end[rows, None])
+        if self.tiles is not None:
+            active &= self.tiles[rows]
+        return edge & active
+
+    @cached_property
+    def _edge_counts(self) -> tuple[np.ndarray, np.ndarray]:
+        per_row = np.zeros(self.tr, dtype=np.int64)
+        per_col = np.zeros(self.tc, dtype=np.int64)
+        step = max(1, (1 << 22) // max(1, self.tc))        # a few MB of booleans at a time
+        for a in range(0, self.tr, step):
+            rows = np.arange(a, min(self.tr, a + step))
+            edge = self.edge_pairs(rows)
+            per_row[rows] = edge.sum(axis=1)
+            per_col += edge.sum(axis=0)
+        return per_row, per_col
+
+    @property
+    def edge_nb(self) -> np.ndarray:
+        """(Tr,) int64: edge tiles among each row block's active pairs (``edge_pairs``)."""
+        return self._edge_counts[0]
+
+    @property
+    def edge_na(self) -> np.ndarray:
+        """(Tc,) int64: edge tiles among each column block's active pairs (``edge_pairs``)."""
+        return self._edge_counts[1]
 
     @property
     def active_pairs(self) -> int:

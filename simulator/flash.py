@@ -120,7 +120,7 @@ def flash_forward_v2(w: Workload, t: Tiling) -> Plan:
                  matmul_flops=4 * d * scores,
                  other_flops=FORWARD_SCORE_FLOPS * scores + d * g.active_rows() + d * w.N_q,
                  blocks_per_unit=g.tr, unit_reread_elements=2 * w.N_k * d,
-                 block_trips=g.nb, unit_share=w.group,
+                 block_trips=g.nb, unit_share=w.group, edge_trips=g.edge_nb,
                  lsu_wavefronts=_forward_v2_wavefronts(g, t, d))
     return Plan((main,), workspace={"L": w.tensor_elements("L")})
 
@@ -152,6 +152,7 @@ def _fa2_on_tensor_cores(w: Workload, t: Tiling, kernel: str, name: str, q_read:
     main = dataclasses.replace(
         plan.phases[0], name=name, kernel=kernel, code=(kernel, _variant(w)),
         block_trips=tuple(int(n) for n in g.nb[::-1]) if heavy else plan.phases[0].block_trips,
+        edge_trips=tuple(int(n) for n in g.edge_nb[::-1]) if heavy else plan.phases[0].edge_trips,
         tile_major=heavy,
         sram_reads=_mixed(w, {"Q": pairs * q_read, "K": pairs * warps * t.Bc * kv_element,
                               "V": pairs * warps * t.Bc * kv_element}),
@@ -302,7 +303,8 @@ def _backward_kv(w: Workload, t: Tiling, g: BlockGrid, atomic_dq: bool) -> Phase
                  units_per_head=w.BH_kv, blocks_per_unit=g.tc,
                  unit_reread_elements=w.group * reread,
                  code=("flash_backward", "" if atomic_dq else "no_atomic_dq"),
-                 block_trips=g.na * w.group, heads=w.BH_kv, lsu_wavefronts=lsu)
+                 block_trips=g.na * w.group, edge_trips=g.edge_na * w.group, heads=w.BH_kv,
+                 lsu_wavefronts=lsu)
 
 
 def flash_backward(w: Workload, t: Tiling) -> Plan:
@@ -470,6 +472,7 @@ def flash_backward_deterministic(w: Workload, t: Tiling) -> Plan:
                      "dS": pairs * t.Br * t.Bc},
         matmul_flops=6 * d * scores, other_flops=BACKWARD_SCORE_FLOPS * scores + w.N_q * d,
         blocks_per_unit=g.tr, unit_reread_elements=2 * w.N_k * d, block_trips=g.nb,
+        edge_trips=g.edge_nb,
         lsu_wavefronts=_dq_kernel_wavefronts(g, t, d))
     return Plan((forward, pre, kv, dq),
                 workspace={"D": w.tensor_elements("D"), RECOMPUTED["O"]: w.tensor_elements("O"),

@@ -65,7 +65,7 @@ from pathlib import Path
 
 from .rates import MachineRates
 from .sass import (access_bytes, guarded, opcode_key, parse, peeled_copies, pipe_class, regions,
-                   stall_counts, INNER_LOOP, MAIN_LOOP)
+                   skipped_by_branches, stall_counts, INNER_LOOP, MAIN_LOOP)
 from .tiling import Tiling
 
 #: Per-kernel main-loop instruction streams: written by tools/kernel_loops.py, read by ``stream_for``.
@@ -117,7 +117,9 @@ class Op:
     only the warps that own a row of a row copy run it (``rows_only``: the guard and set-up of
     a ``range(tid, Br, T)`` loop outside its body, which ptxas places in the main loop), and
     its stall count: the cycles ptxas's control word makes the warp wait before its next
-    instruction issues (1: none; ``sass.stall_counts``)."""
+    instruction issues (1: none; ``sass.stall_counts``), and whether only trips on an edge
+    tile run it (``edge``: code under a ``needs_mask`` branch, which interior tiles jump over;
+    ``Phase.edge_trips``)."""
 
     key: str
     pipe: str
@@ -128,6 +130,7 @@ class Op:
     role: int | None = None
     rows_only: bool = False
     stall: int = 1
+    edge: bool = False
 
 
 def op(key: str, dests=(), srcs=(), barrier: bool | None = None) -> Op:
@@ -298,7 +301,8 @@ def _parse_registers(text: str) -> tuple[str, ...]:
 
 
 def encode_loop(text: str, line_roles: dict[int, int] | None = None,
-                row_lines: frozenset[int] = frozenset()) -> dict | None:
+                row_lines: frozenset[int] = frozenset(),
+                mask_lines: dict[int, bool] | None = None) -> dict | None:
     """The main loop of a kernel's ``nvdisasm -c`` text, for the JSON file (None without a
     loop): its address range; ``opcodes``: [opcode_key, pipe_class] of each distinct opcode;
     ``instructions``: one string an instruction, ``"<opcode index>;<dests>;<srcs>;<flags>"``
@@ -309,7 +313,10 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None,
     ``r`` (``Op.rows_only``: outside every nested loop, an instruction a row copy's guard
     branch skips, ``simulator.sass.guarded``, where each row copy's loop -- a nested loop of a
     ``row_lines`` line, a call of a row copy -- has a guard; else any instruction of such a
-    line), then, where ``text`` has the encodings (``nvdisasm -hex``), ``;<stall count>``
+    line) and ``e`` (``Op.edge``: code a forward branch of the main loop jumps over, all of it
+    on ``mask_lines`` and some on a line it maps to True -- the kernel-source lines of an ``if``
+    on ``needs_mask``: ``sass.skipped_by_branches``), then, where ``text`` has the encodings
+    (``nvdisasm -hex``), ``;<stall count>``
     (``Op.stall``); ``inner_loops``: each loop nested in it, as indices of its first and last
     instruction, depth, trips (null: not known statically, ``stream_for`` inlines
     it once) and ``peel``: [first, last] indices of each copy ptxas peeled before it
@@ -335,6 +342,8 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None,
     spans = [guarded(main.instructions, r, loops) for r in copies]
     if copies and all(spans):
         rows = {i.address for i in main.instructions if any(a <= i.address <= b for a, b in spans)}
+    on_mask = _by_source_line(text, mask_lines) if mask_lines else {}
+    edge = skipped_by_branches(main.instructions, on_mask.get, loops) if on_mask else frozenset()
     stalls = stall_counts(text)
     opcodes, encoded = {}, []
     for n, i in enumerate(main.instructions):
@@ -346,6 +355,7 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None,
         row = "r" if i.address in rows and n not in nested else ""
         encoded.append(f"{k};{_format_registers(o.dests)};{_format_registers(o.srcs)};"
                        f"{'B' if o.barrier else ''}{'' if role is None else role}{row}"
+                       f"{'e' if i.address in edge else ''}"
                        + (f";{stalls[i.address]}" if stalls else ""))
     return {"start": f"{main.start:x}", "end": f"{main.end:x}",
             "opcodes": [list(k) for k in opcodes], "instructions": encoded, "inner_loops": inner}
@@ -389,7 +399,8 @@ def decode_loop(loop: dict, inner_trips=None, peel_runs=None, stalls: bool = Tru
         key, pipe = table[int(k)]
         role = next((int(c) for c in flags if c.isdigit()), None)
         ops.append(Op(key, pipe, _parse_registers(dests), _parse_registers(srcs), "B" in flags,
-                      _wavefronts(key, pipe), role, "r" in flags, int(stall[0]) if stall and stalls else 1))
+                      _wavefronts(key, pipe), role, "r" in flags, int(stall[0]) if stall and stalls else 1,
+                      "e" in flags))
     inner = loop["inner_loops"]
     trips = [(n if n is not None else 1) for n in
              (inner_trips if inner_trips is not None else [r["trips"] for r in inner])]

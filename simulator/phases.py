@@ -46,6 +46,10 @@ class Phase:
     tiling: the tiling this launch's kernel runs at where it is not the plan's (the
     deterministic backward's recomputed forward, at the FFMA forward's default); None: the
     plan's.
+    edge_trips: of each block's ``block_trips`` (same order), the trips on an edge tile
+    (``BlockGrid.edge_pairs``: a ragged key block or one the band's edge crosses), the only
+    trips that run the code under the kernels' ``needs_mask`` branch (``issue.Op.edge``);
+    empty: every trip runs it.
     """
 
     name: str
@@ -68,10 +72,18 @@ class Phase:
     lsu_wavefronts: float | None = None
     written_first: frozenset = frozenset()
     tiling: Tiling | None = None
+    edge_trips: tuple[int, ...] = ()
 
     @property
     def blocks_per_head(self) -> int:
         return len(self.block_trips)
+
+    @property
+    def edge_share(self) -> float:
+        """The share of the main loop's trips on edge tiles (``edge_trips``; 1 where not
+        given)."""
+        trips = sum(self.block_trips)
+        return sum(self.edge_trips) / trips if self.edge_trips and trips else 1.0
 
     def grid_heads(self, bh: int) -> int:
         """``heads``, or ``bh`` (the workload's B*H) where it was not set."""
@@ -84,7 +96,7 @@ def phase(name: str, kernel: str | None, *, bh: int, hbm_reads: dict, hbm_writes
           blocks_per_unit: int = 1, unit_reread_elements: int = 0,
           code: tuple[str, str] | None = None, block_trips=(), tile_major: bool = False,
           inner_trips=(), heads: int | None = None, unit_share: int = 1,
-          lsu_wavefronts: float | None = None, written_first=frozenset()) -> Phase:
+          lsu_wavefronts: float | None = None, written_first=frozenset(), edge_trips=()) -> Phase:
     """A Phase from counts of ONE (batch, head) pair, scaled by ``bh``; zero entries dropped.
     ``code`` defaults to (kernel, ""); ``heads`` (the grid's) to ``bh``."""
     def scaled(counts):
@@ -94,7 +106,8 @@ def phase(name: str, kernel: str | None, *, bh: int, hbm_reads: dict, hbm_writes
                  units_per_head * bh, blocks_per_unit, unit_reread_elements,
                  code or (kernel or "", ""), tuple(int(n) for n in block_trips), tile_major,
                  tuple(int(n) for n in inner_trips), bh if heads is None else heads, unit_share,
-                 None if lsu_wavefronts is None else lsu_wavefronts * bh, frozenset(written_first))
+                 None if lsu_wavefronts is None else lsu_wavefronts * bh, frozenset(written_first),
+                 None, tuple(int(n) for n in edge_trips))
 
 
 def smem_wavefronts(p: Phase, element_bytes: int) -> float:

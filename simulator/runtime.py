@@ -48,7 +48,11 @@ blocks an SM from ptxas's registers and the shared memory):
    the SMs, then each freed slot takes the next block (``shared_makespan``); each SM's blocks
    progress at the rate of the number resident there, so a block alone in the tail runs
    faster than one of a full SM. The launch lasts until the last block is done -- waves, and
-   for causal grids the tail, follow from the block sizes.
+   for causal grids the tail, follow from the block sizes. A block's trips on edge tiles
+   (``Phase.edge_trips``: ragged, or crossed by the band's edge) run the masking code that
+   interior tiles jump over (``issue.Op.edge``, where ptxas compiles the mask as a branch: the
+   half kernels); where a launch has trips of both kinds each kind is simulated, and an edge
+   trip weighs the ratio of their cycles in interior ones.
 4. Cycles at the clock measured under the kernel's kind of load (the mma benchmark's clock for
    tensor-core kernels, the FFMA one's for the others): the kernel's time, as ncu's
    ``gpu__time_duration`` counts it (the gap between launches, ``MachineRates.launch_gap_s``,
@@ -71,7 +75,7 @@ from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
 from .issue import global_load_latency, memory_latencies
 from .local import local_traffic, nested_runs, recorded_causal, rows_per_trip
-from .trips import inner_trips, outer_trips, skipped, warp_stream
+from .trips import has_edge_code, inner_trips, outer_trips, skipped, warp_stream
 from .workload import Workload
 
 #: Independent mma accumulator chains a warp of our tensor-core kernels keeps (at least).
@@ -233,16 +237,24 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     # sector model's SM<->L2 reads): their latency between L2's and DRAM's
     fetched = sector_traffic(p, w).missed * SECTOR_BYTES
     l2_miss = (dram_bytes[0] / fetched) if dram_bytes and fetched else 0.0
-    simulated = {k: _simulated_trip(kernel, variant, tiling, w, occ, r, fmt, spills_miss, k,
-                                    rows_per_trip(p), l2_miss) for k in range(1, share + 1)}
-    if all(c is not None for c in simulated.values()):
-        trip_cycles = simulated.__getitem__      # k resident blocks: a trip of each, side by side
+    # trips on interior tiles skip the masking code of edge tiles: simulate each kind the
+    # launch has (an edge trip then counts as ``weight`` interior ones)
+    edge_share = p.edge_share if has_edge_code(kernel, tiling, w.d, causal, variant) else 1.0
+    kinds = [e for e, share_e in ((False, 1.0 - edge_share), (True, edge_share)) if share_e > 0]
+    simulated = {e: {k: _simulated_trip(kernel, variant, tiling, w, occ, r, fmt, spills_miss, k,
+                                        rows_per_trip(p), l2_miss, e) for k in range(1, share + 1)}
+                 for e in kinds}
+    weight = 1.0
+    if all(c is not None for trip in simulated.values() for c in trip.values()):
+        trip_cycles = simulated[kinds[0]].__getitem__  # k resident blocks: a trip of each, side by side
+        if len(kinds) == 2:
+            weight = simulated[True][share] / simulated[False][share]
     else:
         trip_cycles = lambda k: k * t_trip       # noqa: E731  (each at 1/k of the SM's throughput)
     # the work outside the main loop, in trips: a block's share of a full SM's throughput, or
     # the latency of its tile copies where that is longer (the SM's other blocks go on)
     outside = max(share * t_out, chain) / trip_cycles(share)
-    work = [n + outside for n in _launch_order(p, heads)]
+    work = [n + outside for n in _launch_order(p, heads, weight if len(kinds) == 2 else 1.0)]
     cycles = shared_makespan(work, hw.sm_count, share, trip_cycles)
     clock = r.mma_clock_hz if loop.hmma else r.clock_hz
     return cycles / clock
@@ -253,7 +265,8 @@ def block_counts(p: Phase, w: Workload, tiling: Tiling, warps: int) -> tuple[dic
     ``warps`` warps of tiled launch ``p``, by class (``_KEYS``): the static counts
     (``simulator.sass``), the strided tile copies before the main loop as often as they run
     (``outer_trips``: Qi of the forwards, Kj, Vj of the backwards), each loop nested in it as
-    often as it runs (``nested_runs``), less what a trip does not run (``trips.skipped``)."""
+    often as it runs (``nested_runs``), less what a trip does not run (``trips.skipped``: the
+    trip is the mean over the launch's trips, edge tiles' share ``Phase.edge_share``)."""
     kernel, variant = p.code
     causal = recorded_causal(p, w)
     loop = sass(kernel, tiling, w.d, causal, variant, region=MAIN_LOOP)
@@ -264,18 +277,19 @@ def block_counts(p: Phase, w: Workload, tiling: Tiling, warps: int) -> tuple[dic
     trip = _counts(loop, [], warps)
     for region, extra in nested_runs(p, kernel, tiling, w, variant):
         trip = {k: v + extra * getattr(region, k) * warps for k, v in trip.items()}
-    left = skipped(kernel, tiling, w.d, causal, variant, rows_per_trip(p))
+    left = skipped(kernel, tiling, w.d, causal, variant, rows_per_trip(p), p.edge_share)
     return outside, {k: v - left.get(k, 0.0) * warps for k, v in trip.items()}
 
 
 def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: MachineRates,
                     fmt: str = "tf32", spills_miss: bool = False, resident: int | None = None,
-                    rows: int | None = None, l2_miss: float = 0.0):
+                    rows: int | None = None, l2_miss: float = 0.0, edge: bool = True):
     """Cycles of one main-loop trip of every resident block (``resident`` of them: None, as
     many as ``occ`` fits) by the issue simulator, or None
     where it cannot run (no recorded stream, nested loops of unknown trips, a band kernel
     never recorded: ``Workload.kernel_causal`` None). Global loads at the L2's latency, spill
-    refills at L1's, or L2's where they miss L1 (``spills_miss``: ``simulator.local``)."""
+    refills at L1's, or L2's where they miss L1 (``spills_miss``: ``simulator.local``); a trip
+    on an ``edge`` tile (with the masking code only those run, ``issue.Op.edge``) or not."""
     from .issue import Streams, loop_cycles, loop_record
 
     causal = w.kernel_causal
@@ -297,7 +311,7 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     # copies' runs, and a row copy's set-up, can differ between warps); one stream where
     # they are all the same
     warps = [4 * (i // blocks) for i in range(per_scheduler)]
-    own = {v: warp_stream(kernel, t, w.d, causal, variant, rows, v) for v in set(warps)}
+    own = {v: warp_stream(kernel, t, w.d, causal, variant, rows, v, edge) for v in set(warps)}
     distinct = set(own.values())
     stream = distinct.pop() if len(distinct) == 1 else Streams(tuple(own[v] for v in warps))
     l2, l1 = memory_latencies(r)
@@ -323,10 +337,13 @@ def _of_role(stream, role: int | None):
     return Streams(tuple(keep(b) for b in stream.per_warp)) if isinstance(stream, Streams) else keep(stream)
 
 
-def _launch_order(p: Phase, bh: int) -> list[int]:
-    """Main-loop trips of every block of the launch, in the order blocks start."""
+def _launch_order(p: Phase, bh: int, edge_weight: float = 1.0) -> list[float]:
+    """Main-loop trips of every block of the launch, in the order blocks start, a trip on an
+    edge tile (``Phase.edge_trips``) counted as ``edge_weight`` others."""
+    edges = p.edge_trips or (0,) * len(p.block_trips)
+    trips = [n + (edge_weight - 1.0) * e for n, e in zip(p.block_trips, edges)]
     if p.tile_major:
-        return [n for n in p.block_trips for _ in range(bh)]
-    return list(p.block_trips) * bh
+        return [n for n in trips for _ in range(bh)]
+    return trips * bh
 
 

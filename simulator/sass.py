@@ -78,7 +78,7 @@ from collections import Counter
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from .tiling import Tiling
 
@@ -484,6 +484,30 @@ def guarded(body: tuple[Instruction, ...], loop: Region,
     first = min(i.address for i in skips if i.target == end)  # its outermost jump
     within = [i.address for i in body if first < i.address < end]
     return within[0], within[-1]
+
+
+def skipped_by_branches(body: tuple[Instruction, ...], within: Callable[[int], bool | None],
+                        nested: Iterable[Region] = ()) -> frozenset[int]:
+    """Addresses of the code of ``body`` (a loop's instructions) that forward branches jump
+    over where ``within`` (address -> True, False or None: e.g. by source line) is not None
+    for any instruction they skip and True for some -- the branches outside the ``nested``
+    loops, to a target inside ``body``. An ``if`` ptxas compiles as a branch (the half
+    kernels' mask on edge tiles only: ``tiles.needs_mask``) is such a stretch; one it
+    predicates instead runs on every trip and is not."""
+    if not body:
+        return frozenset()
+    outside = [(r.start, r.end) for r in nested]
+    out: set[int] = set()
+    for i in body:
+        if i.target is None or not i.address < i.target <= body[-1].address:
+            continue
+        if any(a <= i.address <= b for a, b in outside):
+            continue
+        jumped = [x.address for x in body if i.address < x.address < i.target]
+        marks = [within(a) for a in jumped]
+        if jumped and None not in marks and any(marks):
+            out.update(jumped)
+    return frozenset(out)
 
 
 # ---- the CSV -------------------------------------------------------------------------------

@@ -203,11 +203,12 @@ def _mean(rows) -> tuple:
 
 
 def warp_stream(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "",
-                rows_per_trip: int | None = None, warp: int = 0) -> tuple | None:
+                rows_per_trip: int | None = None, warp: int = 0, edge: bool = True) -> tuple | None:
     """The main-loop trip warp ``warp`` of a block runs, as ``simulator.issue`` ops: each
     nested loop inlined its ``inner_trips``, the copies peeled before a loop as many as
-    ``peel_runs``, and the set-up of a row copy (``issue.Op.rows_only``) only in a warp that
-    owns a row. None where a trip count is not known; LookupError where the loop is not
+    ``peel_runs``, the set-up of a row copy (``issue.Op.rows_only``) only in a warp that
+    owns a row, and the masking code of edge tiles (``issue.Op.edge``) only on an ``edge``
+    trip. None where a trip count is not known; LookupError where the loop is not
     recorded."""
     from .issue import stream_for
 
@@ -216,21 +217,34 @@ def warp_stream(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str 
         return None
     trips, runs = found
     body = stream_for(kernel, tiling, d, causal, variant, trips or None, peel_runs=runs)
-    if warp in warps_without_rows(tiling.Br, tiling.threads_for(kernel)):
-        return tuple(o for o in body if not o.rows_only)
+    rowless = warp in warps_without_rows(tiling.Br, tiling.threads_for(kernel))
+    if rowless or not edge:
+        return tuple(o for o in body if not (rowless and o.rows_only) and (edge or not o.edge))
     return body
+
+
+def has_edge_code(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "") -> bool:
+    """Whether the recorded main loop holds masking code only edge tiles run (``issue.Op.edge``)."""
+    from .issue import stream_for
+
+    try:
+        return any(o.edge for o in stream_for(kernel, tiling, d, causal, variant))
+    except LookupError:
+        return False
 
 
 @lru_cache(maxsize=None)
 def skipped(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "",
-            rows_per_trip: int | None = None) -> dict[str, float]:
+            rows_per_trip: int | None = None, edge_share: float = 1.0) -> dict[str, float]:
     """What a main-loop trip does not run of the code the static count gives it (its body and
-    each nested loop as often as ``inner_trips``), per warp, the mean over the block's warps:
-    the copies peeled before nested loops beyond ``peel_runs``, and a row copy's set-up
-    (``issue.Op.rows_only``) in the warps without a row (``warp_stream``). Warp instructions
-    by ``issue.Op.pipe`` and ``total``, and the local-memory bytes a thread does not read
-    (``ldl_bytes``) or write (``stl_bytes``). Empty where the loop's stream or trips are not
-    known."""
+    each nested loop as often as ``inner_trips``), per warp, the mean over the block's warps
+    and over trips: the copies peeled before nested loops beyond ``peel_runs``, a row copy's
+    set-up (``issue.Op.rows_only``) in the warps without a row (``warp_stream``), the other
+    role's code in a warp of the warp-pair kernels (``issue.Op.role``: role = warp % 2), and
+    the masking code of edge tiles (``issue.Op.edge``) on the 1 - ``edge_share`` of trips on
+    interior tiles (``Phase.edge_share``). Warp instructions by ``issue.Op.pipe`` and
+    ``total``, and the local-memory bytes a thread does not read (``ldl_bytes``) or write
+    (``stl_bytes``). Empty where the loop's stream or trips are not known."""
     from .issue import stream_for
 
     warps = -(-tiling.threads_for(kernel) // 32)
@@ -244,12 +258,16 @@ def skipped(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = ""
             return {}
         if full is None or run is None:
             return {}
-        for ops, sign in ((full, 1), (run, -1)):
+        interior = 1.0 - edge_share
+        for ops, sign in ((full, 1.0), (run, -1.0)):
             for o in ops:
-                out[o.pipe] += sign
-                out["total"] += sign
+                if sign < 0 and o.role is not None and o.role != w % 2:
+                    continue                # another role's: this warp skips it
+                n = sign * (1.0 - interior if o.edge and sign < 0 else 1.0)
+                out[o.pipe] += n
+                out["total"] += n
                 if o.pipe in ("ldl", "stl"):
-                    out[f"{o.pipe}_bytes"] += sign * access_bytes(o.key)
+                    out[f"{o.pipe}_bytes"] += n * access_bytes(o.key)
     return {k: v / warps for k, v in out.items() if v}
 
 

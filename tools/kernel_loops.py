@@ -24,7 +24,9 @@ the kernel file's lines, call sites for inlined code), so that the simulator giv
 its own role's part of the loop; in every kernel the main-loop instructions of a row copy's
 call line outside its loop body (the guard and set-up ptxas places before a
 ``range(tid, Br, T)`` loop: at Br = 32 and 256 threads, spill refills only warp 0 runs) carry
-``rows_only`` (``row_copy_lines``).
+``rows_only`` (``row_copy_lines``); and the code a branch of an ``if`` on ``needs_mask`` skips
+(all of it on that statement's lines, ``mask_lines``) carries ``edge``: only trips on edge
+tiles run it.
 
 ``--keep DIR`` writes each kernel's disassembly there and its stamp (kernel-source digest,
 ptxas version, date) in ``DIR/STAMP``; ``--from-sass DIR`` rebuilds the file from those (also
@@ -98,6 +100,42 @@ def row_copy_lines(kernel_file: Path) -> frozenset[int]:
                      and node.func.id in ROW_COPIES)
 
 
+def _asks_for_mask(test) -> bool:
+    """Whether an ``if`` test is ``edge`` (a ``needs_mask`` result), a ``needs_mask(...)`` call,
+    or an ``and`` led by one of those."""
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        return _asks_for_mask(test.values[0])
+    return ((isinstance(test, ast.Name) and test.id == "edge")
+            or (isinstance(test, ast.Call) and isinstance(test.func, ast.Name)
+                and test.func.id == "needs_mask"))
+
+
+def mask_lines(kernel_file: Path) -> dict[int, bool]:
+    """Lines of ``kernel_file`` a mask branch's code may come from (``issue.Op.edge``): True for
+    the lines of its ``if`` statements on ``needs_mask`` (``_asks_for_mask``), test and body
+    (not an ``else``: interior tiles run it), the masking code interior tiles skip where ptxas
+    branches over it; False for the assignments, in the same function, of the names those
+    statements read (e.g. a K/V block's ``cols``: ptxas marks a compare with the line of the
+    value it compares)."""
+    out: dict[int, bool] = {}
+    for function in ast.walk(ast.parse(kernel_file.read_text())):
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        ifs = [node for node in ast.walk(function)
+               if isinstance(node, ast.If) and _asks_for_mask(node.test)]
+        read = {n.id for node in ifs for part in (node.test, *node.body) for n in ast.walk(part)
+                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        for node in ast.walk(function):
+            if isinstance(node, (ast.Assign, ast.AugAssign)) and any(
+                    isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in read
+                    for target in getattr(node, "targets", [getattr(node, "target", None)])
+                    for n in ast.walk(target)):
+                out.update(dict.fromkeys(range(node.lineno, node.end_lineno + 1), False))
+        for node in ifs:
+            out.update(dict.fromkeys(range(node.lineno, node.body[-1].end_lineno + 1), True))
+    return out
+
+
 def kernel_file_of(text: str) -> Path | None:
     """This repository's copy of the kernel file the ``nvdisasm`` text's line markers name."""
     found = LINE_MARKER.search(text)
@@ -133,7 +171,8 @@ def main(argv) -> None:
             paired = WARP_PAIRS_VARIANT in key["variant"].split("+")
             file = kernel_file_of(text)
             loop = encode_loop(text, warp_roles(file) if paired and file else None,
-                               row_copy_lines(file) if file else frozenset())
+                               row_copy_lines(file) if file else frozenset(),
+                               mask_lines(file) if file else None)
             name = (f"{key['kernel']:18s} {key['variant']:13s} d={key['d']:4s} "
                     f"causal={key['causal']:5s} {key['Br']:>3s}x{key['Bc']:<3s}")
             if loop is None:
