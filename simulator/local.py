@@ -119,8 +119,9 @@ def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalT
         loads = (whole.ldl_bytes - loop.ldl_bytes) * blocks + per_trip[0] * trips
         stores = (whole.stl_bytes - loop.stl_bytes) * blocks + per_trip[1] * trips
         # less what a trip does not run: a row copy's set-up in the warps without a row, the
-        # copies peeled before a nested loop beyond those its trips need (``trips.skipped``)
-        left = skipped(kernel, t, w.d, causal, variant, rows_per_trip(p))
+        # copies peeled before a nested loop beyond those its trips need, the other role's
+        # code, the masking code on interior tiles (``trips.skipped``)
+        left = skipped(kernel, t, w.d, causal, variant, rows_per_trip(p), p.edge_share)
         loads = (loads - left.get("ldl_bytes", 0.0) * trips) * res.threads
         stores = (stores - left.get("stl_bytes", 0.0) * trips) * res.threads
     else:

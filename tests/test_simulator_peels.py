@@ -193,3 +193,31 @@ def test_the_count_path_runs_what_the_warps_run():
         counted = block_counts(p, w, t, warps)[1]["total"] / warps
         ran = sum(len(warp_stream(kernel, t, d, False, warp=v)) for v in range(warps)) / warps
         assert counted == pytest.approx(ran), kernel
+
+
+def test_the_count_path_runs_a_warps_role_and_the_edge_trips_share():
+    """In the warp-pair kernels a warp runs the common code and its role's (role = warp % 2,
+    ``issue.Op.role``); the masking code of edge tiles (``issue.Op.edge``) runs on the
+    ``Phase.edge_share`` of trips: the count path is the mean over warps and trips."""
+    from simulator.phases import phase
+    from simulator.runtime import block_counts
+    from simulator.workload import Workload
+
+    for kernel, variant, t, d, causal in (
+            ("flash_backward_tc", "warp_pairs", Tiling(16, 64, warp_pairs=True), 128, False),
+            ("flash_forward_half", "", Tiling(128, 64), 64, True),
+            ("flash_backward_half", "", Tiling(64, 128), 64, True)):
+        w = Workload(B=1, H=1, N_q=1024, N_k=1024, d=d, causal=causal)
+        p = phase("test", None, bh=1, hbm_reads={}, hbm_writes={}, code=(kernel, variant),
+                  block_trips=(8, 8), edge_trips=(2, 2))
+        warps = t.threads_for(kernel) // 32
+        counted = block_counts(p, w, t, warps)[1]["total"] / warps
+
+        def runs(v, edge):
+            return sum(o.role in (None, v % 2)
+                       for o in warp_stream(kernel, t, d, causal, variant, warp=v, edge=edge))
+        ran = sum(0.75 * runs(v, False) + 0.25 * runs(v, True) for v in range(warps)) / warps
+        assert counted == pytest.approx(ran), kernel
+    roles = {o.role for o in warp_stream("flash_backward_tc", Tiling(16, 64, warp_pairs=True), 128,
+                                         False, "warp_pairs")}
+    assert roles == {None, 0, 1}
