@@ -372,12 +372,14 @@ LINE_MARKER = re.compile(r'//## File "([^"]+)", line (\d+)')
 
 def _by_source_line(text: str, values: dict) -> dict:
     """Address -> the value ``values`` maps the source line of each instruction to (the last
-    marker before it), for the instructions of the lines it maps."""
-    out, line = {}, None
+    marker before it), for the instructions of the lines it maps: lines of the kernel's file
+    (the first marker's; a marker of another file, inlined code, maps nothing)."""
+    out, line, file = {}, None, None
     for row in text.splitlines():
         marker = LINE_MARKER.search(row)
         if marker:
-            line = int(marker.group(2))
+            file = file or marker.group(1)
+            line = int(marker.group(2)) if marker.group(1) == file else None
             continue
         found = _LINE.match(row)
         if found and line in values:

@@ -78,6 +78,11 @@ class Phase:
     def blocks_per_head(self) -> int:
         return len(self.block_trips)
 
+    def __post_init__(self):
+        if self.edge_trips and len(self.edge_trips) != len(self.block_trips):
+            raise ValueError(f"{self.name}: edge_trips has {len(self.edge_trips)} blocks, "
+                             f"block_trips {len(self.block_trips)}: one count a block, or none")
+
     @property
     def edge_share(self) -> float:
         """The share of the main loop's trips on edge tiles (``edge_trips``; 1 where not

@@ -51,7 +51,8 @@ blocks an SM from ptxas's registers and the shared memory):
    for causal grids the tail, follow from the block sizes. A block's trips on edge tiles
    (``Phase.edge_trips``: ragged, or crossed by the band's edge) run the masking code that
    interior tiles jump over (``issue.Op.edge``, where ptxas compiles the mask as a branch: the
-   half kernels); where a launch has trips of both kinds each kind is simulated, and an edge
+   half kernels, the causal tensor-core backward's per-score test); where a launch has trips
+   of both kinds each kind is simulated, and an edge
    trip weighs the ratio of their cycles in interior ones.
 4. Cycles at the clock measured under the kernel's kind of load (the mma benchmark's clock for
    tensor-core kernels, the FFMA one's for the others): the kernel's time, as ncu's
@@ -341,7 +342,7 @@ def _launch_order(p: Phase, bh: int, edge_weight: float = 1.0) -> list[float]:
     """Main-loop trips of every block of the launch, in the order blocks start, a trip on an
     edge tile (``Phase.edge_trips``) counted as ``edge_weight`` others."""
     edges = p.edge_trips or (0,) * len(p.block_trips)
-    trips = [n + (edge_weight - 1.0) * e for n, e in zip(p.block_trips, edges)]
+    trips = [n + (edge_weight - 1.0) * e for n, e in zip(p.block_trips, edges, strict=True)]
     if p.tile_major:
         return [n for n in trips for _ in range(bh)]
     return trips * bh

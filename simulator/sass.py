@@ -486,11 +486,18 @@ def guarded(body: tuple[Instruction, ...], loop: Region,
     return within[0], within[-1]
 
 
+#: Pipe classes of the code ptxas may sink into a branch from elsewhere (address arithmetic):
+#: no memory access, mma or barrier (``skipped_by_branches``).
+SUNK = frozenset({"alu", "fma", "uniform", "nop", "branch"})
+
+
 def skipped_by_branches(body: tuple[Instruction, ...], within: Callable[[int], bool | None],
                         nested: Iterable[Region] = ()) -> frozenset[int]:
     """Addresses of the code of ``body`` (a loop's instructions) that forward branches jump
-    over where ``within`` (address -> True, False or None: e.g. by source line) is not None
-    for any instruction they skip and True for some -- the branches outside the ``nested``
+    over where ``within`` (address -> True, False or None: e.g. by source line) is True for
+    some instruction they skip and, for every other one, False -- or, where the branch itself
+    is on a True line (the ``if``'s own branch), of a ``SUNK`` class (code ptxas moved in from
+    another line: it runs only where the branch's code runs). Branches outside the ``nested``
     loops, to a target inside ``body``. An ``if`` ptxas compiles as a branch (the half
     kernels' mask on edge tiles only: ``tiles.needs_mask``) is such a stretch; one it
     predicates instead runs on every trip and is not."""
@@ -503,10 +510,12 @@ def skipped_by_branches(body: tuple[Instruction, ...], within: Callable[[int], b
             continue
         if any(a <= i.address <= b for a, b in outside):
             continue
-        jumped = [x.address for x in body if i.address < x.address < i.target]
-        marks = [within(a) for a in jumped]
-        if jumped and None not in marks and any(marks):
-            out.update(jumped)
+        jumped = [x for x in body if i.address < x.address < i.target]
+        marks = [within(x.address) for x in jumped]
+        own = within(i.address) is True
+        if any(marks) and all(m is not None or (own and pipe_class(x.key) in SUNK)
+                              for x, m in zip(jumped, marks)):
+            out.update(x.address for x in jumped)
     return frozenset(out)
 
 

@@ -121,8 +121,15 @@ def test_skipped_by_branches_marks_masking_code_behind_a_branch_only():
     # the predicated select (0x60) is not jumped over: every trip issues it; a stretch of
     # assignment lines alone is no mask code
     assert skipped_by_branches(main.instructions, {0x30: False, 0x40: False, 0x50: False}.get) == frozenset()
-    # a stretch with an instruction of another line is not marked
+    # a stretch with an instruction of another line is not marked ...
     assert skipped_by_branches(main.instructions, {0x30: True, 0x50: True}.get) == frozenset()
+    # ... unless the branch is the ``if``'s own (on its line) and the other line's code is
+    # address arithmetic ptxas sank into it (an IADD3 here; a memory access, never)
+    own = {0x20: True, 0x30: True, 0x50: True}
+    assert skipped_by_branches(main.instructions, own.get) == {0x30, 0x40, 0x50}
+    loaded = parse(LOOP.replace("IADD3 R5, R3, 0x8, RZ", "LDS R5, [R3]"))
+    body = next(r for r in regions(loaded) if r.name == MAIN_LOOP).instructions
+    assert skipped_by_branches(body, own.get) == frozenset()
 
 
 def test_encode_loop_flags_the_edge_code_and_decode_reads_it_back():

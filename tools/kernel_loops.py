@@ -25,7 +25,8 @@ its own role's part of the loop; in every kernel the main-loop instructions of a
 call line outside its loop body (the guard and set-up ptxas places before a
 ``range(tid, Br, T)`` loop: at Br = 32 and 256 threads, spill refills only warp 0 runs) carry
 ``rows_only`` (``row_copy_lines``); and the code a branch of an ``if`` on ``needs_mask`` skips
-(all of it on that statement's lines, ``mask_lines``) carries ``edge``: only trips on edge
+(on that statement's lines, the values it reads, or address arithmetic ptxas sank into it:
+``mask_lines``, ``simulator.sass.skipped_by_branches``) carries ``edge``: only trips on edge
 tiles run it.
 
 ``--keep DIR`` writes each kernel's disassembly there and its stamp (kernel-source digest,
