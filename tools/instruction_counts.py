@@ -55,7 +55,7 @@ def ratios(csv_path: Path, kernels: set[str]) -> dict[str, list[tuple[str, float
             if kernels and p.code[0] not in kernels:
                 continue
             try:
-                counted = model_instructions(p, rep.workload, rep.tiling)
+                counted = model_instructions(p, rep.workload, p.tiling or rep.tiling)
             except LookupError:
                 continue
             if counted:
