@@ -265,7 +265,8 @@ def test_a_block_lasts_at_least_its_tile_copies_latency():
         return predict("flash_forward_tc", w, Tiling(256, 32), hardware=H200).time_s * r.mma_clock_hz
 
     outside = 2 * cycles(256) - cycles(512)
-    assert 32 * global_load_latency(r, 1.0) <= outside <= 1.5 * 32 * global_load_latency(r, 1.0)
+    chain = 32 * global_load_latency(r, 1.0)
+    assert chain * (1 - 1e-9) <= outside <= 1.5 * chain     # (equal where the chain is longer)
 
 
 def test_a_copy_loop_compiled_u_fold_runs_a_u_th_of_its_iterations():
