@@ -49,7 +49,10 @@ the loop it sits in (``parents``).
 Full tiles are assumed (a ragged last tile runs fewer). ``range(tid, BR, T)`` runs different
 trips in different warps (``warp_rows``): per warp for the issue simulator's streams, their
 mean for instruction counts. None where a loop's line is none of these: the caller then counts
-each nested loop once. Pure Python: reads the kernel sources as text, imports no numba.
+each nested loop once. A warp of the warp-pair kernels runs the common code and its own role's
+(``issue.Op.role``); the masking code ptxas branches over on interior tiles (``issue.Op.edge``)
+runs on edge trips only (``warp_stream``'s ``edge``; ``skipped``'s ``edge_share``). Pure
+Python: reads the kernel sources as text, imports no numba.
 """
 from __future__ import annotations
 
