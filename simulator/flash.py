@@ -152,7 +152,7 @@ def _fa2_on_tensor_cores(w: Workload, t: Tiling, kernel: str, name: str, q_read:
     main = dataclasses.replace(
         plan.phases[0], name=name, kernel=kernel, code=(kernel, _variant(w)),
         block_trips=tuple(int(n) for n in g.nb[::-1]) if heavy else plan.phases[0].block_trips,
-        edge_trips=tuple(int(n) for n in g.edge_nb[::-1]) if heavy else plan.phases[0].edge_trips,
+        edge_trips=plan.phases[0].edge_trips[::-1] if heavy else plan.phases[0].edge_trips,
         tile_major=heavy,
         sram_reads=_mixed(w, {"Q": pairs * q_read, "K": pairs * warps * t.Bc * kv_element,
                               "V": pairs * warps * t.Bc * kv_element}),

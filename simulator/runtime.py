@@ -255,7 +255,7 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     # the work outside the main loop, in trips: a block's share of a full SM's throughput, or
     # the latency of its tile copies where that is longer (the SM's other blocks go on)
     outside = max(share * t_out, chain) / trip_cycles(share)
-    work = [n + outside for n in _launch_order(p, heads, weight if len(kinds) == 2 else 1.0)]
+    work = [n + outside for n in _launch_order(p, heads, weight)]
     cycles = shared_makespan(work, hw.sm_count, share, trip_cycles)
     clock = r.mma_clock_hz if loop.hmma else r.clock_hz
     return cycles / clock

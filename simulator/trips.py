@@ -261,12 +261,11 @@ def skipped(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = ""
             return {}
         if full is None or run is None:
             return {}
-        interior = 1.0 - edge_share
         for ops, sign in ((full, 1.0), (run, -1.0)):
             for o in ops:
                 if sign < 0 and o.role is not None and o.role != w % 2:
                     continue                # another role's: this warp skips it
-                n = sign * (1.0 - interior if o.edge and sign < 0 else 1.0)
+                n = sign * (edge_share if o.edge and sign < 0 else 1.0)   # run on edge trips only
                 out[o.pipe] += n
                 out["total"] += n
                 if o.pipe in ("ldl", "stl"):
