@@ -101,3 +101,17 @@ def measure(bench: Bench) -> list[Measurement]:
                                     f"{TILE_ROWS} x {TILE_WORDS} fp32 tile; chase over "
                                     f"{nbytes // 1024} KB (L2 hits)"))
     return rows
+
+
+if __name__ == "__main__":   # python -m experiments.common.atomic_latency OUT.csv: these rows alone
+    import sys
+    from pathlib import Path
+
+    from experiments.calibrate import NAME, row
+    from experiments.common.metadata import run_metadata
+    from experiments.common.results import write_rows
+    from numba_flash.memory import simulator_enabled
+
+    bench = Bench(simulated=simulator_enabled())
+    write_rows(Path(sys.argv[1]), [row(m) for m in measure(bench)],
+               run_metadata(NAME, "cpu" if bench.simulated else "gpu", " ".join(["python -m experiments.common.atomic_latency", *sys.argv[1:]])))
