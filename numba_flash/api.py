@@ -40,7 +40,7 @@ from simulator.spec import Mask
 from simulator.standard import ROW_THREADS
 from simulator.workload import Workload, needs_band_kernels
 from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_KERNELS,
-                              HALF_FORWARD_KERNELS)
+                              HALF_FORWARD_KERNELS, Tiling)
 from simulator.flash import RECOMPUTE_KERNEL, recompute_tiling
 
 from . import checks, fp16x3, memory, plans, precision, split_calls
@@ -120,6 +120,20 @@ def forward_kernel(algorithm: str, fmt: str) -> str:
                          f"algorithm='fa2' (tensor cores in {fmt}) or 'fa1': pass one, or "
                          "convert the inputs to float32")
     return HALF_FORWARD_KERNELS[algorithm]
+
+
+def forward_tiling(algorithm: str, fmt: str, tiling, d: int, n_q: int, n_k: int, dropout: bool,
+                   block_size) -> Tiling:
+    """The tiling ``flash_attention`` runs ``algorithm`` with on inputs of format ``fmt``:
+    ``tiling`` checked, or its default cut to the sequences (``checks.tiling_for``). The
+    "fa2_fp16x3" tiles hold rows of 2 D16 fp16 parts, and its default is its own
+    (``fp16x3.default_tiling``)."""
+    kernels = (forward_kernel(algorithm, fmt),)
+    if algorithm != FP16X3:
+        return checks.tiling_for(tiling, kernels, d, n_q, n_k, dropout, block_size)
+    if tiling is None and block_size is None:
+        tiling = fp16x3.default_tiling(d, n_q, n_k, dropout)
+    return checks.tiling_for(tiling, kernels, 2 * fp16x3.depth(d), n_q, n_k, dropout, block_size)
 
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False,
@@ -208,12 +222,9 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     checks.flag("return_lse", return_lse)
     scale = checks.softmax_scale(softmax_scale, shp.d)
     kernel_name = forward_kernel(algorithm, shp.precision)
-    # (fp16x3: the fp16 kernel's tiles hold rows of 2 D16 parts)
+    tiling = forward_tiling(algorithm, shp.precision, tiling, shp.d, shp.N_q, shp.N_k, mask.dropout,
+                            block_size)
     tile_d = 2 * fp16x3.depth(shp.d) if algorithm == FP16X3 else shp.d
-    if algorithm == FP16X3 and tiling is None and block_size is None:
-        tiling = fp16x3.default_tiling(shp.d, shp.N_q, shp.N_k, mask.dropout)
-    tiling = checks.tiling_for(tiling, (kernel_name,), tile_d, shp.N_q, shp.N_k, mask.dropout,
-                               block_size)
     lists = checks.block_lists(on, block_size, tiling, shp.N_q, shp.N_k, causal, window, diagonal,
                                by_key=False) if mask.sparse else None
     diagonal = hi

@@ -122,7 +122,7 @@ def grad_errors(q, k, v, do, causal, grads):
         return torch.softmax(s, -1).nan_to_num(0) @ v
 
     def autograd(dtype):
-        xs = [x.to(dtype).requires_grad_() for x in (q, k, v)]
+        xs = [x.detach().to(dtype).clone().requires_grad_() for x in (q, k, v)]
         attention(*xs).backward(do.to(dtype))
         return [x.grad for x in xs]
 

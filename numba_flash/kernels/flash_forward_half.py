@@ -98,13 +98,16 @@ tools/tune_half.py; results/h200/tuning/tune_half_v*.csv):
         stage alternating by step, as flash_forward_fa2_tc v13.
     v9  fp32 from three fp16 products (dtype "float32", numba_flash/fp16x3.py; the fp16 and
         bf16 code unchanged). H200, 2026-12-05 (tools/fp16x3_forward.py, per-call CUDA events;
-        results/h200/tuning/fp16x3_forward_2026-12-05a.log), 128 x 32, P V then chained into
-        O_acc across tiles: (4,16,4096,64) 97.0 TFLOP/s against the 3xTF32 forward's 50.9
-        (flash_forward_fa2_tc v14) and SDPA EFFICIENT_ATTENTION's 34.8; (1,16,16384,64) 106.5
-        / 52.0 / 34.4. o's error 0.96-1.62x plain fp32's at N <= 301 (logits x30 included), but
-        9.2x at N = 4099 causal: the chained adds. P V is now summed from zero each tile and
-        added in fp32 (ptxas: 242 registers, no spills at 128 x 32, d = 64); d > 64 takes
-        16-row warps (80 x 32) since two row tiles spill there. Not yet measured.
+        results/h200/tuning/fp16x3_forward_2026-12-05a.log), 128 x 32 with P V chained into
+        O_acc across tiles: (4,16,4096,64) 97.0 TFLOP/s, against the 3xTF32 forward's 50.9
+        (flash_forward_fa2_tc v14) and SDPA EFFICIENT_ATTENTION's 34.8; o's error 0.96-1.62x
+        plain fp32's at N <= 301 (logits x30 included), but 9.2x at N = 4099 causal: the
+        chained adds. So P V is summed from zero each tile and added in fp32 (242 registers, no
+        spills at 128 x 32, d = 64), and d > 64 takes 16-row warps (80 x 32; two row tiles spill
+        there): o 1.90x plain at N = 4099 causal, 1.36x at (1,1,1000,1000,128); (4,16,4096,64)
+        105.2 TFLOP/s (3xTF32 51.5, EFFICIENT 35.2: 2.99x), (1,16,16384,64) 115.6 (3.28x),
+        causal 91.9 (2.83x), (4,16,4096,128) 63.5 (1.37x), (8,32,2048,128) 60.8 (1.31x)
+        (results/h200/tuning/fp16x3_forward_2026-12-05b.log).
 """
 from __future__ import annotations
 
