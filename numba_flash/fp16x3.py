@@ -12,13 +12,15 @@ from simulator.tiling import Tiling
 
 from .kernels.flash_forward_half import make_flash_forward_half
 from .kernels.split_half import GX, make_head_amax, make_split_half
+from .memory import simulator_enabled
 
 #: ``flash_attention``'s algorithm name for it.
 FP16X3 = "fa2_fp16x3"
-#: Threads of a block of the two preparing kernels.
-PREP_THREADS = 256
-#: Blocks a head of split_half (grid-stride over the head's column pairs).
-SPLIT_BLOCKS = 8
+#: Threads of a block of the two preparing kernels, and blocks a head of split_half (grid-stride
+#: over the head's column pairs); under the CUDA simulator, which runs a Python thread per CUDA
+#: thread, one warp and one block.
+PREP_THREADS = 32 if simulator_enabled() else 256
+SPLIT_BLOCKS = 1 if simulator_enabled() else 8
 
 
 #: Default (Br, Bc) by head dim: at d <= 64 128 x 32 (2 row tiles a warp: 242 registers, no

@@ -59,7 +59,7 @@ def test_large_logits_and_scales_far_from_one():
 
 
 def test_window_gqa_and_block_mask():
-    q, k, v = inputs(2, 1, 4, 30, 30, 16, H_kv=2)
+    q, k, v = inputs(2, 1, 2, 24, 24, 16, H_kv=1)
     check(q, k, v, window=(5, 3))
     mask = np.array([[True, False], [True, True]])
     check(q, k, v, causal=True, block_mask=mask, block_size=(16, 16))
@@ -78,8 +78,8 @@ def test_dropout_matches_the_reference_with_its_mask():
     assert_close(o, o_ref, OUT_TOL)
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(n_q=st.integers(1, 40), n_k=st.integers(1, 40), d=st.sampled_from([8, 24, 33, 40]),
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n_q=st.integers(1, 33), n_k=st.integers(1, 33), d=st.sampled_from([8, 24, 33, 40]),
        causal=st.booleans(), seed=st.integers(0, 2**16))
 def test_forward_random_shapes(n_q, n_k, d, causal, seed):
     check(*inputs(seed, 1, 1, n_q, n_k, d), causal=causal)
