@@ -273,6 +273,7 @@ def _fp16x3_forward(mem, q, k, v, shp, tiling, mask, hi, lo, scale, drop, lists,
     (workspaces as large as q, k and v), the fp16 kernel on them (``fp16x3.forward_launches``)."""
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh, bh_kv = B * H, B * (H // shp.group)
+    fp16x3.check_heads(bh, bh_kv)
     launches = fp16x3.forward_launches(tiling, d, mask, bh, bh_kv, n_q, n_k)
     spaces = fp16x3.workspaces(bh, bh_kv, n_q, n_k, d)
     qscale = F32(scale * LOG2E)
@@ -288,7 +289,7 @@ def _fp16x3_forward(mem, q, k, v, shp, tiling, mask, hi, lo, scale, drop, lists,
     Q, K, V = _inputs(mem, shp, Q=q, K=k, V=v)
     O = mem.output((B, H, n_q, d), F32, "O", like=q)
     L = mem.output((B, H, n_q), F32, "L", like=q)
-    work = [mem.output((n,), t, name, like=q) for name, (n, t) in spaces.items()]
+    work = [mem.output((n,), t, name) for name, (n, t) in spaces.items()]   # (numba arrays)
     launches(launch, *(x.reshape(x.size) for x in (Q, K, V, O, L)), *work, qscale, hi, lo, drop,
              _device_lists(lists))
     o = mem.result(O, shp.on_host)

@@ -30,9 +30,25 @@ DEFAULT_TILES = {64: (128, 32), 256: (80, 32)}
 
 
 def default_tiling(d: int, n_q: int, n_k: int, dropout: bool = False) -> Tiling:
-    """The tiling "fa2_fp16x3" runs when given none, cut to short sequences."""
+    """The tiling "fa2_fp16x3" runs when given none, cut to short sequences (above d = 64 to an
+    odd multiple of 16 rows: 16-row warps)."""
     br, bc = next(v for dmax, v in sorted(DEFAULT_TILES.items()) if d <= dmax or dmax == 256)
-    return Tiling(br, bc).fitted("flash_forward_half", n_q, n_k, 16 if dropout else 1)
+    t = Tiling(br, bc).fitted("flash_forward_half", n_q, n_k, 16 if dropout else 1)
+    if d > 64 and t.Br % 32 == 0:
+        t = Tiling(t.Br - 16, t.Bc)
+    return t
+
+
+#: CUDA's largest grid y: the preparing kernels take a block row per head of q, k and v.
+MAX_GRID_Y = 65535
+
+
+def check_heads(bh: int, bh_kv: int) -> None:
+    """Raise ValueError, before any launch, where the preparing kernels' grid (one row per
+    head of q, k and v) would exceed CUDA's."""
+    if bh + 2 * bh_kv > MAX_GRID_Y:
+        raise ValueError(f"algorithm='fa2_fp16x3' takes at most {MAX_GRID_Y} heads of q, k and v "
+                         f"together (B*H + 2*B*H_kv), got {bh + 2 * bh_kv}: split the batch")
 
 
 def depth(d: int) -> int:

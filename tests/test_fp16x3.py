@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import numba_flash as nf
 from numba_flash import fp16x3, reference as ref
-from numba_flash.kernels.split_half import GX, MAX_SHIFT, TOP_EXPONENT
+from numba_flash.kernels.split_half import GX
 
 from .helpers import assert_close, assert_lse_close
 
@@ -48,13 +48,22 @@ def test_forward_awkward_shapes(B, H, n_q, n_k, d, causal, tiling):
 
 
 def test_large_logits_and_scales_far_from_one():
-    """Logits x30; heads of very different magnitudes (each head's own power of two)."""
+    """Logits x30; heads of very different magnitudes (each head's own power of two), down to
+    q and k both tiny (scores that underflow: masked ones must stay -inf, not NaN) and up to v
+    near fp32's largest (the scale's clamps)."""
     q, k, v = inputs(1, 1, 2, 24, 37, 16, logit_scale=30.0)
     check(q, k, v)
     q[0, 1] *= 1e-6
     k[0, 0] *= 3e4
     v[0, 1] *= 1e-20
     v[0, 0] *= 1e20
+    check(q, k, v)
+    q, k, v = inputs(2, 1, 2, 20, 20, 16)
+    q[0, 0] *= 1e-20
+    k[0, 0] *= 1e-20
+    v[0, 1] *= 2.0**117
+    v[0, 0] *= 1e-38
+    check(q, k, v, causal=True)
     check(q, k, v)
 
 
@@ -65,16 +74,17 @@ def test_window_gqa_and_block_mask():
     check(q, k, v, causal=True, block_mask=mask, block_size=(16, 16))
 
 
-def test_dropout_matches_the_reference_with_its_mask():
+@pytest.mark.parametrize("p", [0.2, 0.6])   # (0.6: kept P / (1 - p) past 2 x P)
+def test_dropout_matches_the_reference_with_its_mask(p):
     q, k, v = inputs(3, 1, 2, 32, 32, 16)
     with nf.poison_outputs():
-        o, keep = nf.flash_attention(q, k, v, algorithm="fa2_fp16x3", causal=True, dropout_p=0.2,
+        o, keep = nf.flash_attention(q, k, v, algorithm="fa2_fp16x3", causal=True, dropout_p=p,
                                      dropout_seed=7, return_dropout_mask=True, tiling=nf.Tiling(16, 16))
-        o2, keep2 = nf.flash_attention(q, k, v, causal=True, dropout_p=0.2, dropout_seed=7,
+        o2, keep2 = nf.flash_attention(q, k, v, causal=True, dropout_p=p, dropout_seed=7,
                                        return_dropout_mask=True, tiling=nf.Tiling(16, 16))
     assert np.array_equal(keep, keep2)
     o_ref, _ = ref.attention_forward(*(x.astype(np.float64) for x in (q, k, v)), causal=True,
-                                     dropout=keep / 0.8)
+                                     dropout=ref.dropout_factors(keep, p))
     assert_close(o, o_ref, OUT_TOL)
 
 
@@ -86,29 +96,38 @@ def test_forward_random_shapes(n_q, n_k, d, causal, seed):
 
 
 def test_parts_and_scales():
-    """split_half's rows: hi + lo within 2^-22 of s x (s = 2^(15 - e) for a head whose largest
-    |x| is in [2^(e-1), 2^e)), zero padding, the partial maxima of each head."""
+    """split_half's rows: hi + lo = s x to 2^-21 |s x| (plus fp16's smallest step, 2^-24, where
+    lo is subnormal), s a power of two that puts the head's largest |x| in [2^14, 2^15) (or
+    the clamp: 2^126 for a head of zeros), zero padding; head_amax's partial maxima."""
     from numba import cuda
     from numba_flash.kernels.split_half import make_head_amax, make_split_half
     rng = np.random.default_rng(4)
     n, d = 5, 24
-    heads = [rng.standard_normal((n, d)).astype(np.float32) * f for f in (1.0, 3e-20, 7e25)]
-    q, k, v = (cuda.to_device(h.reshape(-1)) for h in heads)
-    partial = cuda.to_device(np.full(3 * GX, np.nan, np.float32))
-    parts = [cuda.to_device(np.full(n * 64, 0xFFFF, np.uint16)) for _ in range(3)]
-    make_head_amax(32)[(GX, 3), 32](q, k, v, partial, n, n, d, 1, 1)
-    make_split_half(d)[(2, 3), 32](q, k, v, partial, *parts, n, n, 1, 1)
-    partial = partial.copy_to_host().reshape(3, GX)
-    for y, (x, part) in enumerate(zip(heads, parts)):
+    heads = [rng.standard_normal((n, d)).astype(np.float32) * f for f in (1.0, 3e-30, 7e37)]
+    heads.append(np.zeros((n, d), np.float32))
+    q, k, v = (cuda.to_device(np.concatenate([h.reshape(-1) for h in hs]))
+               for hs in (heads[:2], heads[2:3], heads[3:]))
+    partial = cuda.to_device(np.full(4 * GX, np.nan, np.float32))
+    parts = [cuda.to_device(np.full(m * n * 64, 0xFFFF, np.uint16)) for m in (2, 1, 1)]
+    make_head_amax(32)[(GX, 4), 32](q, k, v, partial, n, n, d, 2, 1)
+    make_split_half(d)[(2, 4), 32](q, k, v, partial, *parts, n, n, 2, 1)
+    partial = partial.copy_to_host().reshape(4, GX)
+    rows = np.concatenate([p.copy_to_host() for p in parts]).view(np.float16).astype(np.float64)
+    rows = rows.reshape(4, n, 2, 32)
+    assert (rows[:, :, :, d:] == 0).all()
+    for y, x in enumerate(heads):
         amax = np.abs(x).max()
         assert partial[y].max() == amax
-        e = math.frexp(float(amax))[1]
-        s = np.float32(2.0 ** min(max(TOP_EXPONENT + 1 - e, -MAX_SHIFT), MAX_SHIFT))
-        rows = part.copy_to_host().view(np.float16).astype(np.float64).reshape(n, 2, 32)
-        assert (rows[:, :, d:] == 0).all()
+        sx = rows[y, :, 0, :d] + rows[y, :, 1, :d]
+        if amax == 0:
+            assert (sx == 0).all()
+            continue
+        estimate = np.abs(sx).max() / amax               # the kernel's own scale, to rounding
+        s = 2.0 ** round(math.log2(estimate))
+        assert abs(estimate / s - 1) < 2**-20
         assert 2**14 <= amax * s < 2**15
-        np.testing.assert_allclose(rows[:, 0, :d] + rows[:, 1, :d], x * np.float64(s),
-                                   rtol=0, atol=2**-21 * 2**15)
+        err = np.abs(sx - x.astype(np.float64) * s)
+        assert (err <= 2**-21 * np.abs(x * s) + 2**-24).all(), err.max()
 
 
 def test_half_inputs_are_refused():

@@ -51,9 +51,6 @@ SIGS = {
     # the tensor-core fp16 / bf16 kernels (flat views: 16-bit patterns, fp32 statistics)
     "fwd_half": "(" + ", ".join(["uint16[::1]"] * 4) + ", float32[::1], float32, int64, int64, int64, int64, "
                 "int64, int64, int64, float32, int64[::1], int64[::1], int64[::1])",
-    # ... in fp32 from fp16 parts (numba_flash/fp16x3.py): q, k, v parts; o, lse; partial maxima
-    "fwd_fp16x3": "(" + ", ".join(["uint16[::1]"] * 3) + ", float32[::1], float32[::1], float32, int64, int64, "
-                  "int64, int64, int64, int64, int64, float32, int64[::1], int64[::1], float32[::1])",
     "bwd_half": "(" + ", ".join(["uint16[::1]"] * 4) + ", float32[::1], float32[::1], float32[::1], "
                 "uint16[::1], uint16[::1], float32, float32, int64, int64, int64, int64, int64, int64, "
                 "int64, float32, int64[::1], int64[::1])",

@@ -34,10 +34,12 @@ address above holds with the row twice as wide, the lo fragment D16 columns on).
 hi hi + hi lo + lo hi (the two cross terms first), three mma where the fp16 kernel has one:
     S' = (s_q Qi)(s_k Kj)^T        scale * log2(e) / (s_q s_k) applied where the fp16 kernel
                                    applies scale * log2(e)
-    P' = 2^15 exp2(S - m)          (exp2's argument shifted by 15: P' in [0, 2^15] keeps its lo
-                                   part a normal fp16 down to P = 2^-17), split into hi + lo
+    P' = exp2(S - m_p)             m_p = m - 15 (with dropout m - 15 + ceil(log2 rp)): P' in
+                                   [0, 2^15] keeps its lo part a normal fp16 down to P = 2^-17;
+                                   split into hi + lo; the running max recurrence (alpha) runs
+                                   on m_p
     P' (s_v Vj) summed from zero on the tensor cores each tile, added to O_acc in fp32
-    O = O_acc / (l' s_v), l' = sum of P'; L = (m + log2 l' - 15) ln 2
+    O = O_acc / (l' s_v), l' = sum of P'; L = (m_p + log2 l') ln 2
 
 SRAM (uint16 elements): Qi (Br x LD), then for each of two stages Kj and Vj (Bc x LD each;
 Tiling.smem_terms' "Kj" and "Vj" count both stages),
@@ -124,7 +126,7 @@ from ..launch import jit_options, smem_alignment
 from .half import half_ops
 from .half_tiles import make_tile_copy
 from .split_half import scale_of
-from .mma import warp_ops
+from .mma import FP32_TINY, warp_ops
 from .tiles import (LN2, NEG_INF, ONE, ZERO, dropout_kept, dropout_words, key_block_range, masked,
                     needs_mask, tile_major_block)
 from .unroll import static_range, unrolled
@@ -168,8 +170,11 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
     PARTS = 2 if SPLIT else 1          # fragments a product's operands come in (hi, lo)
     # (A part, B part) of each mma a product takes: split, the two cross terms first
     PRODUCTS = ((0, 1), (1, 0), (0, 0)) if SPLIT else ((0, 0),)
-    # split: P' = 2^15 P (P' as fp16 parts keeps 22 bits down to P = 2^-17), l sums P'
+    # split: P' = 2^15 P (P' as fp16 parts keeps 22 bits down to P = 2^-17), l sums P'; with
+    # dropout 2^(15 - ceil(log2 rp)) P, so that the kept P' rp stays below 2^15 too; rows whose
+    # running max is past 2^22 (where m - 15 would round) take no shift: their P are powers of 2
     P_SHIFT = np.float32(15.0)
+    SHIFT_UP_TO = np.float32(2.0**22)
     KS, NT, OT = D16 // 16, BC // 8, D16 // 8   # k steps of Qi Kj^T; n tiles of S; of O
     PK = NT // 2                       # 16-key steps of P Vj (pairs of n tiles of S)
     terms = tiling.smem_terms("flash_forward_half", W)
@@ -188,12 +193,6 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
     exp2, quad_max, quad_sum, split_finite = w.exp2_ftz, w.quad_max, w.quad_sum, w.split_finite
     ALIGN = smem_alignment()
 
-    @cuda.jit(device=True)
-    def log2_l(l_sum):
-        """log2 of a row's sum of P (split: l sums P' = 2^15 P)."""
-        if SPLIT:
-            return math.log2(l_sum) - P_SHIFT
-        return math.log2(l_sum)
 
     copy_q, copy_kv = (make_tile_copy(rows, T, W, tiling.half_depth(W), LD, vector or SPLIT,
                                       "float16" if SPLIT else dtype) for rows in (BR, BC))
@@ -222,10 +221,14 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
         kv0 = (bh // GROUP) * n_k     # first row of this query head's K/V head
         qs = qscale                   # split: S = (s_q q)(s_k k)^T / (s_q s_k); O = (P' s_v v) / (l' s_v)
         o_scale = ONE
+        shift = ZERO
         if SPLIT:
             heads, heads_kv = cuda.gridDim.y, cuda.gridDim.y // GROUP
             # (two divisions: s_q s_k may overflow fp32 where both heads are tiny; S is then 0)
             qs = qscale / scale_of(partial, bh) / scale_of(partial, heads + bh // GROUP)
+            if -FP32_TINY < qs < FP32_TINY:   # (0 would turn a masked -inf into NaN)
+                qs = FP32_TINY if qscale > ZERO else -FP32_TINY
+            shift = P_SHIFT - (float32(math.ceil(math.log2(rp))) if DROPOUT else ZERO)
             o_scale = ONE / scale_of(partial, heads + heads_kv + bh // GROUP)
 
         copy_q(smem, QO, q, bh * n_q + row0, rows, tid)
@@ -243,6 +246,7 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
         p = cuda.local.array((MT, PK, PARTS, 4), uint32)
         acc = cuda.local.array((MT, OT, 4), float32)
         m = cuda.local.array((MT, 2), float32)
+        mp = cuda.local.array((MT, 2), float32)     # (split: the running m_p = m - shift)
         l = cuda.local.array((MT, 2), float32)
         rescale = cuda.local.array((MT, 2), float32)
         a = cuda.local.array((MT, PARTS, 4), uint32)  # registers: A fragments of Qi, one k step
@@ -252,6 +256,7 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
         for mt in static_range(MT):
             for e in static_range(2):
                 m[mt, e] = NEG_INF
+                mp[mt, e] = NEG_INF
                 l[mt, e] = ZERO
             for n in static_range(OT):
                 for e in static_range(4):
@@ -316,8 +321,13 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
                     m_new = max_nan(m[mt, hr], quad_max(mx) * qs)
                     # a row that has seen no key yet (m_new = -inf) subtracts 0: its P is 0
                     m_sub = ZERO if m_new == NEG_INF else m_new
-                    alpha = exp2(m[mt, hr] - m_sub)
-                    m_p = m_sub - P_SHIFT if SPLIT else m_sub
+                    if SPLIT:   # P' = exp2(S - m_p); the recurrence runs on m_p
+                        m_p = m_sub - shift if abs(m_sub) < SHIFT_UP_TO else m_sub
+                        alpha = exp2(mp[mt, hr] - m_p)
+                        mp[mt, hr] = m_p
+                    else:
+                        m_p = m_sub
+                        alpha = exp2(m[mt, hr] - m_sub)
                     row_sum = ZERO
                     for n in static_range(NT):
                         for e in static_range(2):
@@ -403,6 +413,6 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
                                     o[at + uint64(8 * n + e)] = to_half(acc[mt, n, 2 * hr + e] * inv)
                     if t == 0:
                         lse[uint64(bh * n_q + row0 + r)] = (
-                            NEG_INF if row_l == ZERO else (m[mt, hr] + log2_l(row_l)) * LN2_F)
+                            NEG_INF if row_l == ZERO else ((mp[mt, hr] if SPLIT else m[mt, hr]) + math.log2(row_l)) * LN2_F)
 
     return cuda.jit(**jit_options("flash_forward_half", tiling, d))(unrolled(flash_forward_half))

@@ -36,16 +36,17 @@ VERSION = 1
 
 #: |s x| < 2^15 for every x of a head: fp16 (largest finite 65504) holds hi with room to spare.
 TOP_EXPONENT = 14
-#: Scales stay within 2^-100 .. 2^100, so that s and 1 / s are normal fp32.
-MAX_SHIFT = 100
+#: Scales stay within 2^-113 .. 2^126, so that s and 1 / s are normal fp32: 2^-113 still brings
+#: the largest finite fp32 (< 2^128) below 2^15, 2^126 lifts heads down to 2^-111 to 2^15.
+MIN_SHIFT, MAX_SHIFT = -113, 126
 
 
 @cuda.jit(device=True)
 def head_scale(amax):
-    """The power of two s (float32) with amax s in [2^14, 2^15) for a finite amax > 0; 2^15
-    for amax = 0; kept within 2^-100 .. 2^100."""
+    """The power of two s (float32) with amax s in [2^14, 2^15) for a finite amax >= 2^-111;
+    2^126 below (amax = 0 included)."""
     _, e = math.frexp(amax)                      # amax in [2^(e - 1), 2^e)
-    shift = min(max(TOP_EXPONENT + 1 - e, -MAX_SHIFT), MAX_SHIFT)
+    shift = min(max(TOP_EXPONENT + 1 - e, MIN_SHIFT), MAX_SHIFT)
     return math.ldexp(float32(1.0), int(shift))
 
 
