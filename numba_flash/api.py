@@ -157,7 +157,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     ``"fa2_fp16x3"`` (float32 inputs; forward only): the same on the fp16 tensor cores, each
     head of q, k, v scaled by a power of two and split into two fp16 parts, three fp16 products
     a product (``numba_flash.fp16x3``; about twice "fa2"'s speed; finite inputs only: a head
-    holding an infinite value loses its other values; every "fa2" option runs on it);
+    holding an infinite value loses its other values; at most 65535 heads of q, k and v
+    together; every "fa2" option runs on it);
     ``"fa2_fma"``: the same loop order in plain fp32 FFMA arithmetic; ``"fa1"``: the paper's
     Algorithm 1 order (outer loop over K/V blocks, O, l, m through HBM; for IO studies).
     ``tiling``: a ``Tiling(Br, Bc)`` ("fa2": Br a multiple of 16, Bc of 8; with dropout both
