@@ -40,10 +40,11 @@ from simulator.spec import Mask
 from simulator.standard import ROW_THREADS
 from simulator.workload import Workload, needs_band_kernels
 from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_KERNELS,
-                              HALF_FORWARD_KERNELS)
+                              HALF_FORWARD_KERNELS, Tiling)
 from simulator.flash import RECOMPUTE_KERNEL, recompute_tiling
 
-from . import checks, memory, plans, precision, split_calls
+from . import checks, fp16x3, memory, plans, precision, split_calls
+from .fp16x3 import FP16X3
 from .kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
 from .kernels.flash_backward_half import make_flash_backward_half
 from .kernels.flash_backward_tc import make_flash_backward_tc
@@ -57,8 +58,11 @@ from .kernels.standard import make_ds, make_matmul, make_softmax
 from .kernels.tiles import LOG2E
 from .launch import launch
 
-#: algorithm -> kernel (a Tiling kernel name), forward and backward: simulator.tiling's maps.
-ALGORITHMS, BACKWARD_ALGORITHMS = FORWARD_KERNELS, BACKWARD_KERNELS
+#: algorithm -> kernel (a Tiling kernel name), forward and backward: simulator.tiling's maps, and
+#: the forward's fp32 attention from three fp16 products (numba_flash/fp16x3.py: the fp16 kernel
+#: on hi and lo parts; not in the cost model yet).
+ALGORITHMS = {**FORWARD_KERNELS, FP16X3: "flash_forward_half"}
+BACKWARD_ALGORITHMS = BACKWARD_KERNELS
 F32 = np.float32
 def _row_threads() -> int:
     """Threads per block of the row-wise kernels (softmax, dS, D); fewer under the simulator,
@@ -108,11 +112,28 @@ def forward_kernel(algorithm: str, fmt: str) -> str:
     Algorithm 1 order storing their format ("fa1"), not on "fa2_fma"."""
     if fmt not in precision.HALF:
         return ALGORITHMS[algorithm]
+    if algorithm == FP16X3:
+        raise ValueError(f"algorithm={FP16X3!r} takes float32 inputs (it splits each into two fp16 "
+                         f"parts), got {fmt}: pass float32 inputs, or algorithm='fa2'")
     if algorithm not in HALF_FORWARD_KERNELS:
         raise ValueError(f"algorithm={algorithm!r} runs in float32 only; {fmt} inputs run on "
                          f"algorithm='fa2' (tensor cores in {fmt}) or 'fa1': pass one, or "
                          "convert the inputs to float32")
     return HALF_FORWARD_KERNELS[algorithm]
+
+
+def forward_tiling(algorithm: str, fmt: str, tiling, d: int, n_q: int, n_k: int, dropout: bool,
+                   block_size) -> Tiling:
+    """The tiling ``flash_attention`` runs ``algorithm`` with on inputs of format ``fmt``:
+    ``tiling`` checked, or its default cut to the sequences (``checks.tiling_for``). The
+    "fa2_fp16x3" tiles hold rows of 2 D16 fp16 parts, and its default is its own
+    (``fp16x3.default_tiling``)."""
+    kernels = (forward_kernel(algorithm, fmt),)
+    if algorithm != FP16X3:
+        return checks.tiling_for(tiling, kernels, d, n_q, n_k, dropout, block_size)
+    if tiling is None and block_size is None:
+        tiling = fp16x3.default_tiling(d, n_q, n_k, dropout)
+    return checks.tiling_for(tiling, kernels, 2 * fp16x3.depth(d), n_q, n_k, dropout, block_size)
 
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False,
@@ -133,6 +154,11 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     or a ``window``.
     ``algorithm="fa2"``: FA2 loop order (a block per Q tile) on tensor cores, TF32 mma with the
     3xTF32 split (errors at fp32 level, not bitwise fp32; infinite inputs become +-3.4e38);
+    ``"fa2_fp16x3"`` (float32 inputs; forward only): the same on the fp16 tensor cores, each
+    head of q, k, v scaled by a power of two and split into two fp16 parts, three fp16 products
+    a product (``numba_flash.fp16x3``; about twice "fa2"'s speed; finite inputs only: a head
+    holding an infinite value loses its other values; at most 65535 heads of q, k and v
+    together; every "fa2" option runs on it);
     ``"fa2_fma"``: the same loop order in plain fp32 FFMA arithmetic; ``"fa1"``: the paper's
     Algorithm 1 order (outer loop over K/V blocks, O, l, m through HBM; for IO studies).
     ``tiling``: a ``Tiling(Br, Bc)`` ("fa2": Br a multiple of 16, Bc of 8; with dropout both
@@ -189,7 +215,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     on, block_size = checks.block_mask(block_mask, block_size, shp.N_q, shp.N_k)
     mask = Mask(band.upper, band.lower, shp.group, dropout=drop != checks.NO_DROPOUT,
                 sparse=on is not None)
-    if algorithm != "fa2" and needs_band_kernels(mask, causal):
+    if algorithm not in ("fa2", FP16X3) and needs_band_kernels(mask, causal):
         raise ValueError(f"algorithm={algorithm!r} has no sliding window, grouped K/V heads nor "
                          "block mask: pass algorithm='fa2' (or window=None, block_mask=None and "
                          "k, v with q's heads)")
@@ -197,8 +223,9 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     checks.flag("return_lse", return_lse)
     scale = checks.softmax_scale(softmax_scale, shp.d)
     kernel_name = forward_kernel(algorithm, shp.precision)
-    tiling = checks.tiling_for(tiling, (kernel_name,), shp.d, shp.N_q, shp.N_k, mask.dropout,
-                               block_size)
+    tiling = forward_tiling(algorithm, shp.precision, tiling, shp.d, shp.N_q, shp.N_k, mask.dropout,
+                            block_size)
+    tile_d = 2 * fp16x3.depth(shp.d) if algorithm == FP16X3 else shp.d
     lists = checks.block_lists(on, block_size, tiling, shp.N_q, shp.N_k, causal, window, diagonal,
                                by_key=False) if mask.sparse else None
     diagonal = hi
@@ -206,8 +233,11 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     mem = memory.active()
     B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
     bh = B * H
-    smem = tiling.smem_bytes(kernel_name, d)
+    smem = tiling.smem_bytes(kernel_name, tile_d)
     grid, threads = (tiling.Tr(n_q), bh), tiling.threads_for(kernel_name)
+    if algorithm == FP16X3:
+        return _fp16x3_forward(mem, q, k, v, shp, tiling, mask, hi, lo, scale, drop, lists,
+                               key, return_lse, return_dropout_mask)
     if algorithm == "fa2" and memory.torch_fast_path(mem, q, k, v):
         B, H, n_q, d = shp.B, shp.H, shp.N_q, shp.d
         plan = _OnTensors(_forward_launches(shp, tiling, mask, hi, lo, scale, grid, threads, smem, drop,
@@ -238,9 +268,39 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     return _with_mask(out, return_dropout_mask, mem, shp, drop, q)
 
 
+def _fp16x3_forward(mem, q, k, v, shp, tiling, mask, hi, lo, scale, drop, lists, key, return_lse,
+                    return_dropout_mask):
+    """``flash_attention``'s "fa2_fp16x3": the heads' maxima, the fp16 parts of q, k, v
+    (workspaces as large as q, k and v), the fp16 kernel on them (``fp16x3.forward_launches``)."""
+    B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
+    bh, bh_kv = B * H, B * (H // shp.group)
+    fp16x3.check_heads(bh, bh_kv)
+    launches = fp16x3.forward_launches(tiling, d, mask, bh, bh_kv, n_q, n_k)
+    spaces = fp16x3.workspaces(bh, bh_kv, n_q, n_k, d)
+    qscale = F32(scale * LOG2E)
+    if memory.torch_fast_path(mem, q, k, v):
+        def on_tensors(run, vector, *arrays):
+            launches(run, *arrays, qscale, hi, lo, drop, _tensor_lists(lists, q))
+        # the workspaces are outputs of the plan that are not returned (fp16 bits as float16)
+        outputs = [((B, H, n_q, d), None), ((B, H, n_q), "float32")] + [
+            ((n,), "float32" if t == np.float32 else "float16") for n, t in spaces.values()]
+        plan = _OnTensors(on_tensors, outputs, (0, 1) if return_lse else 0, aligned=3, d=d)
+        out = plans.remember(key, plan)(q, k, v)
+        return _with_mask(out, return_dropout_mask, mem, shp, drop, q)
+    Q, K, V = _inputs(mem, shp, Q=q, K=k, V=v)
+    O = mem.output((B, H, n_q, d), F32, "O", like=q)
+    L = mem.output((B, H, n_q), F32, "L", like=q)
+    work = [mem.output((n,), t, name) for name, (n, t) in spaces.items()]   # (numba arrays)
+    launches(launch, *(x.reshape(x.size) for x in (Q, K, V, O, L)), *work, qscale, hi, lo, drop,
+             _device_lists(lists))
+    o = mem.result(O, shp.on_host)
+    out = (o, mem.result(L, shp.on_host)) if return_lse else o
+    return _with_mask(out, return_dropout_mask, mem, shp, drop, q)
+
+
 def _dropout_kernels(mask, algorithm, shp) -> None:
     """Raise where dropout is asked of kernels that have none yet (before any launch)."""
-    if mask.dropout and algorithm != "fa2":
+    if mask.dropout and algorithm not in ("fa2", FP16X3):
         raise NotImplementedError(
             f"dropout_p > 0 runs on algorithm='fa2' so far (got algorithm={algorithm!r}): pass "
             "it, or dropout_p=0")
@@ -275,8 +335,10 @@ def _forward_launches(shp, tiling, mask, hi, lo, scale, grid, threads, smem, dro
     arguments (``checks.dropout``), ``blocks`` their block lists (``_device_lists`` or
     ``_tensor_lists``)."""
     def launches(run, vector, q, k, v, o, lse):
+        # (the half kernel's last argument, read only in its fp32 mode (fp16x3), is unread)
         run(_forward_kernel_fa2(tiling, shp.d, mask, shp, vector), grid, threads, smem,
-            q, k, v, o, lse, F32(scale * LOG2E), shp.N_q, shp.N_k, hi, lo, *drop, *blocks)
+            q, k, v, o, lse, F32(scale * LOG2E), shp.N_q, shp.N_k, hi, lo, *drop, *blocks,
+            *blocks[:1] if shp.half else ())
     return launches
 
 

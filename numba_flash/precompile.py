@@ -35,7 +35,7 @@ from simulator.tiling import Tiling
 from . import kernel_cache
 from .precision import FORMATS, host_type
 
-FORWARDS = ("fa2", "fa2_fma", "fa1", "standard")
+FORWARDS = ("fa2", "fa2_fma", "fa1", "standard", "fa2_fp16x3")
 BACKWARDS = ("fa2", "fa2_fma", "standard")
 
 
@@ -94,7 +94,7 @@ WARMUP_N = 64
 def _tilings(c: KernelConfig) -> tuple[Tiling | None, Tiling | None]:
     """The forward's and the backward's tilings, as the API resolves them at the config's N."""
     from . import checks
-    from .api import backward_kernels, forward_kernel
+    from .api import backward_kernels, forward_tiling
 
     def resolve(kernels):
         return checks.tiling_for(c.tiling, kernels, c.d, c.n_q, c.n_k, c.dropout, c.block_size)
@@ -103,7 +103,7 @@ def _tilings(c: KernelConfig) -> tuple[Tiling | None, Tiling | None]:
     if c.forward == "standard":
         forward = resolve(("standard_matmul",))
     elif c.forward:
-        forward = resolve((forward_kernel(c.forward, c.dtype),))
+        forward = forward_tiling(c.forward, c.dtype, c.tiling, c.d, c.n_q, c.n_k, c.dropout, c.block_size)
     if c.backward == "standard":
         backward = resolve(("standard_matmul",))
     elif c.backward:

@@ -50,7 +50,7 @@ SIGS = {
     "ds_half": f"({H3}, {H3}, {A2}, {H3}, int64)",
     # the tensor-core fp16 / bf16 kernels (flat views: 16-bit patterns, fp32 statistics)
     "fwd_half": "(" + ", ".join(["uint16[::1]"] * 4) + ", float32[::1], float32, int64, int64, int64, int64, "
-                "int64, int64, int64, float32, int64[::1], int64[::1])",
+                "int64, int64, int64, float32, int64[::1], int64[::1], int64[::1])",
     "bwd_half": "(" + ", ".join(["uint16[::1]"] * 4) + ", float32[::1], float32[::1], float32[::1], "
                 "uint16[::1], uint16[::1], float32, float32, int64, int64, int64, int64, int64, int64, "
                 "int64, float32, int64[::1], int64[::1])",

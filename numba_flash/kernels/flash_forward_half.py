@@ -27,6 +27,20 @@ reading that stage in step jj - 1. Products are in
 the input's format with fp32 sums, as FlashAttention-2: S exact up to the fp32 sum, P rounded to
 the format once for P V, O once at the end; softmax statistics in fp32.
 
+fp32 from three fp16 products (``dtype="float32"``, numba_flash/fp16x3.py): q, k, v arrive as
+kernels/split_half's rows, each head scaled by a power of two s and split into fp16 hi and lo
+parts side by side (a tile row: D16 hi, then D16 lo columns, so every SRAM layout and fragment
+address above holds with the row twice as wide, the lo fragment D16 columns on). Each product is
+hi hi + hi lo + lo hi (the two cross terms first), three mma where the fp16 kernel has one:
+    S' = (s_q Qi)(s_k Kj)^T        scale * log2(e) / (s_q s_k) applied where the fp16 kernel
+                                   applies scale * log2(e)
+    P' = exp2(S - m_p)             m_p = m - 15 (with dropout m - 15 + ceil(log2 rp)): P' in
+                                   [0, 2^15] keeps its lo part a normal fp16 down to P = 2^-17;
+                                   split into hi + lo; the running max recurrence (alpha) runs
+                                   on m_p
+    P' (s_v Vj) summed from zero on the tensor cores each tile, added to O_acc in fp32
+    O = O_acc / (l' s_v), l' = sum of P'; L = (m_p + log2 l') ln 2
+
 SRAM (uint16 elements): Qi (Br x LD), then for each of two stages Kj and Vj (Bc x LD each;
 Tiling.smem_terms' "Kj" and "Vj" count both stages),
 row-major as in HBM, LD = D16 + 8 (D16 = d rounded up to the mma's k = 16; columns d..D16-1
@@ -84,6 +98,18 @@ tools/tune_half.py; results/h200/tuning/tune_half_v*.csv):
         p = 0.1): fp16 d = 64 1.05 -> 2.04 ms (+94 %), d = 128 +59 %, causal d = 128 +45 %.
     v8  block-sparse (Mask.sparse): row block i visits the K/V blocks of its list, the SRAM
         stage alternating by step, as flash_forward_fa2_tc v13.
+    v9  fp32 from three fp16 products (dtype "float32", numba_flash/fp16x3.py; the fp16 and
+        bf16 code unchanged). H200, 2026-12-05 (tools/fp16x3_forward.py, per-call CUDA events;
+        results/h200/tuning/fp16x3_forward_2026-12-05a.log), 128 x 32 with P V chained into
+        O_acc across tiles: (4,16,4096,64) 97.0 TFLOP/s, against the 3xTF32 forward's 50.9
+        (flash_forward_fa2_tc v14) and SDPA EFFICIENT_ATTENTION's 34.8; o's error 0.96-1.62x
+        plain fp32's at N <= 301 (logits x30 included), but 9.2x at N = 4099 causal: the
+        chained adds. So P V is summed from zero each tile and added in fp32 (242 registers, no
+        spills at 128 x 32, d = 64), and d > 64 takes 16-row warps (80 x 32; two row tiles spill
+        there): o 1.90x plain at N = 4099 causal, 1.36x at (1,1,1000,1000,128); (4,16,4096,64)
+        105.2 TFLOP/s (3xTF32 51.5, EFFICIENT 35.2: 2.99x), (1,16,16384,64) 115.6 (3.28x),
+        causal 91.9 (2.83x), (4,16,4096,128) 63.5 (1.37x), (8,32,2048,128) 60.8 (1.31x)
+        (results/h200/tuning/fp16x3_forward_2026-12-05b.log).
 """
 from __future__ import annotations
 
@@ -99,20 +125,24 @@ from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .half import half_ops
 from .half_tiles import make_tile_copy
-from .mma import warp_ops
+from .split_half import scale_of
+from .mma import FP32_TINY, warp_ops
 from .tiles import (LN2, NEG_INF, ONE, ZERO, dropout_kept, dropout_words, key_block_range, masked,
                     needs_mask, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 8
+VERSION = 9
 
 
 @kernel_factory
 def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: str, vector: bool):
     """Kernel ``(q, k, v, o, lse, qscale, n_q, n_k, hi, lo, seed_lo, seed_hi, keep_from, rp,
-    blk_ptr, blk_idx)`` on flat (1-D) uint16 views of
+    blk_ptr, blk_idx, partial)`` on flat (1-D) uint16 views of
     q, o: (B*H, N_q, d) and k, v: (B*H_kv, N_k, d), H_kv = H / mask.group, holding ``dtype``
-    ("float16" or "bfloat16") values; query head bh reads K/V head bh // mask.group; lse:
+    ("float16" or "bfloat16") values; query head bh reads K/V head bh // mask.group.
+    ``dtype="float32"``: fp32 attention from three fp16 products (kernels/split_half): q, k, v
+    are split_half's outputs (rows of 2 D16 fp16, hi then lo parts, of the heads scaled by
+    scale_of(partial, .)), o is float32; ``partial`` (head_amax's) is read only then. lse:
     (B*H, N_q) float32; ``qscale`` = softmax scale * log2(e), float32; ``hi``, ``lo`` (int64,
     read only with ``mask.upper`` / ``mask.lower``, else 0): row r sees key c iff c <= r + hi
     and r + lo <= c (``simulator.spec``). ``mask``: a ``Mask``, or a bool (causal:
@@ -128,16 +158,26 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
     # window's work is about the same for every row block (plain order)
     HEAVY_LAST = UPPER and not LOWER
     BR, BC = tiling.Br, tiling.Bc
+    SPLIT = dtype == "float32"         # three fp16 products a product, of hi and lo parts
     if DROPOUT:   # Philox blocks of 16 x 16 scores inside a tile (simulator.tiling.DROPOUT_SIDE)
         tiling.check_dropout()
     T = tiling.threads_for("flash_forward_half")
     RW = tiling.rows_per_warp("flash_forward_half")
     MT = RW // 16                      # 16-row tiles of S and O a warp owns
     D16 = tiling.half_depth(d)
-    LD = tiling.half_stride(d)
+    W = 2 * D16 if SPLIT else d        # columns of a row in HBM (split: hi parts, then lo)
+    LD = tiling.half_stride(W)         # split: a tile row holds both parts, lo at D16 on
+    PARTS = 2 if SPLIT else 1          # fragments a product's operands come in (hi, lo)
+    # (A part, B part) of each mma a product takes: split, the two cross terms first
+    PRODUCTS = ((0, 1), (1, 0), (0, 0)) if SPLIT else ((0, 0),)
+    # split: P' = 2^15 P (P' as fp16 parts keeps 22 bits down to P = 2^-17), l sums P'; with
+    # dropout 2^(15 - ceil(log2 rp)) P, so that the kept P' rp stays below 2^15 too; rows whose
+    # running max is past 2^22 (where m - 15 would round) take no shift: their P are powers of 2
+    P_SHIFT = np.float32(15.0)
+    SHIFT_UP_TO = np.float32(2.0**22)
     KS, NT, OT = D16 // 16, BC // 8, D16 // 8   # k steps of Qi Kj^T; n tiles of S; of O
     PK = NT // 2                       # 16-key steps of P Vj (pairs of n tiles of S)
-    terms = tiling.smem_terms("flash_forward_half", d)
+    terms = tiling.smem_terms("flash_forward_half", W)
     QO = np.uint64(0)
     KO = np.uint64(terms["Qi"])        # stage s: Kj at KO + s STAGE, Vj at VO + s STAGE
     VO = np.uint64(terms["Qi"] + BC * LD)
@@ -145,18 +185,20 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
     U1, LDU = np.uint64(1), np.uint64(LD)
     LN2_F = np.float32(LN2)
 
-    h = half_ops(dtype)
+    h = half_ops("float16" if SPLIT else dtype)
     mma, max_nan, pack2, to_half = h.mma, h.max_nan, h.pack2, h.to_half
     ldmatrix, ldmatrix_trans = h.ldmatrix, h.ldmatrix_trans
     commit, wait_all = h.commit, h.wait_all
     w = warp_ops()
-    exp2, quad_max, quad_sum = w.exp2_ftz, w.quad_max, w.quad_sum
+    exp2, quad_max, quad_sum, split_finite = w.exp2_ftz, w.quad_max, w.quad_sum, w.split_finite
     ALIGN = smem_alignment()
 
-    copy_q, copy_kv = (make_tile_copy(rows, T, d, D16, LD, vector, dtype) for rows in (BR, BC))
+
+    copy_q, copy_kv = (make_tile_copy(rows, T, W, tiling.half_depth(W), LD, vector or SPLIT,
+                                      "float16" if SPLIT else dtype) for rows in (BR, BC))
 
     def flash_forward_half(q, k, v, o, lse, qscale, n_q, n_k, hi, lo, seed_lo, seed_hi,
-                           keep_from, rp, blk_ptr, blk_idx):
+                           keep_from, rp, blk_ptr, blk_idx, partial):
         smem = cuda.shared.array(0, uint16, alignment=ALIGN)
         i, bh = cuda.blockIdx.x, cuda.blockIdx.y
         if HEAVY_LAST:
@@ -177,6 +219,17 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
         else:                         # steps first <= jj < end: K/V block jj
             first, end = key_block_range(row0, row0 + rows - 1, hi, lo, BC, n_k, UPPER, LOWER)
         kv0 = (bh // GROUP) * n_k     # first row of this query head's K/V head
+        qs = qscale                   # split: S = (s_q q)(s_k k)^T / (s_q s_k); O = (P' s_v v) / (l' s_v)
+        o_scale = ONE
+        shift = ZERO
+        if SPLIT:
+            heads, heads_kv = cuda.gridDim.y, cuda.gridDim.y // GROUP
+            # (two divisions: s_q s_k may overflow fp32 where both heads are tiny; S is then 0)
+            qs = qscale / scale_of(partial, bh) / scale_of(partial, heads + bh // GROUP)
+            if -FP32_TINY < qs < FP32_TINY:   # (0 would turn a masked -inf into NaN)
+                qs = FP32_TINY if qscale > ZERO else -FP32_TINY
+            shift = P_SHIFT - (float32(math.ceil(math.log2(rp))) if DROPOUT else ZERO)
+            o_scale = ONE / scale_of(partial, heads + heads_kv + bh // GROUP)
 
         copy_q(smem, QO, q, bh * n_q + row0, rows, tid)
         if first < end:               # step jj's block in stage jj % 2, the first one too
@@ -190,16 +243,20 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
         # fragments of P_ij (half pairs); C fragments of O_i; running max (base 2) of rows g,
         # g + 8; this lane's share of their sums; their alpha = exp2(m_old - m_new)
         s = cuda.local.array((MT, NT, 4), float32)
-        p = cuda.local.array((MT, PK, 4), uint32)
+        p = cuda.local.array((MT, PK, PARTS, 4), uint32)
         acc = cuda.local.array((MT, OT, 4), float32)
         m = cuda.local.array((MT, 2), float32)
+        mp = cuda.local.array((MT, 2), float32)     # (split: the running m_p = m - shift)
         l = cuda.local.array((MT, 2), float32)
         rescale = cuda.local.array((MT, 2), float32)
-        a = cuda.local.array((MT, 4), uint32)       # registers: A fragments of Qi, one k step
+        a = cuda.local.array((MT, PARTS, 4), uint32)  # registers: A fragments of Qi, one k step
+        b = cuda.local.array((PARTS, 4), uint32)      # B fragments of two n tiles (Kj or Vj)
+        pv = cuda.local.array((MT, OT, 4), float32)   # (split: C fragments of P Vj, from zero)
         wd = cuda.local.array(4, uint64)            # registers: a Philox call's words (dropout)
         for mt in static_range(MT):
             for e in static_range(2):
                 m[mt, e] = NEG_INF
+                mp[mt, e] = NEG_INF
                 l[mt, e] = ZERO
             for n in static_range(OT):
                 for e in static_range(4):
@@ -230,17 +287,22 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
                         s[mt, n, e] = ZERO
             for ks in static_range(KS):
                 for mt in static_range(MT):
-                    a[mt, 0], a[mt, 1], a[mt, 2], a[mt, 3] = ldmatrix(smem, qa + uint64(16 * mt * LD + 16 * ks))
+                    for part in static_range(PARTS):
+                        a[mt, part, 0], a[mt, part, 1], a[mt, part, 2], a[mt, part, 3] = ldmatrix(
+                            smem, qa + uint64(part * D16 + 16 * mt * LD + 16 * ks))
                 for np2 in static_range(PK):
-                    b0, b1, b2, b3 = ldmatrix(smem, kb + stage + uint64(16 * np2 * LD + 16 * ks))
-                    n0, n1 = 2 * np2, 2 * np2 + 1
-                    for mt in static_range(MT):   # each K fragment feeds MT products
-                        s[mt, n0, 0], s[mt, n0, 1], s[mt, n0, 2], s[mt, n0, 3] = mma(
-                            a[mt, 0], a[mt, 1], a[mt, 2], a[mt, 3], b0, b1,
-                            s[mt, n0, 0], s[mt, n0, 1], s[mt, n0, 2], s[mt, n0, 3])
-                        s[mt, n1, 0], s[mt, n1, 1], s[mt, n1, 2], s[mt, n1, 3] = mma(
-                            a[mt, 0], a[mt, 1], a[mt, 2], a[mt, 3], b2, b3,
-                            s[mt, n1, 0], s[mt, n1, 1], s[mt, n1, 2], s[mt, n1, 3])
+                    for part in static_range(PARTS):
+                        b[part, 0], b[part, 1], b[part, 2], b[part, 3] = ldmatrix(
+                            smem, kb + stage + uint64(part * D16 + 16 * np2 * LD + 16 * ks))
+                    for u in static_range(len(PRODUCTS)):
+                        ia, ib = PRODUCTS[u]
+                        for mt in static_range(MT):   # each K fragment feeds MT products
+                            for hb in static_range(2):
+                                n = 2 * np2 + hb
+                                s[mt, n, 0], s[mt, n, 1], s[mt, n, 2], s[mt, n, 3] = mma(
+                                    a[mt, ia, 0], a[mt, ia, 1], a[mt, ia, 2], a[mt, ia, 3],
+                                    b[ib, 2 * hb], b[ib, 2 * hb + 1],
+                                    s[mt, n, 0], s[mt, n, 1], s[mt, n, 2], s[mt, n, 3])
             # interior tiles (full, and inside the band for every row) need no mask
             edge = needs_mask(row0, BR, col0, cols, BC, hi, lo, UPPER, LOWER)
             for mt in static_range(MT):
@@ -256,14 +318,20 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
                     for n in static_range(NT):
                         for e in static_range(2):
                             mx = max_nan(mx, s[mt, n, 2 * hr + e])
-                    m_new = max_nan(m[mt, hr], quad_max(mx) * qscale)
+                    m_new = max_nan(m[mt, hr], quad_max(mx) * qs)
                     # a row that has seen no key yet (m_new = -inf) subtracts 0: its P is 0
                     m_sub = ZERO if m_new == NEG_INF else m_new
-                    alpha = exp2(m[mt, hr] - m_sub)
+                    if SPLIT:   # P' = exp2(S - m_p); the recurrence runs on m_p
+                        m_p = m_sub - shift if abs(m_sub) < SHIFT_UP_TO else m_sub
+                        alpha = exp2(mp[mt, hr] - m_p)
+                        mp[mt, hr] = m_p
+                    else:
+                        m_p = m_sub
+                        alpha = exp2(m[mt, hr] - m_sub)
                     row_sum = ZERO
                     for n in static_range(NT):
                         for e in static_range(2):
-                            x = exp2(s[mt, n, 2 * hr + e] * qscale - m_sub)
+                            x = exp2(s[mt, n, 2 * hr + e] * qs - m_p)
                             s[mt, n, 2 * hr + e] = x
                             row_sum += x
                     l[mt, hr] = alpha * l[mt, hr] + row_sum
@@ -281,27 +349,52 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
                                 s[mt, n, 2 * hr + e] = s[mt, n, 2 * hr + e] * rp if kept else ZERO
                 # P as A fragments of 16-key steps: keys 16kk + 2t (+1) of rows g, g + 8, then + 8
                 for kk in static_range(PK):
-                    p[mt, kk, 0] = pack2(s[mt, 2 * kk, 0], s[mt, 2 * kk, 1])
-                    p[mt, kk, 1] = pack2(s[mt, 2 * kk, 2], s[mt, 2 * kk, 3])
-                    p[mt, kk, 2] = pack2(s[mt, 2 * kk + 1, 0], s[mt, 2 * kk + 1, 1])
-                    p[mt, kk, 3] = pack2(s[mt, 2 * kk + 1, 2], s[mt, 2 * kk + 1, 3])
+                    for q4 in static_range(4):   # register q4: keys 2t, 2t + 1 (+ 8 for q4 >= 2)
+                        n, e0 = 2 * kk + q4 // 2, 2 * (q4 % 2)   # of row g (+ 8 for odd q4)
+                        if SPLIT:   # P' = hi + lo (fp16 parts)
+                            h0, l0 = split_finite(s[mt, n, e0])
+                            h1, l1 = split_finite(s[mt, n, e0 + 1])
+                            p[mt, kk, 0, q4] = pack2(h0, h1)
+                            p[mt, kk, 1, q4] = pack2(l0, l1)
+                        else:
+                            p[mt, kk, 0, q4] = pack2(s[mt, n, e0], s[mt, n, e0 + 1])
             # O_acc = diag(alpha) O_acc + P Vj: O_acc rescaled, then the C operand of the mma
-            # that adds P Vj (fp32 accumulation on the tensor cores)
+            # that adds P Vj (fp32 accumulation on the tensor cores). split: P Vj summed from zero
+            # on the tensor cores, then added to O_acc in fp32 (round to nearest): the tensor
+            # core's adds, not rounded to nearest, never span more than one tile (at N = 4099
+            # causal, chained: 9x plain fp32's error of o; as flash_forward_fa2_tc v6)
             for mt in static_range(MT):
                 for n in static_range(OT):
                     for e in static_range(4):
-                        acc[mt, n, e] = acc[mt, n, e] * rescale[mt, e // 2]
+                        if SPLIT:
+                            pv[mt, n, e] = ZERO
+                        else:
+                            acc[mt, n, e] = acc[mt, n, e] * rescale[mt, e // 2]
             for np2 in static_range(OT // 2):
-                n0, n1 = 2 * np2, 2 * np2 + 1
                 for kk in static_range(PK):
-                    b0, b1, b2, b3 = ldmatrix_trans(smem, vb + stage + uint64(16 * kk * LD + 16 * np2))
-                    for mt in static_range(MT):   # each V fragment feeds MT products
-                        acc[mt, n0, 0], acc[mt, n0, 1], acc[mt, n0, 2], acc[mt, n0, 3] = mma(
-                            p[mt, kk, 0], p[mt, kk, 1], p[mt, kk, 2], p[mt, kk, 3], b0, b1,
-                            acc[mt, n0, 0], acc[mt, n0, 1], acc[mt, n0, 2], acc[mt, n0, 3])
-                        acc[mt, n1, 0], acc[mt, n1, 1], acc[mt, n1, 2], acc[mt, n1, 3] = mma(
-                            p[mt, kk, 0], p[mt, kk, 1], p[mt, kk, 2], p[mt, kk, 3], b2, b3,
-                            acc[mt, n1, 0], acc[mt, n1, 1], acc[mt, n1, 2], acc[mt, n1, 3])
+                    for part in static_range(PARTS):
+                        b[part, 0], b[part, 1], b[part, 2], b[part, 3] = ldmatrix_trans(
+                            smem, vb + stage + uint64(part * D16 + 16 * kk * LD + 16 * np2))
+                    for u in static_range(len(PRODUCTS)):
+                        ip, ib = PRODUCTS[u]
+                        for mt in static_range(MT):   # each V fragment feeds MT products
+                            for hb in static_range(2):
+                                n = 2 * np2 + hb
+                                if SPLIT:
+                                    pv[mt, n, 0], pv[mt, n, 1], pv[mt, n, 2], pv[mt, n, 3] = mma(
+                                        p[mt, kk, ip, 0], p[mt, kk, ip, 1], p[mt, kk, ip, 2], p[mt, kk, ip, 3],
+                                        b[ib, 2 * hb], b[ib, 2 * hb + 1],
+                                        pv[mt, n, 0], pv[mt, n, 1], pv[mt, n, 2], pv[mt, n, 3])
+                                else:
+                                    acc[mt, n, 0], acc[mt, n, 1], acc[mt, n, 2], acc[mt, n, 3] = mma(
+                                        p[mt, kk, ip, 0], p[mt, kk, ip, 1], p[mt, kk, ip, 2], p[mt, kk, ip, 3],
+                                        b[ib, 2 * hb], b[ib, 2 * hb + 1],
+                                        acc[mt, n, 0], acc[mt, n, 1], acc[mt, n, 2], acc[mt, n, 3])
+            if SPLIT:
+                for mt in static_range(MT):
+                    for n in static_range(OT):
+                        for e in static_range(4):
+                            acc[mt, n, e] = acc[mt, n, e] * rescale[mt, e // 2] + pv[mt, n, e]
         wait_all()   # (first >= end: the copy of Qi may still be in flight)
 
         for mt in static_range(MT):
@@ -309,14 +402,17 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
                 r = wrow + 16 * mt + g + 8 * hr
                 row_l = quad_sum(l[mt, hr])
                 if r < rows:
-                    inv = ZERO if row_l == ZERO else ONE / row_l   # l = 0: the row saw no key
+                    inv = ZERO if row_l == ZERO else o_scale / row_l   # l = 0: the row saw no key
                     at = uint64((bh * n_q + row0 + r) * d + 2 * t)
                     for n in static_range(OT):
                         for e in static_range(2):
                             if 8 * n + 2 * t + e < d:
-                                o[at + uint64(8 * n + e)] = to_half(acc[mt, n, 2 * hr + e] * inv)
+                                if SPLIT:
+                                    o[at + uint64(8 * n + e)] = acc[mt, n, 2 * hr + e] * inv
+                                else:
+                                    o[at + uint64(8 * n + e)] = to_half(acc[mt, n, 2 * hr + e] * inv)
                     if t == 0:
                         lse[uint64(bh * n_q + row0 + r)] = (
-                            NEG_INF if row_l == ZERO else (m[mt, hr] + math.log2(row_l)) * LN2_F)
+                            NEG_INF if row_l == ZERO else ((mp[mt, hr] if SPLIT else m[mt, hr]) + math.log2(row_l)) * LN2_F)
 
     return cuda.jit(**jit_options("flash_forward_half", tiling, d))(unrolled(flash_forward_half))

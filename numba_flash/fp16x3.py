@@ -1,0 +1,91 @@
+"""fp32 attention forward on the fp16 tensor cores: three fp16 products a product
+(kernels/split_half.py says how, kernels/flash_forward_half.py runs it with ``dtype="float32"``).
+
+``forward_launches`` lists the launches for the API and the tools: the heads' maxima, the split
+of q, k and v into fp16 parts, and the forward on those parts."""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.spec import Mask
+from simulator.tiling import Tiling
+
+from .kernels.flash_forward_half import make_flash_forward_half
+from .kernels.split_half import GX, make_head_amax, make_split_half
+from .memory import simulator_enabled
+
+#: ``flash_attention``'s algorithm name for it.
+FP16X3 = "fa2_fp16x3"
+#: Threads of a block of the two preparing kernels, and blocks a head of split_half (grid-stride
+#: over the head's column pairs); under the CUDA simulator, which runs a Python thread per CUDA
+#: thread, one warp and one block.
+PREP_THREADS = 32 if simulator_enabled() else 256
+SPLIT_BLOCKS = 1 if simulator_enabled() else 8
+
+
+#: Default (Br, Bc) by head dim: at d <= 64 128 x 32 (2 row tiles a warp: 242 registers, no
+#: spills); above, 16-row warps (Br an odd multiple of 16), since two row tiles of d = 128 spill
+#: (ptxas, sm_90: 520 bytes at 128 x 32).
+DEFAULT_TILES = {64: (128, 32), 256: (80, 32)}
+
+
+def default_tiling(d: int, n_q: int, n_k: int, dropout: bool = False) -> Tiling:
+    """The tiling "fa2_fp16x3" runs when given none, cut to short sequences (above d = 64 to an
+    odd multiple of 16 rows: 16-row warps)."""
+    br, bc = next(v for dmax, v in sorted(DEFAULT_TILES.items()) if d <= dmax or dmax == 256)
+    t = Tiling(br, bc).fitted("flash_forward_half", n_q, n_k, 16 if dropout else 1)
+    if d > 64 and t.Br % 32 == 0:
+        t = Tiling(t.Br - 16, t.Bc)
+    return t
+
+
+#: CUDA's largest grid y: the preparing kernels take a block row per head of q, k and v.
+MAX_GRID_Y = 65535
+
+
+def check_heads(bh: int, bh_kv: int) -> None:
+    """Raise ValueError, before any launch, where the preparing kernels' grid (one row per
+    head of q, k and v) would exceed CUDA's."""
+    if bh + 2 * bh_kv > MAX_GRID_Y:
+        raise ValueError(f"algorithm='fa2_fp16x3' takes at most {MAX_GRID_Y} heads of q, k and v "
+                         f"together (B*H + 2*B*H_kv), got {bh + 2 * bh_kv}: split the batch")
+
+
+def depth(d: int) -> int:
+    """D16: d rounded up to the fp16 mma's k = 16."""
+    return -(-d // 16) * 16
+
+
+def smem_bytes(tiling: Tiling, d: int) -> int:
+    """Dynamic shared memory of the forward at head dim d: the fp16 kernel's tiles two D16
+    wide (hi and lo parts side by side)."""
+    return tiling.smem_bytes("flash_forward_half", 2 * depth(d))
+
+
+def workspaces(bh: int, bh_kv: int, n_q: int, n_k: int, d: int) -> dict:
+    """Name -> (elements, dtype) of the buffers one call needs besides q, k, v, o, lse."""
+    D16 = depth(d)
+    return {"partial": ((bh + 2 * bh_kv) * GX, np.float32), "qs": (bh * n_q * 2 * D16, np.uint16),
+            "ks": (bh_kv * n_k * 2 * D16, np.uint16), "vs": (bh_kv * n_k * 2 * D16, np.uint16)}
+
+
+def forward_launches(tiling: Tiling, d: int, mask: Mask, bh: int, bh_kv: int, n_q: int, n_k: int):
+    """``launches(run, q, k, v, o, lse, partial, qs, ks, vs, qscale, hi, lo, drop, blocks)`` on
+    flat arrays (q float32 (bh, n_q, d), k, v (bh_kv, n_k, d); o float32 like q, lse (bh, n_q);
+    the workspaces as ``workspaces`` gives them), through ``run(kernel, grid, threads, smem,
+    *args)``; ``drop`` the dropout arguments (``checks.dropout``), ``blocks`` the block lists
+    (``api._device_lists``)."""
+    heads = bh + 2 * bh_kv
+    forward = make_flash_forward_half(tiling, d, mask, "float32", True)
+    grid = (tiling.Tr(n_q), bh)
+    threads = tiling.threads_for("flash_forward_half")
+    smem = smem_bytes(tiling, d)
+
+    def launches(run, q, k, v, o, lse, partial, qs, ks, vs, qscale, hi, lo, drop, blocks):
+        run(make_head_amax(PREP_THREADS), (GX, heads), PREP_THREADS, 0,
+            q, k, v, partial, n_q, n_k, d, bh, bh_kv)
+        run(make_split_half(d), (SPLIT_BLOCKS, heads), PREP_THREADS, 0,
+            q, k, v, partial, qs, ks, vs, n_q, n_k, bh, bh_kv)
+        run(forward, grid, threads, smem, qs, ks, vs, o, lse,
+            np.float32(qscale), n_q, n_k, hi, lo, *drop, *blocks, partial)
+    return launches

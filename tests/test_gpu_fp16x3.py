@@ -1,0 +1,79 @@
+"""``algorithm="fa2_fp16x3"`` on the GPU (``pytest -m gpu``): o within flash-attention's rule
+(2x a plain fp32 implementation's error against float64, torch with TF32 off) at awkward
+shapes, logits x30 included; a replayed launch plan (``numba_flash.plans``) returns what the
+checked path returns, bit for bit; the gradients of the 3xTF32 backward from its o and lse
+within the gradients' rule (3x)."""
+import math
+
+import pytest
+
+import numba_flash as nf
+from numba_flash import plans
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+
+def _attention(q, k, v, causal):
+    n_q, n_k = q.shape[2], k.shape[2]
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if causal:
+        r = torch.arange(n_q, device=q.device)[:, None]
+        c = torch.arange(n_k, device=q.device)[None, :]
+        s = s.masked_fill(c > r + (n_k - n_q), -math.inf)
+    return torch.softmax(s, -1).nan_to_num(0) @ v
+
+
+def _rel(x, ref):
+    return ((x.double() - ref).abs().max() / ref.abs().max()).item()
+
+
+def _inputs(B, H, n_q, n_k, d, scale=1.0, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn((B, H, n, d), device="cuda", generator=g) for n in (n_q, n_k, n_k))
+    return q * scale, k, v
+
+
+@pytest.mark.parametrize("B,H,n_q,n_k,d,causal,scale", [
+    (2, 2, 255, 97, 64, False, 1.0), (1, 2, 4099, 4099, 64, True, 1.0),
+    (2, 2, 300, 301, 40, False, 30.0), (2, 2, 255, 97, 111, False, 1.0),
+    (1, 1, 1000, 1000, 128, False, 1.0), (1, 2, 97, 4099, 80, True, 1.0), (1, 2, 1, 17, 8, False, 1.0),
+])
+def test_forward_within_the_rule(B, H, n_q, n_k, d, causal, scale):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    q, k, v = _inputs(B, H, n_q, n_k, d, scale)
+    o = nf.flash_attention(q, k, v, causal=causal, algorithm="fa2_fp16x3")
+    ref = _attention(q.double(), k.double(), v.double(), causal)
+    plain = _attention(q, k, v, causal)
+    assert _rel(o, ref) <= 2 * _rel(plain, ref) + 1e-7, (_rel(o, ref), _rel(plain, ref))
+
+
+def test_replays_equal_the_checked_path():
+    plans.PLANS.clear()
+    for seed in range(3):     # the first call records; the next two replay on new tensors
+        q, k, v = _inputs(2, 4, 300, 300, 64, seed=seed)
+        o, lse = nf.flash_attention(q, k, v, causal=True, return_lse=True, algorithm="fa2_fp16x3")
+        kept = dict(plans.PLANS)
+        plans.PLANS.clear()
+        o_ref, lse_ref = nf.flash_attention(q, k, v, causal=True, return_lse=True, algorithm="fa2_fp16x3")
+        plans.PLANS.update(kept)
+        torch.testing.assert_close(o, o_ref, rtol=0, atol=0)
+        torch.testing.assert_close(lse, lse_ref, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("n,d,causal,scale", [(4099, 64, True, 1.0), (300, 64, False, 30.0),
+                                              (301, 128, True, 30.0)])
+def test_backward_from_its_o_and_lse_within_the_rule(n, d, causal, scale):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    q, k, v = _inputs(1, 2, n, n, d, scale, seed=3)
+    do = torch.randn_like(q)
+    o, lse = nf.flash_attention(q, k, v, causal=causal, return_lse=True, algorithm="fa2_fp16x3")
+    grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=causal)
+
+    def autograd(dtype):
+        xs = [x.detach().to(dtype).clone().requires_grad_() for x in (q, k, v)]
+        _attention(*xs, causal).backward(do.to(dtype))
+        return [x.grad for x in xs]
+    ref, plain = autograd(torch.float64), autograd(torch.float32)
+    for name, g, r, p in zip(("dq", "dk", "dv"), grads, ref, plain):
+        assert _rel(g, r) <= 3 * _rel(p, r) + 1e-7, (name, _rel(g, r), _rel(p, r))
