@@ -60,7 +60,7 @@ from .launch import launch
 
 #: algorithm -> kernel (a Tiling kernel name), forward and backward: simulator.tiling's maps, and
 #: the forward's fp32 attention from three fp16 products (numba_flash/fp16x3.py: the fp16 kernel
-#: on hi and lo parts; not in the cost model yet).
+#: on hi and lo parts; the cost model's "flash_forward_fp16x3", simulator/fp16x3.py).
 ALGORITHMS = {**FORWARD_KERNELS, FP16X3: "flash_forward_half"}
 BACKWARD_ALGORITHMS = BACKWARD_KERNELS
 F32 = np.float32

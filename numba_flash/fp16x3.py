@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.fp16x3 import default_tiling, prep_launch
 from simulator.spec import Mask
 from simulator.tiling import Tiling
 
@@ -18,25 +19,8 @@ from .memory import simulator_enabled
 FP16X3 = "fa2_fp16x3"
 #: Threads of a block of the two preparing kernels, and blocks a head of split_half (grid-stride
 #: over the head's column pairs); under the CUDA simulator, which runs a Python thread per CUDA
-#: thread, one warp and one block.
-PREP_THREADS = 32 if simulator_enabled() else 256
-SPLIT_BLOCKS = 1 if simulator_enabled() else 8
-
-
-#: Default (Br, Bc) by head dim: at d <= 64 128 x 32 (2 row tiles a warp: 242 registers, no
-#: spills); above, 16-row warps (Br an odd multiple of 16), since two row tiles of d = 128 spill
-#: (ptxas, sm_90: 520 bytes at 128 x 32).
-DEFAULT_TILES = {64: (128, 32), 256: (80, 32)}
-
-
-def default_tiling(d: int, n_q: int, n_k: int, dropout: bool = False) -> Tiling:
-    """The tiling "fa2_fp16x3" runs when given none, cut to short sequences (above d = 64 to an
-    odd multiple of 16 rows: 16-row warps)."""
-    br, bc = next(v for dmax, v in sorted(DEFAULT_TILES.items()) if d <= dmax or dmax == 256)
-    t = Tiling(br, bc).fitted("flash_forward_half", n_q, n_k, 16 if dropout else 1)
-    if d > 64 and t.Br % 32 == 0:
-        t = Tiling(t.Br - 16, t.Bc)
-    return t
+#: thread, one warp and one block (``simulator.fp16x3.prep_launch``, which the model counts).
+PREP_THREADS, SPLIT_BLOCKS = prep_launch(simulator_enabled())
 
 
 #: CUDA's largest grid y: the preparing kernels take a block row per head of q, k and v.
@@ -52,7 +36,7 @@ def check_heads(bh: int, bh_kv: int) -> None:
 
 
 def depth(d: int) -> int:
-    """D16: d rounded up to the fp16 mma's k = 16."""
+    """D16: d rounded up to the fp16 mma's k = 16 (``simulator.Workload.D_parts`` is 2 D16)."""
     return -(-d // 16) * 16
 
 
@@ -63,10 +47,12 @@ def smem_bytes(tiling: Tiling, d: int) -> int:
 
 
 def workspaces(bh: int, bh_kv: int, n_q: int, n_k: int, d: int) -> dict:
-    """Name -> (elements, dtype) of the buffers one call needs besides q, k, v, o, lse."""
+    """Name -> (elements, dtype) of the buffers one call needs besides q, k, v, o, lse (in the
+    order ``forward_launches`` takes them; the names are the model's, ``simulator.fp16x3``)."""
     D16 = depth(d)
-    return {"partial": ((bh + 2 * bh_kv) * GX, np.float32), "qs": (bh * n_q * 2 * D16, np.uint16),
-            "ks": (bh_kv * n_k * 2 * D16, np.uint16), "vs": (bh_kv * n_k * 2 * D16, np.uint16)}
+    return {"head maxima": ((bh + 2 * bh_kv) * GX, np.float32),
+            "Q parts": (bh * n_q * 2 * D16, np.uint16), "K parts": (bh_kv * n_k * 2 * D16, np.uint16),
+            "V parts": (bh_kv * n_k * 2 * D16, np.uint16)}
 
 
 def forward_launches(tiling: Tiling, d: int, mask: Mask, bh: int, bh_kv: int, n_q: int, n_k: int):

@@ -25,7 +25,9 @@ from . import api, memory, precision
 _ALGORITHM_OF = {
     api.standard_attention: lambda kw: "standard_forward",
     api.standard_attention_backward: lambda kw: "standard_backward",
-    api.flash_attention: lambda kw: api.forward_kernel(kw.get("algorithm", "fa2"), kw["format"]),
+    api.flash_attention: lambda kw: (
+        "flash_forward_fp16x3" if kw.get("algorithm") == api.FP16X3
+        else api.forward_kernel(kw.get("algorithm", "fa2"), kw["format"])),
     api.flash_attention_backward: lambda kw: (
         "flash_backward_deterministic" if kw.get("deterministic", False)
         else api.backward_kernels(kw.get("algorithm", "fa2"), False, kw["format"])[0]),

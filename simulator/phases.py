@@ -1,7 +1,7 @@
 """A kernel launch, counted: the unit the algorithms are built from and the L2 model works on."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping
 
 if TYPE_CHECKING:
@@ -50,6 +50,9 @@ class Phase:
     (``BlockGrid.edge_pairs``: a ragged key block or one the band's edge crosses), the only
     trips that run the code under the kernels' ``needs_mask`` branch (``issue.Op.edge``);
     empty: every trip runs it.
+    broadcast: tensors that every thread of a block reads whole, element by element at one
+    address a warp (fa2_fp16x3's head maxima), and the block's threads: a sector a warp-wide
+    load, and the L1 fetches each sector once a block (``simulator.sectors``).
     """
 
     name: str
@@ -73,6 +76,7 @@ class Phase:
     written_first: frozenset = frozenset()
     tiling: Tiling | None = None
     edge_trips: tuple[int, ...] = ()
+    broadcast: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def blocks_per_head(self) -> int:

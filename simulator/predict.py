@@ -26,6 +26,8 @@ import dataclasses
 from .flash import (flash_backward, flash_backward_deterministic, flash_backward_half,
                     flash_backward_tc, flash_forward_half, flash_forward_tc, flash_forward_v1, flash_forward_v2)
 from .flash import _grid, _heaviest_first
+from .fp16x3 import default_tiling as fp16x3_tiling
+from .fp16x3 import flash_forward_fp16x3
 from .hardware import H200, Hardware
 from .kv_split import auto_kv_split, backward_blocks_per_sm, checked_kv_split
 from .l2 import L2Traffic, l2_traffic
@@ -43,6 +45,7 @@ ALGORITHMS = {
     "flash_forward_v2": flash_forward_v2,
     "flash_forward_tc": flash_forward_tc,
     "flash_forward_half": flash_forward_half,
+    "flash_forward_fp16x3": flash_forward_fp16x3,
     "flash_backward": flash_backward,
     "flash_backward_deterministic": flash_backward_deterministic,
     "flash_backward_tc": flash_backward_tc,
@@ -54,7 +57,7 @@ ALGORITHMS = {
 #: block mask (``Workload.window``, ``kv_heads``, ``block_mask``); ``predict`` refuses such
 #: workloads elsewhere.
 BAND_ALGORITHMS = ("flash_forward_tc", "flash_forward_half", "flash_backward_tc",
-                   "flash_backward_half")
+                   "flash_backward_half", "flash_forward_fp16x3")
 
 
 def paper_tiling(sram_elements: int, d: int) -> Tiling:
@@ -68,7 +71,13 @@ def default_tiling(algorithm: str, workload: Workload, hardware: Hardware) -> Ti
     """Flash algorithms: the paper's choice for M = hardware.smem_per_block / dtype_bytes
     elements, except on tensor cores (whose mma layout those sizes do not suit): the kernel's
     default (with a block mask, cut to nest in its blocks: ``Tiling.kernel_default``'s
-    ``block_size``).  Standard algorithms: what the kernels' matmul uses, Tiling(64, 64)."""
+    ``block_size``; "flash_forward_fp16x3": its own, ``simulator.fp16x3.default_tiling``, where
+    no block mask cuts it).  Standard algorithms: what the kernels' matmul uses, Tiling(64, 64)."""
+    if algorithm == "flash_forward_fp16x3" and workload.block_mask is None:
+        return fp16x3_tiling(workload.d, workload.N_q, workload.N_k)
+    if algorithm == "flash_forward_fp16x3":
+        return Tiling.kernel_default("flash_forward_half", workload.D_parts, 2,
+                                     hardware.smem_per_block, block_size=workload.block_size)
     if algorithm in BAND_ALGORITHMS:
         blocks = None if workload.block_mask is None else workload.block_size
         return Tiling.kernel_default(algorithm, workload.d, workload.dtype_bytes,

@@ -15,20 +15,25 @@ if TYPE_CHECKING:
 
 #: Display order of tensors: the names of docs/traffic-contract.md.
 TENSOR_ORDER = ("Q", "K", "V", "O", "L", "O (recomputed)", "L (recomputed)", "dO", "dQ", "dQ_accum", "dK",
-                "dV", "S", "P", "dP", "dS", "D", "m", "l")
+                "dV", "S", "P", "dP", "dS", "D", "m", "l", "head maxima", "Q parts", "K parts",
+                "V parts")
 
 
 #: Tensors the kernels keep in fp32 whatever the inputs' format: the softmax statistics (L, l,
 #: m), D = rowsum(dO * O), the half backward's dQ accumulator and the deterministic backward's
 #: recomputed O and L (its FFMA kernels widen every input). Their bytes are 4 an element in
 #: every report; the others' the report's ``dtype_bytes``.
-FP32_TENSORS = frozenset({"L", "l", "m", "D", "dQ_accum", "O (recomputed)", "L (recomputed)"})
+FP32_TENSORS = frozenset({"L", "l", "m", "D", "dQ_accum", "O (recomputed)", "L (recomputed)",
+                          "head maxima"})
+#: fa2_fp16x3's fp16 parts of its fp32 q, k, v (``simulator.fp16x3``): 2 bytes an element, in
+#: global memory and in SRAM.
+FP16_TENSORS = frozenset({"Q parts", "K parts", "V parts"})
 
 
 def element_bytes(name: str, dtype_bytes: int) -> int:
     """Bytes of one element of tensor ``name`` in global memory: ``dtype_bytes``, but 4 for
-    ``FP32_TENSORS``."""
-    return 4 if name in FP32_TENSORS else dtype_bytes
+    ``FP32_TENSORS``, 2 for ``FP16_TENSORS``."""
+    return 4 if name in FP32_TENSORS else 2 if name in FP16_TENSORS else dtype_bytes
 
 
 def ordered_tensors(names) -> list[str]:
@@ -108,13 +113,18 @@ class TrafficReport:
         """Global-memory bytes read and written."""
         return self.hbm_read_bytes + self.hbm_write_bytes
 
+    def sram_element_bytes(self, name: str) -> int:
+        """Bytes of one element of tensor ``name`` in SRAM: the workload's, but 2 for
+        ``FP16_TENSORS`` (the SRAM model counts L, D in the workload's elements too)."""
+        return 2 if name in FP16_TENSORS else self.dtype_bytes
+
     @property
     def sram_read_bytes(self) -> int:
-        return sum(t.reads for t in self.sram.values()) * self.dtype_bytes
+        return sum(t.reads * self.sram_element_bytes(name) for name, t in self.sram.items())
 
     @property
     def sram_write_bytes(self) -> int:
-        return sum(t.writes for t in self.sram.values()) * self.dtype_bytes
+        return sum(t.writes * self.sram_element_bytes(name) for name, t in self.sram.items())
 
     @property
     def flops(self) -> int | None:

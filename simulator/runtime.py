@@ -197,9 +197,15 @@ def shared_makespan(work: list[float], sms: int, per_sm: int, trip_cycles) -> fl
 HALF_MMA_KERNELS = frozenset({"flash_forward_half", "flash_backward_half"})
 
 
-def mma_format(kernel: str, w: Workload) -> str:
-    """The format of ``kernel``'s mma on workload ``w``: "tf32", or "float16" for the half kernels."""
-    return "float16" if kernel in HALF_MMA_KERNELS and w.dtype_bytes == 2 else "tf32"
+def mma_format(kernel: str, w: Workload, variant: str = "") -> str:
+    """The format of ``kernel``'s mma (its ``variant``) on workload ``w``: "tf32", or
+    "float16" for the half kernels on 2-byte inputs and for fa2_fp16x3's forward (the fp16
+    kernel on fp16 parts of fp32 inputs: ``simulator.fp16x3.VARIANT``)."""
+    from .fp16x3 import VARIANT
+
+    if kernel in HALF_MMA_KERNELS and (w.dtype_bytes == 2 or VARIANT in variant.split("+")):
+        return "float16"
+    return "tf32"
 
 
 def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_bytes=None) -> float:
@@ -212,7 +218,7 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
         read, write = dram_bytes or (0.0, 0.0)
         return read / r.dram_read_bytes_per_s + write / r.dram_write_bytes_per_s
     kernel, variant = p.code
-    fmt = mma_format(kernel, w)
+    fmt = mma_format(kernel, w, variant)
     r.mma_at(fmt, 1)                    # LookupError: rates that never timed this mma
     causal = recorded_causal(p, w)      # LookupError for a band kernel never recorded
     res = resources(kernel, tiling, w.d, causal, variant)

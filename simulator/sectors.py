@@ -29,12 +29,17 @@ Per kernel (``Phase.kernel``), from its code:
   copied at a 144-byte shared stride cost 1.50 sectors per 32 bytes, at a 128-byte stride 1.00
   (every cp.async / ld mode, 18 KiB to 227 KB of shared memory a block). Where d % 8 != 0 they
   copy element by element through registers (the rows' sectors, as the fp32 kernels).
+  fa2_fp16x3's forward (``sector_kernel``) copies its fp16 parts of q, k, v so, rows of
+  ``Workload.D_parts`` elements, and stores its fp32 O as the tensor-core forward does.
   They store O, dK, dV from C fragments one 2-byte element a lane (columns
   2t + e of each 8-column tile, e = 0 then 1): a 32-byte sector (16 elements, two tiles) is sent
   in four pieces of 8 bytes (``STORE_REQUESTS`` 4).
 Elements are ``Workload.dtype_bytes`` each, but for the tensors kept in fp32 in every format
 (``simulator.report.FP32_TENSORS``: L, D, l, m, dQ_accum, the deterministic backward's
 recomputed O and L): 4.
+Tensors every thread of a block reads whole (``Phase.broadcast``: fa2_fp16x3's head maxima,
+each an address a warp): a sector a warp-wide load requested, each distinct sector of a block
+fetched once.
 No reuse between thread blocks is counted: on the H200, co-resident blocks of one head showed no
 L1 hits (ncu, results/h200/levels); reads of one sector by several SMs at once are merged
 further on, by the L2's request coalescer, which the SM-side counts do not see.
@@ -52,24 +57,30 @@ from .tiling import Tiling
 from .workload import Workload
 
 SECTOR_BYTES = 32
+WARP_THREADS = 32
 
 LOAD_REQUESTS = {
     "flash_forward_tc": {"K": 2},
     "flash_backward_tc": {"K": 2, "V": 2, "Q": 2, "dO": 2},
 }
 STORE_REQUESTS = {"flash_forward_tc": {"O": 2}, "flash_backward_tc": {"dK": 2, "dV": 2},
-                  "flash_forward_half": {"O": 4}, "flash_backward_half": {"dK": 4, "dV": 4}}
+                  "flash_forward_half": {"O": 4}, "flash_backward_half": {"dK": 4, "dV": 4},
+                  "flash_forward_fp16x3": {"O": 2}}
 ATOMIC = {"flash_backward_tc": ("dQ",), "flash_backward": ("dQ",),
           "flash_backward_half": ("dQ_accum",)}
 RED_SECTORS = {"flash_backward_tc": 2, "flash_backward_half": 2}
 #: Tensors a kernel copies by 16-byte cp.async chunks into padded tiles (where d % 8 == 0).
-CP_ASYNC = {"flash_forward_half": ("Q", "K", "V"), "flash_backward_half": ("Q", "K", "V", "dO")}
+CP_ASYNC = {"flash_forward_half": ("Q", "K", "V"), "flash_backward_half": ("Q", "K", "V", "dO"),
+            "flash_forward_fp16x3": ("Q parts", "K parts", "V parts")}
 #: 16-byte chunks: what one cp.async moves.
 CHUNK_BYTES = 16
 
 #: The row length (a Workload dimension) of every two-dimensional tensor of the contract.
 _ROW = {**{t: "d" for t in ("Q", "K", "V", "O", "O (recomputed)", "dO", "dQ", "dQ_accum", "dK", "dV")},
-        **{t: "N_k" for t in ("S", "P", "dP", "dS")}}
+        **{t: "N_k" for t in ("S", "P", "dP", "dS")},
+        **{t: "D_parts" for t in ("Q parts", "K parts", "V parts")}}
+#: Tensors of N_q rows a head (the others copied by cp.async are of N_k).
+_QUERY_ROWS = ("Q", "dO", "Q parts")
 
 
 def row_sectors(n: int, element_bytes: int) -> float:
@@ -124,18 +135,34 @@ class SectorTraffic:
     reduced: float
 
 
+def sector_kernel(p: Phase) -> str | None:
+    """The key of launch ``p``'s code in the tables above: its kernel, but
+    "flash_forward_fp16x3" for the fp16 forward compiled in its fp32 mode
+    (``simulator.fp16x3.VARIANT``: fp32 O, stored as the tensor-core kernel's, and the parts
+    of q, k, v copied by cp.async)."""
+    from .fp16x3 import VARIANT
+
+    return "flash_forward_fp16x3" if VARIANT in p.code[1].split("+") else p.kernel
+
+
 def sector_traffic(p: Phase, w: Workload) -> SectorTraffic:
     """The sector model (module docstring) of launch ``p``."""
-    atomic = ATOMIC.get(p.kernel, ())
-    factors = LOAD_REQUESTS.get(p.kernel, {})
-    chunked = CP_ASYNC.get(p.kernel, ()) if w.d % (CHUNK_BYTES // w.dtype_bytes) == 0 else ()
+    kernel = sector_kernel(p)
+    atomic = ATOMIC.get(kernel, ())
+    factors = LOAD_REQUESTS.get(kernel, {})
+    chunked = CP_ASYNC.get(kernel, ())
     requested = missed = stored = reduced = 0.0
     for name, n in p.hbm_reads.items():
         if name in atomic:
             continue
-        if name in chunked:
-            head_rows = w.N_q if name in ("Q", "dO") else w.N_k
-            s = n / w.d * cp_async_row_sectors(w.d, head_rows, w.dtype_bytes)
+        if name in p.broadcast:           # a sector a warp-wide load; L1 fetches it once a block
+            requested += n / WARP_THREADS
+            missed += n / p.broadcast[name] * element_bytes(name, w.dtype_bytes) / SECTOR_BYTES
+            continue
+        row, size = getattr(w, _ROW.get(name, "d")), element_bytes(name, w.dtype_bytes)
+        if name in chunked and row * size % CHUNK_BYTES == 0:
+            head_rows = w.N_q if name in _QUERY_ROWS else w.N_k
+            s = n / row * cp_async_row_sectors(row, head_rows, size)
         else:
             s = tensor_sectors(name, n, w)
         missed += s
@@ -143,7 +170,7 @@ def sector_traffic(p: Phase, w: Workload) -> SectorTraffic:
     for name, n in p.hbm_writes.items():
         s = tensor_sectors(name, n, w)
         if name in atomic:
-            reduced += s * RED_SECTORS.get(p.kernel, 1)
+            reduced += s * RED_SECTORS.get(kernel, 1)
         else:
-            stored += s * STORE_REQUESTS.get(p.kernel, {}).get(name, 1)
+            stored += s * STORE_REQUESTS.get(kernel, {}).get(name, 1)
     return SectorTraffic(requested, missed, stored, reduced)

@@ -17,13 +17,16 @@ PRECISION_OF_BYTES = {4: "fp32", 2: "fp16"}
 
 #: The dimensions of every tensor name of docs/traffic-contract.md, per (batch, head) pair.
 #: K, V, dK and dV are per K/V head (``Workload.H_kv`` of them a batch), the others per query head.
-_KV_TENSORS = frozenset({"K", "V", "dK", "dV"})
+_KV_TENSORS = frozenset({"K", "V", "dK", "dV", "K parts", "V parts"})
 _TENSOR_SHAPE = {
     **{name: ("N_q", "d") for name in ("Q", "O", "dO", "dQ", "dQ_accum")},
     **{name: ("N_k", "d") for name in ("K", "V", "dK", "dV")},
     **{name: ("N_q", "N_k") for name in ("S", "P", "dP", "dS")},
     **{name: ("N_q",) for name in ("L", "D", "l", "m")},
     "O (recomputed)": ("N_q", "d"), "L (recomputed)": ("N_q",),    # the deterministic backward's
+    # fa2_fp16x3's fp16 parts of q, k, v, and its partial maxima (``simulator.fp16x3``)
+    "Q parts": ("N_q", "D_parts"), "K parts": ("N_k", "D_parts"), "V parts": ("N_k", "D_parts"),
+    "head maxima": ("maxima_per_head",),
 }
 
 
@@ -208,12 +211,27 @@ class Workload:
         """"fp32" or "fp16": the peak rate the roofline divides FLOPs by."""
         return PRECISION_OF_BYTES[self.dtype_bytes]
 
+    @property
+    def D_parts(self) -> int:
+        """Columns of a row of fa2_fp16x3's fp16 parts of q, k, v: d rounded up to the fp16
+        mma's k = 16, twice (hi parts, then lo parts)."""
+        return 2 * (-(-self.d // 16) * 16)
+
+    @property
+    def maxima_per_head(self) -> int:
+        """fa2_fp16x3's partial maxima of a head of q, k or v (``simulator.fp16x3.GX``)."""
+        from .fp16x3 import GX
+        return GX
+
     def tensor_elements(self, name: str) -> int:
-        """Elements of tensor ``name`` (a contract name: Q, K, ..., S, P, L, D, l, m) over all
-        heads: B*H query heads, B*H_kv for K, V, dK, dV."""
+        """Elements of tensor ``name`` (a contract name: Q, K, ..., S, P, L, D, l, m, the
+        fp16x3 parts and maxima) over all heads: B*H query heads, B*H_kv for K, V, dK, dV
+        (and their parts), B*H + 2 B*H_kv for the maxima (a head of q, k and v each)."""
         if name not in _TENSOR_SHAPE:
             raise ValueError(f"unknown tensor {name!r}; known: {sorted(_TENSOR_SHAPE)}")
         size = self.BH_kv if name in _KV_TENSORS else self.BH
+        if name == "head maxima":
+            size = self.BH + 2 * self.BH_kv
         for dim in _TENSOR_SHAPE[name]:
             size *= getattr(self, dim)
         return size

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from simulator import BAND_ALGORITHMS, ALGORITHMS, Tiling, Workload, predict
 from simulator.blocks import BlockGrid, band_extent, band_scores, causal_diagonal, unmasked_scores
 from simulator.closed_forms import proposition3_lower_bound
+from simulator.fp16x3 import GX, cuda_simulated, prep_launch
 from simulator.hardware import H200_MEASURED
 
 from .helpers import mma_tiling
@@ -102,6 +103,41 @@ class BandWalk:
         d16 = _ceil(d, 16) * 16
         self._forward((t.Br * d16, t.Br * d16), d16, t.rows_per_warp("flash_forward_half"))
 
+    def flash_forward_fp16x3(self):
+        """The maxima of every head of q, k, v, their fp16 parts (rows of 2 D16), then the fp16
+        forward on the parts (SRAM as the fp16 kernel's at d = 2 D16, FLOPs at d), fp32 O."""
+        w, t, d = self.w, self.t, self.w.d
+        wide = _ceil(d, 16) * 32
+        threads, blocks = prep_launch(cuda_simulated())
+        heads = [("Q", w.N_q)] * (w.B * w.H) + [("K", w.N_k), ("V", w.N_k)] * (w.B * (w.kv_heads or w.H))
+        for name, n in heads:
+            self.reads[name] += 2 * n * d                          # maxima, then the split
+            self.writes["head maxima"] += GX
+            self.reads["head maxima"] += blocks * threads * GX     # each split thread its head's
+            self.writes[f"{name} parts"] += n * wide
+            self.other += 3 * n * d                                # max; scale, lo = x - hi
+        warps = t.Br // t.rows_per_warp("flash_forward_half")
+        for _head in range(w.B * w.H):
+            for i in range(self.tr):
+                rows = self.rows(i)
+                self.reads["head maxima"] += t.threads_for("flash_forward_half") * 3 * GX
+                self.reads["Q parts"] += rows * wide
+                self.sram_writes["Q parts"] += t.Br * wide
+                for j in range(self.tc):
+                    if (i, j) not in self.pairs:
+                        continue
+                    cols = self.cols(j)
+                    for name in ("K parts", "V parts"):
+                        self.reads[name] += cols * wide
+                        self.sram_writes[name] += t.Bc * wide
+                        self.sram_reads[name] += warps * t.Bc * wide
+                    self.sram_reads["Q parts"] += t.Br * wide
+                    self.matmul += 4 * d * rows * cols
+                    self.other += 5 * rows * cols + d * rows
+                self.writes["O"] += rows * d
+                self.writes["L"] += rows
+                self.other += d * rows
+
     # -- backward --------------------------------------------------------------------------
     def _backward(self, half):
         w, t, d = self.w, self.t, self.w.d
@@ -174,8 +210,9 @@ def assert_walk_matches(algorithm, w, t):
     assert {k: v.reads for k, v in r.sram.items() if v.reads} == nonzero(walk.sram_reads)
     assert {k: v.writes for k, v in r.sram.items() if v.writes} == nonzero(walk.sram_writes)
     assert (r.matmul_flops, r.other_flops) == (walk.matmul, walk.other)
-    fp32 = {"L", "D", "dQ_accum"}
-    assert r.hbm_read_bytes == sum(n * (4 if k in fp32 else w.dtype_bytes) for k, n in walk.reads.items())
+    fp32, fp16 = {"L", "D", "dQ_accum", "head maxima"}, {"Q parts", "K parts", "V parts"}
+    assert r.hbm_read_bytes == sum(n * (4 if k in fp32 else 2 if k in fp16 else w.dtype_bytes)
+                                   for k, n in walk.reads.items())
     return r
 
 

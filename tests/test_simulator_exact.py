@@ -363,7 +363,12 @@ def assert_matches(algorithm, w, t):
     assert r.hbm_write_bytes == sum(writes.values()) * w.dtype_bytes
 
 
-@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+#: The algorithms ``Walk`` walks (fa2_fp16x3's forward, over heads of q, k and v, is walked by
+#: tests/test_simulator_band.py's ``BandWalk``).
+WALKED = sorted(set(ALGORITHMS) - {"flash_forward_fp16x3"})
+
+
+@pytest.mark.parametrize("algorithm", WALKED)
 @pytest.mark.parametrize("causal,diagonal", [(False, None), (True, None), (True, 0), (True, -3),
                                              (True, 9)])
 def test_tiny_case_matches_the_contract(algorithm, causal, diagonal):
@@ -401,7 +406,7 @@ shapes = st.tuples(st.integers(1, 2), st.integers(1, 2), st.integers(1, 11), st.
 
 
 @settings(max_examples=300, deadline=None)
-@given(algorithm=st.sampled_from(sorted(ALGORITHMS)), shape=shapes,
+@given(algorithm=st.sampled_from(WALKED), shape=shapes,
        br=st.integers(1, 9), bc=st.integers(1, 9))
 def test_random_shapes_match_the_contract(algorithm, shape, br, bc):
     b, h, nq, nk, d, (causal, diagonal) = shape

@@ -20,19 +20,22 @@ from .helpers import mma_tiling
 #: simulator algorithm -> (forward?, input format)
 KERNELS = {"flash_forward_tc": (True, np.float32), "flash_forward_half": (True, np.float16),
            "flash_backward_tc": (False, np.float32), "flash_backward_half": (False, np.float16)}
+#: flash_attention's algorithm of each forward's simulator algorithm ("fa2" for the others)
+FORWARD_ALGORITHM = {"flash_forward_fp16x3": "fa2_fp16x3"}
 
 
 def measured_and_predicted(kernel, B, H, h_kv, n_q, n_k, d, causal, window, diagonal, tiling,
                            seed=0, kv_split=None):
     """count_traffic of the "fa2" call that runs ``kernel`` (k, v with ``h_kv`` heads; the
     backward split ``kv_split`` ways) and predict on the Workload of the same arguments."""
-    forward, fmt = KERNELS[kernel]
+    forward, fmt = KERNELS.get(kernel, (True, np.float32))
     rng = np.random.default_rng(seed)
     q, do = (rng.standard_normal((B, H, n_q, d)).astype(fmt) for _ in range(2))
     k, v = (rng.standard_normal((B, h_kv, n_k, d)).astype(fmt) for _ in range(2))
     mask = dict(causal=causal, window=window, diagonal=diagonal)
     if forward:
-        report = count_traffic(nf.flash_attention, q, k, v, **mask, tiling=tiling, algorithm="fa2")
+        report = count_traffic(nf.flash_attention, q, k, v, **mask, tiling=tiling,
+                               algorithm=FORWARD_ALGORITHM.get(kernel, "fa2"))
     else:
         o, lse = ref.attention_forward(q, k, v, **mask)
         o, lse = o.astype(fmt), lse.astype(np.float32)
@@ -63,6 +66,21 @@ def test_predict_equals_counted_traffic_with_windows(kernel, H, h_kv, n_q, n_k, 
     report, predicted = measured_and_predicted(kernel, 1, H, h_kv, n_q, n_k, d, causal, window,
                                                diagonal, tiling)
     assert_equal_traffic(report, predicted)
+
+
+@pytest.mark.parametrize("H,h_kv,n_q,n_k,d,causal,window,diagonal,tiling", [
+    (2, 1, 29, 37, 12, False, (9, -1), None, nf.Tiling(16, 16)),   # MQA, left side alone
+    (4, 2, 23, 40, 8, False, (-1, 4), 0, nf.Tiling(32, 16)),       # GQA, right side, two warps
+    (3, 1, 33, 17, 5, True, (2, -1), -20, nf.Tiling(16, 16)),      # rows that see nothing
+])
+def test_predict_equals_counted_traffic_of_fp16x3(H, h_kv, n_q, n_k, d, causal, window,
+                                                  diagonal, tiling):
+    """fa2_fp16x3: the maxima of every head of q, k and v, their fp16 parts, the fp16 forward
+    on them (simulator.fp16x3), the same with windows and grouped K/V heads."""
+    report, predicted = measured_and_predicted("flash_forward_fp16x3", 1, H, h_kv, n_q, n_k, d,
+                                               causal, window, diagonal, tiling)
+    assert_equal_traffic(report, predicted)
+    assert report.hbm["K parts"].writes == h_kv * n_k * 2 * 16 * -(-d // 16)
 
 
 @pytest.mark.parametrize("kernel", sorted(KERNELS))

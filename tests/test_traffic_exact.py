@@ -16,7 +16,7 @@ from numba_flash.instrument import count_traffic
 from .helpers import causal_masks, mma_tiling, qkv
 
 FORWARD = {"flash_forward_v1": "fa1", "flash_forward_v2": "fa2_fma", "flash_forward_tc": "fa2",
-           "flash_forward_half": "fa2"}
+           "flash_forward_half": "fa2", "flash_forward_fp16x3": "fa2_fp16x3"}
 #: simulator algorithms whose kernels take half-precision inputs (2-byte elements)
 HALF = {"flash_forward_half", "flash_backward_half"}
 #: simulator algorithm -> flash_attention_backward's (algorithm, deterministic)
@@ -85,7 +85,7 @@ def test_predict_equals_counted_traffic_on_drawn_shapes(algorithm, n_q, n_k, d, 
     (6, 7, 9, nf.Tiling(4, 3)),      # beyond N_k: nothing masked
 ])
 def test_predict_equals_counted_traffic_with_a_diagonal(algorithm, n_q, n_k, diagonal, tiling):
-    if algorithm.endswith("_tc") or algorithm in HALF:
+    if algorithm.endswith("_tc") or algorithm in HALF or algorithm == "flash_forward_fp16x3":
         tiling = mma_tiling(tiling, algorithm)
     report, predicted = measured_and_predicted(algorithm, 1, 1, n_q, n_k, 3, True, tiling,
                                                diagonal=diagonal)

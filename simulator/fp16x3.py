@@ -1,0 +1,121 @@
+"""``flash_forward_fp16x3``: numba_flash's ``algorithm="fa2_fp16x3"`` (fp32 attention from three
+fp16 products a product; numba_flash/fp16x3.py runs it, kernels/split_half.py says how).
+
+Three launches, counted over all heads (``Workload.BH`` query heads, ``BH_kv`` K/V heads; the
+preparing kernels take a block row per head of q, k and v, ``heads = BH + 2 BH_kv`` in all):
+
+1. head maxima (``head_amax``): ``GX`` blocks a head read each of its elements once (Q, K, V)
+   and write ``GX`` partial maxima a head ("head maxima", fp32).
+2. split (``split_half``): reads Q, K, V once more, each row as ``Workload.D_parts`` = 2 D16
+   16-bit elements (hi parts, zeros to D16, lo parts, zeros to D16): "Q parts", "K parts",
+   "V parts". Each of its threads first reads its head's ``GX`` maxima (``scale_of``): the reads
+   of "head maxima" follow the launch's threads a head, ``prep_launch``.
+3. the forward (``flash_forward_half`` compiled in its fp32 mode) on those parts: to HBM and
+   SRAM the fp16 kernel on a workload whose rows are ``D_parts`` fp16 elements (its tiles hold
+   both parts of a row; ``simulator.flash.flash_forward_half``), but O is fp32 and d wide, and
+   every thread of every block reads the ``GX`` maxima of its q, k and v heads (3 GX).
+
+FLOPs: the attention's as ``flash_forward_v2`` counts them (the nominal 4 N_q N_k d, as the
+3xTF32 forward is counted: the split's three products are not counted thrice), plus 1 a
+element for the maxima and 2 for the split (the scale, lo = x - hi). Workspace: L, the maxima
+and the parts (as many bytes as q, k and v, padded to D16).
+The compiled kernel of launch 3 is its own variant, ``VARIANT`` (with a block mask
+``sparse+fp16x3``), for the recorded tables; the preparing kernels are ``head_amax`` and
+``split_half``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from .blocks import BlockGrid
+from .phases import Plan, phase
+from .tiling import Tiling
+from .workload import Workload
+
+#: Blocks of head_amax a head, and partial maxima a head (numba_flash/kernels/split_half.GX).
+GX = 16
+#: ``Phase.code`` variant of the fp16 kernel compiled in its fp32 mode.
+VARIANT = "fp16x3"
+#: The parts tensors the forward reads, by the tensor they are made of.
+PARTS = {"Q": "Q parts", "K": "K parts", "V": "V parts"}
+MAXIMA = "head maxima"
+#: FLOPs an element of q, k, v: a max (head_amax); a scale and a subtraction (split_half).
+AMAX_FLOPS, SPLIT_FLOPS = 1, 2
+
+
+#: Default (Br, Bc) by head dim: at d <= 64 128 x 32 (2 row tiles a warp: 242 registers, no
+#: spills); above, 16-row warps (Br an odd multiple of 16), since two row tiles of d = 128 spill
+#: (ptxas, sm_90: 520 bytes at 128 x 32).
+DEFAULT_TILES = {64: (128, 32), 256: (80, 32)}
+
+
+def default_tiling(d: int, n_q: int, n_k: int, dropout: bool = False) -> Tiling:
+    """The tiling "fa2_fp16x3" runs when given none, cut to short sequences (above d = 64 to an
+    odd multiple of 16 rows: 16-row warps)."""
+    br, bc = next(v for dmax, v in sorted(DEFAULT_TILES.items()) if d <= dmax or dmax == 256)
+    t = Tiling(br, bc).fitted("flash_forward_half", n_q, n_k, 16 if dropout else 1)
+    if d > 64 and t.Br % 32 == 0:
+        t = Tiling(t.Br - 16, t.Bc)
+    return t
+
+
+def prep_launch(simulated: bool) -> tuple[int, int]:
+    """(threads a block, blocks a head of split_half) of the preparing kernels: 256 and 8 on a
+    GPU; one warp and one block under Numba's CUDA simulator (a Python thread a CUDA thread)."""
+    return (32, 1) if simulated else (256, 8)
+
+
+def cuda_simulated() -> bool:
+    """Whether this process runs kernels under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM``,
+    read as numba reads it), whose launches numba_flash makes smaller (``prep_launch``)."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0").strip() not in ("", "0")
+
+
+def _renamed(counts, names: dict) -> dict:
+    return {names.get(t, t): n for t, n in counts.items()}
+
+
+def flash_forward_fp16x3(w: Workload, t: Tiling) -> Plan:
+    """The three launches of the module docstring; the forward's tiling ``t`` is of rows of
+    ``D_parts`` fp16 elements (``default_tiling`` when predict is given none)."""
+    from .flash import _grid, _variant, flash_forward_half, flash_forward_v2
+
+    if w.dtype_bytes != 4:
+        raise ValueError(f"flash_forward_fp16x3 splits fp32 inputs: dtype_bytes must be 4, got "
+                         f"{w.dtype_bytes} (fp16 / bf16 inputs run on flash_forward_half)")
+    heads = w.BH + 2 * w.BH_kv
+    threads, split_blocks = prep_launch(cuda_simulated())
+    inputs = {"Q": w.BH * w.N_q * w.d, "K": w.BH_kv * w.N_k * w.d, "V": w.BH_kv * w.N_k * w.d}
+    parts = {PARTS["Q"]: w.tensor_elements(PARTS["Q"]), PARTS["K"]: w.tensor_elements(PARTS["K"]),
+             PARTS["V"]: w.tensor_elements(PARTS["V"])}
+    elements = sum(inputs.values())
+    amax = phase("head maxima", None, bh=1, hbm_reads=inputs, hbm_writes={MAXIMA: heads * GX},
+                 other_flops=AMAX_FLOPS * elements, units_per_head=heads, blocks_per_unit=GX,
+                 code=("head_amax", ""))
+    split = phase("split into fp16 parts", None, bh=1,
+                  hbm_reads={**inputs, MAXIMA: heads * split_blocks * threads * GX},
+                  hbm_writes=parts, other_flops=SPLIT_FLOPS * elements, units_per_head=heads,
+                  blocks_per_unit=split_blocks, code=("split_half", ""))
+    split = dataclasses.replace(split, broadcast={MAXIMA: threads})
+
+    wide = dataclasses.replace(w, d=w.D_parts, dtype_bytes=2)
+    half = flash_forward_half(wide, t).phases[0]
+    nominal = flash_forward_v2(w, t).phases[0]
+    g: BlockGrid = _grid(w, t)
+    reads = _renamed(half.hbm_reads, PARTS)
+    block_threads = t.threads_for("flash_forward_half")
+    reads[MAXIMA] = g.tr * w.BH * block_threads * 3 * GX
+    writes = dict(half.hbm_writes)
+    writes["O"] = writes["O"] // w.D_parts * w.d         # fp32 O, d wide
+    variant = "+".join(v for v in (_variant(w), VARIANT) if v)
+    # (unit_reread_elements in 4-byte elements, which the L2 model charges: the K and V parts
+    # of a head are 2 N_k D_parts 2-byte elements)
+    forward = dataclasses.replace(
+        half, name="forward (FA2 order, three fp16 products)", code=(half.kernel, variant),
+        unit_reread_elements=half.unit_reread_elements // 2,
+        hbm_reads=reads, hbm_writes=writes, sram_reads=_renamed(half.sram_reads, PARTS),
+        sram_writes=_renamed(half.sram_writes, PARTS), matmul_flops=nominal.matmul_flops,
+        other_flops=nominal.other_flops, broadcast={MAXIMA: block_threads})
+    workspace = {"L": w.tensor_elements("L"), MAXIMA: w.tensor_elements(MAXIMA), **parts}
+    return Plan((amax, split, forward), workspace=workspace)

@@ -1,0 +1,135 @@
+"""The model of fa2_fp16x3 (simulator/fp16x3.py): its launches, bytes, sectors and block masks.
+
+Its HBM counts against the kernels' own: tests/test_traffic_exact.py, tests/test_traffic_band.py;
+against a literal walk of its grids: tests/test_simulator_band.py (``BandWalk``)."""
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from numba_flash.kernels import split_half
+from simulator import Tiling, Workload, predict
+from simulator.flash import flash_forward_v2
+from simulator.fp16x3 import GX, VARIANT, cuda_simulated, default_tiling, prep_launch
+from simulator.runtime import mma_format
+from simulator.sectors import SECTOR_BYTES, sector_traffic
+
+from .test_simulator_sparse import FAST, assert_dense_counts, brute_pairs, dense, reads, sparse_cases
+
+FP16X3 = "flash_forward_fp16x3"
+
+
+def test_the_kernels_write_as_many_maxima_a_head_as_the_model_counts():
+    assert split_half.GX == GX
+
+
+@pytest.mark.parametrize("d", [8, 40, 64, 111, 128])
+def test_three_launches_read_q_k_v_twice_and_the_parts_as_the_fp16_kernel(d):
+    """The preparing kernels read q, k, v once each; the forward reads the parts (rows of
+    2 D16 fp16 elements) as the fp16 forward reads its inputs at d = 2 D16, and writes fp32 O
+    of d columns."""
+    w = Workload(2, 4, 300, 257, d, causal=True, kv_heads=2)
+    t = default_tiling(d, 300, 257)
+    r = predict(FP16X3, w, t)
+    wide = dataclasses.replace(w, d=w.D_parts, dtype_bytes=2)
+    half = predict("flash_forward_half", wide, t)
+    assert [p.name for p in r.phases] == ["head maxima", "split into fp16 parts",
+                                          "forward (FA2 order, three fp16 products)"]
+    for name, heads, n in (("Q", w.BH, w.N_q), ("K", w.BH_kv, w.N_k), ("V", w.BH_kv, w.N_k)):
+        assert r.hbm[name].reads == 2 * heads * n * d
+        assert r.hbm[f"{name} parts"].writes == heads * n * w.D_parts == w.tensor_elements(f"{name} parts")
+        assert r.hbm[f"{name} parts"].reads == half.hbm[name].reads
+        assert r.sram[f"{name} parts"] == half.sram[name]
+    assert r.hbm["O"].writes == w.BH * w.N_q * d and r.hbm["L"] == half.hbm["L"]
+    assert r.phases[2].block_trips == half.phases[0].block_trips
+    # FLOPs: the attention's nominal ones (as the 3xTF32 forward's), plus 3 an input element
+    nominal = flash_forward_v2(w, t).phases[0]       # (GQA changes no FLOP)
+    inputs = (w.BH * w.N_q + 2 * w.BH_kv * w.N_k) * d
+    assert r.matmul_flops == nominal.matmul_flops
+    assert r.other_flops == nominal.other_flops + 3 * inputs
+
+
+def test_parts_are_two_byte_elements_and_as_large_as_q_k_v_at_multiples_of_16():
+    w = Workload(1, 8, 512, 512, 64)
+    r = predict(FP16X3, w)
+    qkv_bytes = 4 * 3 * w.BH * 512 * 64
+    parts = sum(r.workspace[f"{n} parts"] for n in "QKV")
+    assert parts * 2 == qkv_bytes
+    maxima = (w.BH + 2 * w.BH_kv) * GX
+    assert r.workspace["head maxima"] == maxima
+    assert r.extra_memory_bytes == qkv_bytes + 4 * maxima + 4 * w.BH * 512      # parts, maxima, L
+    assert r.sram_read_bytes == 2 * sum(t.reads for t in r.sram.values())
+    with pytest.raises(ValueError, match="dtype_bytes must be 4"):
+        predict(FP16X3, dataclasses.replace(w, dtype_bytes=2))
+
+
+def test_maxima_reads_are_a_sector_a_warp_and_fetched_once_a_block():
+    """Every thread reads its heads' GX maxima at one address a warp: a sector requested a
+    warp-wide load; L1 fetches each distinct sector of a block once (2 a head: 16 floats)."""
+    w = Workload(4, 16, 4096, 4096, 64, causal=True)
+    t = default_tiling(64, 4096, 4096)
+    r = predict(FP16X3, w, t)
+    split, forward = r.phases[1], r.phases[2]
+    blocks = -(-4096 // t.Br) * w.BH
+    threads = t.threads_for("flash_forward_half")
+    only = lambda p: dataclasses.replace(p, hbm_reads={"head maxima": p.hbm_reads["head maxima"]},  # noqa: E731
+                                         hbm_writes={})
+    s = sector_traffic(only(forward), w)
+    assert s.requested == blocks * threads // 32 * 3 * GX
+    assert s.missed == blocks * 3 * GX * 4 / SECTOR_BYTES
+    split_blocks = prep_launch(cuda_simulated())[1]
+    heads = w.BH + 2 * w.BH_kv
+    assert sector_traffic(only(split), w).missed == heads * split_blocks * GX * 4 / SECTOR_BYTES
+
+
+def test_the_parts_are_copied_by_cp_async_and_o_stored_as_the_tc_forward():
+    """Rows of 2 D16 fp16 parts at the fp16 kernel's padded stride: the cp.async rule's 1.5x
+    sectors at D16 = 64 (256-byte rows, 272-byte shared rows); fp32 O stored in two halves a
+    sector, as the 3xTF32 forward's."""
+    w = Workload(1, 2, 512, 512, 64)
+    r = predict(FP16X3, w)
+    forward = r.phases[2]
+    kv = dataclasses.replace(forward, hbm_reads={"K parts": forward.hbm_reads["K parts"]},
+                             hbm_writes={"O": forward.hbm_writes["O"]})
+    s = sector_traffic(kv, w)
+    assert s.missed == pytest.approx(1.5 * forward.hbm_reads["K parts"] * 2 / SECTOR_BYTES)
+    assert s.stored == 2 * w.BH * 512 * 64 * 4 / SECTOR_BYTES
+    assert mma_format("flash_forward_half", w, VARIANT) == "float16"
+    assert mma_format("flash_forward_half", w, "") == "tf32"
+
+
+@pytest.mark.parametrize("d", [32, 64, 80, 128, 256])
+def test_default_tiling_suits_the_fp16_kernel(d):
+    t = predict(FP16X3, Workload(1, 2, 4096, 4096, d)).tiling
+    assert t == default_tiling(d, 4096, 4096) and t.suits_mma("flash_forward_half")
+    assert t.Br == (128 if d <= 64 else 80) and t.Bc == 32
+    short = predict(FP16X3, Workload(1, 2, 40, 40, d)).tiling
+    assert short == default_tiling(d, 40, 40) and short.Br < t.Br
+    assert d <= 64 or short.Br % 32 == 16                  # 16-row warps above d = 64
+
+
+@FAST
+@given(data=st.data())
+def test_an_all_true_block_mask_predicts_the_dense_counts(data):
+    w, t = data.draw(sparse_cases(FP16X3, fill=True))
+    sparse, full = predict(FP16X3, w, t), predict(FP16X3, dense(w), t)
+    assert_dense_counts(sparse, full)
+    assert sparse.phases[2].code == ("flash_forward_half", f"sparse+{VARIANT}")
+
+
+@FAST
+@given(data=st.data())
+def test_dropping_blocks_saves_their_parts_tiles_only(data):
+    """A dropped pair's K and V parts tiles are not read (cols_j x 2 D16 each a query head);
+    the preparing kernels still read and split every key."""
+    w, t = data.draw(sparse_cases(FP16X3))
+    fewer = dataclasses.replace(w, block_mask=np.zeros_like(w.block_mask_array()))
+    gone = brute_pairs(w, t.Br, t.Bc)
+    before, after = predict(FP16X3, w, t), predict(FP16X3, fewer, t)
+    keys = sum(min(t.Bc, w.N_k - j * t.Bc) for _, j in gone) * w.D_parts * w.BH
+    for name in ("K", "V"):
+        assert reads(before, f"{name} parts") - reads(after, f"{name} parts") == keys
+        assert reads(before, name) == reads(after, name) == 2 * w.BH_kv * w.N_k * w.d
+    assert after.matmul_flops == 0
