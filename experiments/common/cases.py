@@ -34,13 +34,16 @@ from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_K
                               HALF_FORWARD_KERNELS)
 
 #: Our kernels: standard attention and FlashAttention in the paper's (fa1) or FA2 loop order,
-#: on tensor cores (fa2, 3xTF32) or FFMA (fa2_fma); the names are flash_attention's algorithms.
-METHODS = ("standard", "fa1", "fa2", "fa2_fma")
+#: on tensor cores (fa2, 3xTF32) or FFMA (fa2_fma), and the fp32 forward from three fp16
+#: products (fa2_fp16x3, float32 only); the names are flash_attention's algorithms.
+METHODS = ("standard", "fa1", "fa2", "fa2_fma", "fa2_fp16x3")
 #: flash_attention_backward's algorithm after each flash method's forward: tensor cores after the
-#: tensor-core forward, FFMA after the others. simulator.predict's algorithms for each method are
-#: simulator.tiling's FORWARD_KERNELS and BACKWARD_KERNELS (dQ by atomics; ``deterministic``
-#: cases run the FFMA kernels, "flash_backward_deterministic").
-BACKWARD_ALGORITHM = {"fa1": "fa2_fma", "fa2": "fa2", "fa2_fma": "fa2_fma"}
+#: tensor-core forwards, FFMA after the others. simulator.predict's algorithms for each method are
+#: ``FORWARD_ALGORITHMS`` and simulator.tiling's BACKWARD_KERNELS (dQ by atomics;
+#: ``deterministic`` cases run the FFMA kernels, "flash_backward_deterministic").
+BACKWARD_ALGORITHM = {"fa1": "fa2_fma", "fa2": "fa2", "fa2_fma": "fa2_fma", "fa2_fp16x3": "fa2"}
+#: simulator.predict's algorithm of each flash method's forward in float32.
+FORWARD_ALGORITHMS = {**FORWARD_KERNELS, "fa2_fp16x3": "flash_forward_fp16x3"}
 #: "fwd": the forward call; "fwd_bwd": forward then backward, as in training.
 PASSES = ("fwd", "fwd_bwd")
 BACKWARD_FLOPS_FACTOR = 2.5
@@ -315,7 +318,7 @@ class Case:
             forward, backward = "standard_forward", "standard_backward"
         else:
             half = self.dtype != "float32"
-            forward = (HALF_FORWARD_KERNELS if half else FORWARD_KERNELS)[self.method]
+            forward = (HALF_FORWARD_KERNELS if half else FORWARD_ALGORITHMS)[self.method]
             if self.passes == "fwd":
                 return [forward]
             backward = ("flash_backward_deterministic" if self.deterministic
