@@ -43,6 +43,9 @@ Assumptions (a model, not a cache simulation):
    compulsory + (count - compulsory) x (1 - hit), for reads and writes alike (L2 is
    write-back, so re-written lines leave once when they stay).
 6. L2 is cold at every launch: data written by one kernel and read by the next is fetched again.
+7. Tensors every thread of a block reads whole (``Phase.broadcast``: fa2_fp16x3's head maxima,
+   64 bytes a head) reach L2 once a block (``simulator.sectors``): their reads beyond the
+   compulsory ones hit, whatever the working set (a few KB, re-read by every block).
 """
 from __future__ import annotations
 
@@ -146,7 +149,8 @@ def _phase_l2(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> tuple[L2Ph
             b = element_bytes(name, w.dtype_bytes)
             floor = 0 if k == 0 and name in p.written_first else min(n, w.tensor_elements(name))
             totals[k] += floor * b
-            totals[2 + k] += (floor + (n - floor) * (1.0 - hit)) * b
+            kept = 1.0 if k == 0 and name in p.broadcast else hit      # (assumption 7)
+            totals[2 + k] += (floor + (n - floor) * (1.0 - kept)) * b
     return L2Phase(p.name, blocks, working_set, hit, totals[2], totals[3],
                    int(totals[0]), int(totals[1])), totals
 

@@ -13,6 +13,8 @@ from numba_flash.kernels import split_half
 from simulator import Tiling, Workload, predict
 from simulator.flash import flash_forward_v2
 from simulator.fp16x3 import GX, VARIANT, cuda_simulated, default_tiling, prep_launch
+from simulator.hardware import H200
+from simulator.l2 import l2_traffic
 from simulator.runtime import mma_format
 from simulator.sectors import SECTOR_BYTES, sector_traffic
 
@@ -133,3 +135,16 @@ def test_dropping_blocks_saves_their_parts_tiles_only(data):
         assert reads(before, f"{name} parts") - reads(after, f"{name} parts") == keys
         assert reads(before, name) == reads(after, name) == 2 * w.BH_kv * w.N_k * w.d
     assert after.matmul_flops == 0
+
+
+def test_the_maxima_hit_in_l2_where_the_parts_overflow_it():
+    """At (4,16,4096,64) causal the K and V parts of the heads in flight (134 MB) overflow L2;
+    the maxima (3 KB each block reads whole) still reach DRAM once."""
+    w = Workload(4, 16, 4096, 4096, 64, causal=True)
+    r = predict(FP16X3, w)
+    forward = r.phases[2]
+    assert r.l2.phases[2].hit_fraction < 1
+    without = dataclasses.replace(forward, hbm_reads={k: n for k, n in forward.hbm_reads.items()
+                                                      if k != "head maxima"})
+    alone = l2_traffic((without,), w, r.tiling, H200)
+    assert r.l2.phases[2].dram_read_bytes - alone.dram_read_bytes == 4 * w.tensor_elements("head maxima")
