@@ -14,7 +14,9 @@ also block-sparse) and the FFMA forward, backward (dQ by atomics, and without fo
 ``deterministic=True``), dQ kernel and Algorithm 1 forward at their default tilings
 (``Tiling.kernel_default``), causal and not, at each ``--d``; the standard attention's matmuls
 (64 x 64; each transpose variant), softmax, dS and D = rowsum(dO * O) kernels with the API's 128
-threads (D at each --d), and the fp32 -> fp16 conversion of the half backward's dQ. A blank d or
+threads (D at each --d), and the fp32 -> fp16 conversion of the half backward's dQ; fa2_fp16x3's
+forward (the fp16 kernel in its fp32 mode, variant "fp16x3", at its own default tilings, d = 64
+and 128: ``FP16X3_HEAD_DIMS``) and its two preparing kernels (head_amax; split_half at each --d). A blank d or
 causal in the CSV: the kernel's code depends on neither. Then every tiled kernel that the
 experiments (``--experiments``: all by default; a few minutes to list) launch in a full GPU run
 and those lack -- fig2_middle's Bc sweep, io_scaling's M sweep, short sequences' cut tiles
@@ -47,15 +49,20 @@ from numba_flash.kernels.flash_forward_alg1 import make_flash_forward_alg1
 from numba_flash.kernels.flash_forward_fa2 import make_flash_forward_fa2
 from numba_flash.kernels.flash_forward_fa2_tc import make_flash_forward_fa2_tc
 from numba_flash.kernels.flash_forward_half import make_flash_forward_half
+from numba_flash.kernels.split_half import make_head_amax, make_split_half
 from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
 from numba_flash.checks import BLOCK_SIZE
 from simulator.flash import SPARSE_VARIANT
+from simulator.fp16x3 import VARIANT as FP16X3, default_tiling as fp16x3_tiling, prep_launch
 from simulator.occupancy import asked_variant
 from simulator.spec import Mask
 from simulator.tiling import Tiling, table_variant
 
 OUT = Path(__file__).resolve().parent.parent / "simulator" / "kernel_resources.csv"
 HEAD_DIMS = (32, 64, 80, 128, 256)
+#: fa2_fp16x3's forward at the head dims the bench and the H200 runs time (each compile takes
+#: minutes on 2 cores); the model's time is NaN at the others.
+FP16X3_HEAD_DIMS = (64, 128)
 #: Threads a block of the row-wise kernels (softmax, dS, D) on the GPU (numba_flash.api._row_threads).
 ROW_THREADS = 128
 COLUMNS = ("kernel", "function", "variant", "Br", "Bc", "d", "causal", "threads",
@@ -80,6 +87,15 @@ class Config:
     tiled: bool = True
     block_size: tuple[int, int] | None = None   # block-sparse: the default tiling nested in these
     at: Tiling | None = None
+    threads: int = ROW_THREADS                  # a row kernel's threads a block
+
+    @property
+    def tile_d(self) -> int:
+        """The columns of the kernel's tiles: d, or for fa2_fp16x3's forward 2 D16 (a row's
+        fp16 hi and lo parts)."""
+        if self.variant == FP16X3:
+            return 2 * Tiling(16, 16).half_depth(self.d)
+        return self.d or 0
 
     @property
     def tiling(self) -> Tiling | None:
@@ -113,6 +129,8 @@ TILED = {
     ("flash_backward", ""): ("bwd_kv", lambda t, d, causal: make_flash_backward_kv(t, d, causal, True)),
     ("flash_backward", "no_atomic_dq"): ("bwd_kv", lambda t, d, causal: make_flash_backward_kv(t, d, causal, False)),
     ("flash_backward_dq", ""): ("bwd_dq", make_flash_backward_dq),
+    ("flash_forward_half", FP16X3): ("fwd_fp16x3",
+                                     lambda t, d, mask: make_flash_forward_half(t, d, mask, "float32", True)),
 }
 
 
@@ -121,6 +139,8 @@ def tiled(kernel: str, variant: str, d: int, causal: bool, at: Tiling | None = N
     tiling ``at`` (None: its default; the sparse variant's nested in ``BLOCK_SIZE``)."""
     kind, factory = TILED[kernel, variant]
     mask = Mask(upper=causal, sparse=True) if variant == SPARSE_VARIANT else causal
+    if variant == FP16X3 and at is None:      # its own default (simulator.fp16x3)
+        at = fp16x3_tiling(d, None, None)
     return Config(kernel, variant, kind, d, causal, lambda t: factory(t, d, mask),
                   block_size=BLOCK_SIZE if variant == SPARSE_VARIANT else None, at=at)
 
@@ -133,11 +153,16 @@ def configurations(head_dims, extra=()) -> list[Config]:
     for d in head_dims:
         for causal in (False, True):
             for kernel, variant in TILED:
-                (tc if TILED[kernel, variant][0] in ("fa2_tc", "bwd_tc", "fwd_half", "bwd_half")
+                if variant == FP16X3 and d not in FP16X3_HEAD_DIMS:
+                    continue
+                (tc if TILED[kernel, variant][0] in ("fa2_tc", "bwd_tc", "fwd_half", "bwd_half", "fwd_fp16x3")
                  else fma).append(tiled(kernel, variant, d, causal))
         fma += [Config("row_dot", "zero_dq" if zero else "", "row_dot", d, None,
                        lambda _, d=d, z=zero: make_row_dot(ROW_THREADS, d, z, "float32"), tiled=False)
                 for zero in (True, False)]
+        fma.append(Config("split_half", "", "split_half", d, None,     # fa2_fp16x3's parts
+                          lambda _, d=d: make_split_half(d), tiled=False,
+                          threads=prep_launch(False)[0]))
     standard = [Config("standard_matmul", variant, "matmul", None, None,
                        lambda t, a=trans_a, b=trans_b: make_matmul(t, a, b, "float32"))
                 for variant, trans_a, trans_b in (("", False, False), ("trans_a", True, False),
@@ -146,6 +171,10 @@ def configurations(head_dims, extra=()) -> list[Config]:
                         lambda _, c=causal: make_softmax(ROW_THREADS, c, "float32"), tiled=False)
                  for causal in (False, True)]
     standard.append(Config("ds", "", "ds", None, None, lambda _: make_ds(ROW_THREADS, "float32"), tiled=False))
+    # fa2_fp16x3's heads' maxima (the GPU's threads a block: simulator.fp16x3.prep_launch)
+    standard.append(Config("head_amax", "", "head_amax", None, None,
+                           lambda _: make_head_amax(prep_launch(False)[0]), tiled=False,
+                           threads=prep_launch(False)[0]))
     # the half backward's dQ_accum -> dQ (fp16)
     standard.append(Config("convert", "narrow", "convert_narrow", None, None,
                            lambda _: make_convert("float16", False), tiled=False))
@@ -199,8 +228,8 @@ def measure(chosen, index: int) -> dict[str, str]:
            "variant": table_variant(config.variant, tiling),
            "Br": _blank(tiling and tiling.Br), "Bc": _blank(tiling and tiling.Bc),
            "d": _blank(config.d), "causal": _blank(config.causal),
-           "threads": str(tiling.threads_for(config.kernel) if tiling else ROW_THREADS),
-           "dynamic_smem_bytes": str(tiling.smem_bytes(config.kernel, config.d or 0) if tiling else 0),
+           "threads": str(tiling.threads_for(config.kernel) if tiling else config.threads),
+           "dynamic_smem_bytes": str(tiling.smem_bytes(config.kernel, config.tile_d) if tiling else 0),
            "register_cap": _blank(cap),
            "kernel_source": kernel_cache.function_digest(kernel.py_func.__name__)}
     row.update({key: str(value) for key, value in found.items()})
