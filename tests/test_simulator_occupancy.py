@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from simulator.fp16x3 import VARIANT as FP16X3
+from simulator.fp16x3 import default_tiling as fp16x3_tiling
 from simulator.hardware import A100_40GB, H200
 from simulator.occupancy import (RESOURCES_CSV, asked_variant, kernel_resources, occupancy, resources,
                                  waves)
@@ -106,9 +108,15 @@ def test_csv_rows_match_the_tilings():
     assert rows
     with open(RESOURCES_CSV, newline="") as f:
         assert len(list(csv.DictReader(f))) == len(rows)
-    defaults = set()
+    defaults, fp16x3 = set(), set()
     for r in rows:
         assert r.ptxas and re.fullmatch(r"\d{4}-\d\d-\d\d", r.date)
+        if r.variant == FP16X3:          # fa2_fp16x3's forward: tiles of rows of 2 D16 parts
+            assert r.dynamic_smem_bytes == r.tiling.smem_bytes(r.kernel, 2 * r.tiling.half_depth(r.d)), r
+            assert r.threads == r.tiling.threads_for(r.kernel), r
+            assert r.tiling == fp16x3_tiling(r.d, None, None), r      # its own default
+            fp16x3.add((r.d, r.causal))
+            continue
         if r.kernel in KERNELS:
             assert r.dynamic_smem_bytes == r.tiling.smem_bytes(r.kernel, r.d or 0), r
             assert r.threads == r.tiling.threads_for(r.kernel), r
@@ -130,6 +138,8 @@ def test_csv_rows_match_the_tilings():
     kinds = {(kernel, variant, causal) for kernel, variant, _, causal in per_d}
     head_dims = {d for _, _, d, _ in per_d}
     assert per_d == {(k, v, d, c) for k, v, c in kinds for d in head_dims}
+    assert fp16x3 == {(d, c) for d, _ in fp16x3 for c in (False, True)} and fp16x3 <= {
+        (d, c) for d in head_dims for c in (False, True)}
 
 
 def test_csv_was_recorded_from_these_kernel_sources():
