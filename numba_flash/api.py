@@ -133,7 +133,7 @@ def forward_tiling(algorithm: str, fmt: str, tiling, d: int, n_q: int, n_k: int,
         return checks.tiling_for(tiling, kernels, d, n_q, n_k, dropout, block_size)
     if tiling is None and block_size is None:
         tiling = fp16x3.default_tiling(d, n_q, n_k, dropout)
-    return checks.tiling_for(tiling, kernels, 2 * fp16x3.depth(d), n_q, n_k, dropout, block_size)
+    return checks.tiling_for(tiling, kernels, fp16x3.parts_width(d), n_q, n_k, dropout, block_size)
 
 
 def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=False,
@@ -225,7 +225,7 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     kernel_name = forward_kernel(algorithm, shp.precision)
     tiling = forward_tiling(algorithm, shp.precision, tiling, shp.d, shp.N_q, shp.N_k, mask.dropout,
                             block_size)
-    tile_d = 2 * fp16x3.depth(shp.d) if algorithm == FP16X3 else shp.d
+    tile_d = fp16x3.parts_width(shp.d) if algorithm == FP16X3 else shp.d
     lists = checks.block_lists(on, block_size, tiling, shp.N_q, shp.N_k, causal, window, diagonal,
                                by_key=False) if mask.sparse else None
     diagonal = hi

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.fp16x3 import default_tiling, prep_launch
+from simulator.fp16x3 import default_tiling, parts_width, prep_launch
 from simulator.spec import Mask
 from simulator.tiling import Tiling
 
@@ -35,24 +35,19 @@ def check_heads(bh: int, bh_kv: int) -> None:
                          f"together (B*H + 2*B*H_kv), got {bh + 2 * bh_kv}: split the batch")
 
 
-def depth(d: int) -> int:
-    """D16: d rounded up to the fp16 mma's k = 16 (``simulator.Workload.D_parts`` is 2 D16)."""
-    return -(-d // 16) * 16
-
-
 def smem_bytes(tiling: Tiling, d: int) -> int:
     """Dynamic shared memory of the forward at head dim d: the fp16 kernel's tiles two D16
     wide (hi and lo parts side by side)."""
-    return tiling.smem_bytes("flash_forward_half", 2 * depth(d))
+    return tiling.smem_bytes("flash_forward_half", parts_width(d))
 
 
 def workspaces(bh: int, bh_kv: int, n_q: int, n_k: int, d: int) -> dict:
     """Name -> (elements, dtype) of the buffers one call needs besides q, k, v, o, lse (in the
     order ``forward_launches`` takes them; the names are the model's, ``simulator.fp16x3``)."""
-    D16 = depth(d)
+    W = parts_width(d)
     return {"head maxima": ((bh + 2 * bh_kv) * GX, np.float32),
-            "Q parts": (bh * n_q * 2 * D16, np.uint16), "K parts": (bh_kv * n_k * 2 * D16, np.uint16),
-            "V parts": (bh_kv * n_k * 2 * D16, np.uint16)}
+            "Q parts": (bh * n_q * W, np.uint16), "K parts": (bh_kv * n_k * W, np.uint16),
+            "V parts": (bh_kv * n_k * W, np.uint16)}
 
 
 def forward_launches(tiling: Tiling, d: int, mask: Mask, bh: int, bh_kv: int, n_q: int, n_k: int):

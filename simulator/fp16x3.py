@@ -28,9 +28,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from .blocks import BlockGrid
 from .phases import Plan, phase
-from .tiling import Tiling
+from .tiling import HALF_K, Tiling
 from .workload import Workload
 
 #: Blocks of head_amax a head, and partial maxima a head (numba_flash/kernels/split_half.GX).
@@ -60,6 +59,12 @@ def default_tiling(d: int, n_q: int, n_k: int, dropout: bool = False) -> Tiling:
     return t
 
 
+def parts_width(d: int) -> int:
+    """Columns of a row of the fp16 parts at head dim d: 2 D16 (D16 = d rounded up to the
+    fp16 mma's k; hi parts, zeros to D16, lo parts, zeros to D16)."""
+    return 2 * (-(-d // HALF_K) * HALF_K)
+
+
 def prep_launch(simulated: bool) -> tuple[int, int]:
     """(threads a block, blocks a head of split_half) of the preparing kernels: 256 and 8 on a
     GPU; one warp and one block under Numba's CUDA simulator (a Python thread a CUDA thread)."""
@@ -79,7 +84,7 @@ def _renamed(counts, names: dict) -> dict:
 def flash_forward_fp16x3(w: Workload, t: Tiling) -> Plan:
     """The three launches of the module docstring; the forward's tiling ``t`` is of rows of
     ``D_parts`` fp16 elements (``default_tiling`` when predict is given none)."""
-    from .flash import _grid, _variant, flash_forward_half, flash_forward_v2
+    from .flash import _variant, flash_forward_half, flash_forward_v2
 
     if w.dtype_bytes != 4:
         raise ValueError(f"flash_forward_fp16x3 splits fp32 inputs: dtype_bytes must be 4, got "
@@ -96,16 +101,14 @@ def flash_forward_fp16x3(w: Workload, t: Tiling) -> Plan:
     split = phase("split into fp16 parts", None, bh=1,
                   hbm_reads={**inputs, MAXIMA: heads * split_blocks * threads * GX},
                   hbm_writes=parts, other_flops=SPLIT_FLOPS * elements, units_per_head=heads,
-                  blocks_per_unit=split_blocks, code=("split_half", ""))
-    split = dataclasses.replace(split, broadcast={MAXIMA: threads})
+                  blocks_per_unit=split_blocks, code=("split_half", ""), broadcast={MAXIMA: threads})
 
     wide = dataclasses.replace(w, d=w.D_parts, dtype_bytes=2)
     half = flash_forward_half(wide, t).phases[0]
     nominal = flash_forward_v2(w, t).phases[0]
-    g: BlockGrid = _grid(w, t)
     reads = _renamed(half.hbm_reads, PARTS)
     block_threads = t.threads_for("flash_forward_half")
-    reads[MAXIMA] = g.tr * w.BH * block_threads * 3 * GX
+    reads[MAXIMA] = t.Tr(w.N_q) * w.BH * block_threads * 3 * GX
     writes = dict(half.hbm_writes)
     writes["O"] = writes["O"] // w.D_parts * w.d         # fp32 O, d wide
     variant = "+".join(v for v in (_variant(w), VARIANT) if v)

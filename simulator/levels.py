@@ -64,8 +64,13 @@ def total(parts) -> Levels:
 
 
 def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
-    """The model of every level for an algorithm's launches ``phases`` (``simulator.phases``)
-    with the L2 model's per-launch view ``l2`` (``simulator.l2.L2Traffic``):
+    """``launch_levels`` summed over the launches."""
+    return total(launch_levels(phases, workload, tiling, hardware, l2))
+
+
+def launch_levels(phases, workload, tiling, hardware, l2) -> list[Levels]:
+    """The model of every level for each of an algorithm's launches ``phases``
+    (``simulator.phases``) with the L2 model's per-launch view ``l2`` (``simulator.l2.L2Traffic``):
 
     - global loads, stores and atomic adds in sectors, and L1 hits: ``simulator.sectors``;
     - local memory: ``simulator.local`` (the compiled kernel's spill instructions x how often
@@ -120,7 +125,7 @@ def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
             local_bytes=loc.load_bytes + loc.store_bytes if loc else nan,
             smem_wavefronts=smem_wavefronts(p, workload.dtype_bytes),
             time_s=seconds))
-    return total(parts)
+    return parts
 
 
 def _launches(p, workload, tiling, hardware) -> bool:

@@ -105,7 +105,8 @@ def phase(name: str, kernel: str | None, *, bh: int, hbm_reads: dict, hbm_writes
           blocks_per_unit: int = 1, unit_reread_elements: int = 0,
           code: tuple[str, str] | None = None, block_trips=(), tile_major: bool = False,
           inner_trips=(), heads: int | None = None, unit_share: int = 1,
-          lsu_wavefronts: float | None = None, written_first=frozenset(), edge_trips=()) -> Phase:
+          lsu_wavefronts: float | None = None, written_first=frozenset(), edge_trips=(),
+          broadcast: dict | None = None) -> Phase:
     """A Phase from counts of ONE (batch, head) pair, scaled by ``bh``; zero entries dropped.
     ``code`` defaults to (kernel, ""); ``heads`` (the grid's) to ``bh``."""
     def scaled(counts):
@@ -116,7 +117,7 @@ def phase(name: str, kernel: str | None, *, bh: int, hbm_reads: dict, hbm_writes
                  code or (kernel or "", ""), tuple(int(n) for n in block_trips), tile_major,
                  tuple(int(n) for n in inner_trips), bh if heads is None else heads, unit_share,
                  None if lsu_wavefronts is None else lsu_wavefronts * bh, frozenset(written_first),
-                 None, tuple(int(n) for n in edge_trips))
+                 None, tuple(int(n) for n in edge_trips), dict(broadcast or {}))
 
 
 def smem_wavefronts(p: Phase, element_bytes: int) -> float:

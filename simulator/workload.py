@@ -26,7 +26,7 @@ _TENSOR_SHAPE = {
     "O (recomputed)": ("N_q", "d"), "L (recomputed)": ("N_q",),    # the deterministic backward's
     # fa2_fp16x3's fp16 parts of q, k, v, and its partial maxima (``simulator.fp16x3``)
     "Q parts": ("N_q", "D_parts"), "K parts": ("N_k", "D_parts"), "V parts": ("N_k", "D_parts"),
-    "head maxima": ("maxima_per_head",),
+    "head maxima": (),                # GX a head of q, k and v each (``tensor_elements``)
 }
 
 
@@ -214,14 +214,9 @@ class Workload:
     @property
     def D_parts(self) -> int:
         """Columns of a row of fa2_fp16x3's fp16 parts of q, k, v: d rounded up to the fp16
-        mma's k = 16, twice (hi parts, then lo parts)."""
-        return 2 * (-(-self.d // 16) * 16)
-
-    @property
-    def maxima_per_head(self) -> int:
-        """fa2_fp16x3's partial maxima of a head of q, k or v (``simulator.fp16x3.GX``)."""
-        from .fp16x3 import GX
-        return GX
+        mma's k = 16, twice (hi parts, then lo parts): ``simulator.fp16x3.parts_width``."""
+        from .fp16x3 import parts_width
+        return parts_width(self.d)
 
     def tensor_elements(self, name: str) -> int:
         """Elements of tensor ``name`` (a contract name: Q, K, ..., S, P, L, D, l, m, the
@@ -229,9 +224,10 @@ class Workload:
         (and their parts), B*H + 2 B*H_kv for the maxima (a head of q, k and v each)."""
         if name not in _TENSOR_SHAPE:
             raise ValueError(f"unknown tensor {name!r}; known: {sorted(_TENSOR_SHAPE)}")
-        size = self.BH_kv if name in _KV_TENSORS else self.BH
         if name == "head maxima":
-            size = self.BH + 2 * self.BH_kv
+            from .fp16x3 import GX
+            return (self.BH + 2 * self.BH_kv) * GX
+        size = self.BH_kv if name in _KV_TENSORS else self.BH
         for dim in _TENSOR_SHAPE[name]:
             size *= getattr(self, dim)
         return size

@@ -9,6 +9,7 @@ import pytest
 
 from simulator.fp16x3 import VARIANT as FP16X3
 from simulator.fp16x3 import default_tiling as fp16x3_tiling
+from simulator.fp16x3 import parts_width
 from simulator.hardware import A100_40GB, H200
 from simulator.occupancy import (RESOURCES_CSV, asked_variant, kernel_resources, occupancy, resources,
                                  waves)
@@ -112,7 +113,7 @@ def test_csv_rows_match_the_tilings():
     for r in rows:
         assert r.ptxas and re.fullmatch(r"\d{4}-\d\d-\d\d", r.date)
         if r.variant == FP16X3:          # fa2_fp16x3's forward: tiles of rows of 2 D16 parts
-            assert r.dynamic_smem_bytes == r.tiling.smem_bytes(r.kernel, 2 * r.tiling.half_depth(r.d)), r
+            assert r.dynamic_smem_bytes == r.tiling.smem_bytes(r.kernel, parts_width(r.d)), r
             assert r.threads == r.tiling.threads_for(r.kernel), r
             assert r.tiling == fp16x3_tiling(r.d, None, None), r      # its own default
             fp16x3.add((r.d, r.causal))

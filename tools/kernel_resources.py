@@ -53,7 +53,7 @@ from numba_flash.kernels.split_half import make_head_amax, make_split_half
 from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
 from numba_flash.checks import BLOCK_SIZE
 from simulator.flash import SPARSE_VARIANT
-from simulator.fp16x3 import VARIANT as FP16X3, default_tiling as fp16x3_tiling, prep_launch
+from simulator.fp16x3 import VARIANT as FP16X3, default_tiling as fp16x3_tiling, parts_width, prep_launch
 from simulator.occupancy import asked_variant
 from simulator.spec import Mask
 from simulator.tiling import Tiling, table_variant
@@ -94,7 +94,7 @@ class Config:
         """The columns of the kernel's tiles: d, or for fa2_fp16x3's forward 2 D16 (a row's
         fp16 hi and lo parts)."""
         if self.variant == FP16X3:
-            return 2 * Tiling(16, 16).half_depth(self.d)
+            return parts_width(self.d)
         return self.d or 0
 
     @property

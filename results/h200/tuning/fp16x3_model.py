@@ -14,8 +14,7 @@ sys.path.insert(0, ".")
 
 from simulator import Workload, predict                    # noqa: E402
 from simulator.hardware import H200_MEASURED                # noqa: E402
-from simulator.local import dirty_residue                   # noqa: E402
-from simulator.runtime import launch_seconds, rates_for     # noqa: E402
+from simulator.levels import launch_levels                  # noqa: E402
 
 LOG = Path(__file__).with_name("fp16x3_forward_2026-12-05b.log")
 LINE = re.compile(r"^\s+(\d+),(\d+),(\d+),(\d+)(,causal)? \| fp16x3 default ([\d.]+) .*\| 3xTF32 ([\d.]+) ")
@@ -32,17 +31,6 @@ def measured() -> list[tuple]:
     return out
 
 
-def launch_ms(report) -> list[float]:
-    """Each launch's model time (ms), as ``simulator.levels`` sums them."""
-    rates = rates_for(report.hardware)
-    out = []
-    for p, view in zip(report.phases, report.l2.phases):
-        written = view.dram_write_bytes - dirty_residue(view, rates.l2_dirty_capacity_bytes)
-        out.append(1e3 * launch_seconds(p, report.workload, p.tiling or report.tiling,
-                                        report.hardware, (view.dram_read_bytes, written)))
-    return out
-
-
 def main() -> None:
     print("shape B,H,N,d | fa2_fp16x3: measured ms, model ms (head maxima + split + forward), "
           "error | 3xTF32 fa2: measured, model, error")
@@ -51,7 +39,8 @@ def main() -> None:
         w = Workload(b, h, n, n, d, causal=causal)
         x3 = predict("flash_forward_fp16x3", w, hardware=H200_MEASURED)
         tc = predict("flash_forward_tc", w, hardware=H200_MEASURED)
-        parts = " + ".join(f"{t:.3f}" for t in launch_ms(x3))
+        launches = launch_levels(x3.phases, w, x3.tiling, x3.hardware, x3.l2)
+        parts = " + ".join(f"{v.time_s * 1e3:.3f}" for v in launches)
         t_x3, t_tc = x3.levels.time_s * 1e3, tc.levels.time_s * 1e3
         errors["fp16x3"].append(t_x3 / ms_x3 - 1)
         errors["tc"].append(t_tc / ms_tc - 1)
