@@ -4,8 +4,8 @@ the disk cache instead of compiling them one after another (~13-125 s each)."""
 import numba_flash as nf
 from simulator.tiling import H200_SMEM_PER_BLOCK
 
-from . import (test_gpu, test_gpu_band, test_gpu_block_sparse, test_gpu_dropout, test_gpu_half,
-               test_gpu_varlen, test_torch_gpu)
+from . import (test_gpu, test_gpu_band, test_gpu_block_sparse, test_gpu_dropout, test_gpu_fp16x3,
+               test_gpu_half, test_gpu_varlen, test_torch_gpu)
 
 
 def _configs():
@@ -33,7 +33,7 @@ def _configs():
     yield nf.KernelConfig(d=64, n_q=300, causal=True)       # test_torch_compile_with_inductor
     yield nf.KernelConfig(d=64, n_q=256, causal=True)       # test_runs_on_the_current_side_stream
     for module in (test_gpu_half, test_gpu_band, test_gpu_dropout, test_gpu_block_sparse,
-                   test_gpu_varlen):
+                   test_gpu_varlen, test_gpu_fp16x3):
         yield from module.KERNELS
 
 

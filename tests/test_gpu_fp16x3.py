@@ -34,11 +34,21 @@ def _inputs(B, H, n_q, n_k, d, scale=1.0, seed=0):
     return q * scale, k, v
 
 
-@pytest.mark.parametrize("B,H,n_q,n_k,d,causal,scale", [
-    (2, 2, 255, 97, 64, False, 1.0), (1, 2, 4099, 4099, 64, True, 1.0),
-    (2, 2, 300, 301, 40, False, 30.0), (2, 2, 255, 97, 111, False, 1.0),
-    (1, 1, 1000, 1000, 128, False, 1.0), (1, 2, 97, 4099, 80, True, 1.0), (1, 2, 1, 17, 8, False, 1.0),
-])
+SHAPES = [(2, 2, 255, 97, 64, False, 1.0), (1, 2, 4099, 4099, 64, True, 1.0),
+          (2, 2, 300, 301, 40, False, 30.0), (2, 2, 255, 97, 111, False, 1.0),
+          (1, 1, 1000, 1000, 128, False, 1.0), (1, 2, 97, 4099, 80, True, 1.0),
+          (1, 2, 1, 17, 8, False, 1.0)]
+BACKWARD_SHAPES = [(4099, 64, True, 1.0), (300, 64, False, 30.0), (301, 128, True, 30.0)]
+
+#: The kernels these tests launch (conftest builds them first, in parallel processes).
+KERNELS = ([nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, forward="fa2_fp16x3", backward=None)
+            for _, _, n_q, n_k, d, causal, _ in SHAPES]
+           + [nf.KernelConfig(d=64, n_q=300, causal=True, forward="fa2_fp16x3", backward=None)]
+           + [nf.KernelConfig(d=d, n_q=n, causal=causal, forward="fa2_fp16x3", backward="fa2")
+              for n, d, causal, _ in BACKWARD_SHAPES])
+
+
+@pytest.mark.parametrize("B,H,n_q,n_k,d,causal,scale", SHAPES)
 def test_forward_within_the_rule(B, H, n_q, n_k, d, causal, scale):
     torch.backends.cuda.matmul.allow_tf32 = False
     q, k, v = _inputs(B, H, n_q, n_k, d, scale)
@@ -61,8 +71,7 @@ def test_replays_equal_the_checked_path():
         torch.testing.assert_close(lse, lse_ref, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("n,d,causal,scale", [(4099, 64, True, 1.0), (300, 64, False, 30.0),
-                                              (301, 128, True, 30.0)])
+@pytest.mark.parametrize("n,d,causal,scale", BACKWARD_SHAPES)
 def test_backward_from_its_o_and_lse_within_the_rule(n, d, causal, scale):
     torch.backends.cuda.matmul.allow_tf32 = False
     q, k, v = _inputs(1, 2, n, n, d, scale, seed=3)
