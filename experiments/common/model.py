@@ -92,6 +92,10 @@ def kernel_tiling(algorithm: str, d: int, n: int, block_size: tuple[int, int] | 
     block mask's ``block_size`` to nest in its blocks)."""
     from simulator.tiling import Tiling
 
+    if algorithm == "flash_forward_fp16x3":     # its own defaults (numba_flash.api takes them)
+        from simulator.fp16x3 import default_tiling
+
+        return default_tiling(d, n, n)
     return min((Tiling.kernel_default(k, d, n_q=n, n_k=n, block_size=block_size)
                 for k in KERNELS_OF[algorithm]), key=lambda t: t.Br * t.Bc)
 
