@@ -24,6 +24,13 @@ Semantics are torch's (``torch.nn.functional.scaled_dot_product_attention``):
   autograd formula of its own);
 - float16 and bfloat16 run forward and backward on tensor cores in that format
   (``api.flash_attention_backward``), gradients in the inputs' dtype;
+- ``algorithm`` (keyword-only, ours): float32's forward, ``"fa2"`` (3xTF32, the default) or
+  ``"fa2_fp16x3"`` (fp32 from three fp16 products: about twice the speed at d = 64, o within
+  2x a plain fp32 implementation's error; ``api.flash_attention``'s), **forward only**: with
+  autograd recording (an input requires grad, grad mode on) it raises ValueError, because the
+  only backward, "fa2"'s, recomputes P from its own S (3xTF32), which differs from the S its
+  lse came from by a few ulps, and at large logits the gradients then exceed the rule
+  (``tools/fp16x3_gradients.py``); use it under ``torch.no_grad()`` / ``inference_mode()``;
 - ``dropout_p`` > 0 drops probabilities as torch does (kept ones scaled by 1 / (1 - p)), with
   the kernels' own mask (``api.flash_attention``'s ``dropout_p``: p applied rounded to 2^-16):
   each call draws a seed from torch's default CPU generator (``dropout_seed``; repeatable
@@ -55,6 +62,8 @@ from .launch import on_stream
 __all__ = ["scaled_dot_product_attention", "block_sparse_attention", "dropout_seed"]
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: ``scaled_dot_product_attention``'s forward algorithms (``api.flash_attention``'s names).
+ALGORITHMS = ("fa2", "fa2_fp16x3")
 _streams: dict = {}
 
 
@@ -135,20 +144,22 @@ def _dropout(dropout_p: float, seed: Optional[torch.Tensor]) -> dict:
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                       causal: bool, diagonal: int, dropout_p: float = 0.0,
                       seed: Optional[torch.Tensor] = None, block_mask: Optional[torch.Tensor] = None,
-                      block_q: int = 128, block_k: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+                      block_q: int = 128, block_k: int = 128,
+                      algorithm: str = "fa2") -> tuple[torch.Tensor, torch.Tensor]:
     """(o, lse) of FlashAttention: q (B, H, N_q, d), k and v (B, H, N_k, d) float32, float16 or
     bfloat16; o (B, H, N_q, d) in their dtype, lse (B, H, N_q) float32; row r sees key c iff
     ``not causal or c <= r + diagonal``; with ``dropout_p`` > 0, the mask of ``seed`` (an int64
     scalar tensor: ``api.flash_attention``'s ``dropout_seed``); with ``block_mask`` (bool,
-    (ceil(N_q / block_q), ceil(N_k / block_k))), block-sparse (``api.flash_attention``'s)."""
+    (ceil(N_q / block_q), ceil(N_k / block_k))), block-sparse (``api.flash_attention``'s);
+    ``algorithm``: ``api.flash_attention``'s ("fa2", or "fa2_fp16x3" for float32)."""
     return _run(api.flash_attention, (q, k, v), causal=causal, softmax_scale=scale,
                 return_lse=True, diagonal=diagonal if causal else None, **_dropout(dropout_p, seed),
-                **_sparse(block_mask, block_q, block_k))
+                **_sparse(block_mask, block_q, block_k), algorithm=algorithm)
 
 
 @attention_forward.register_fake
 def _(q, k, v, scale, causal, diagonal, dropout_p=0.0, seed=None, block_mask=None, block_q=128,
-      block_k=128):
+      block_k=128, algorithm="fa2"):
     return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
@@ -174,7 +185,7 @@ def _(do, q, k, v, o, lse, scale, causal, diagonal, dropout_p=0.0, seed=None, bl
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, scale, causal, diagonal, dropout_p, seed, block_mask, block_q, block_k = inputs
+    q, k, v, scale, causal, diagonal, dropout_p, seed, block_mask, block_q, block_k, _ = inputs
     o, lse = output
     ctx.mark_non_differentiable(lse)
     ctx.save_for_backward(q, k, v, o, lse, seed, block_mask)
@@ -187,7 +198,7 @@ def _differentiate(ctx, do, _dlse):
     dq, dk, dv = attention_backward(do.contiguous(), q, k, v, o, lse, ctx.scale, ctx.causal,
                                     ctx.diagonal, ctx.dropout_p, seed, block_mask, ctx.block_q,
                                     ctx.block_k)
-    return dq, dk, dv, None, None, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None
 
 
 def dropout_seed(generator: Optional[torch.Generator] = None) -> torch.Tensor:
@@ -216,17 +227,21 @@ def _repeat_heads(name, x, heads):
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None, enable_gqa=False):
+                                 is_causal=False, scale=None, enable_gqa=False, *, algorithm="fa2"):
     """``torch.nn.functional.scaled_dot_product_attention`` on numba-flash's kernels.
 
     query (..., N_q, d), key and value (..., N_k, d), the same leading dims (with
     ``enable_gqa``, heads at dim -3 may divide the query's); float32, float16 or bfloat16 (one
     for all), on one CUDA device or
-    (under the CUDA simulator) the CPU. Returns the attention output (..., N_q, d). See the
-    module docstring for what is supported."""
+    (under the CUDA simulator) the CPU. ``algorithm`` (keyword-only, not torch's): the forward,
+    "fa2" or, for float32 without autograd, "fa2_fp16x3" (three fp16 products, about twice as
+    fast; ValueError where autograd records). Returns the attention output (..., N_q, d). See
+    the module docstring for what is supported."""
     if attn_mask is not None:
         raise _unsupported("attn_mask is not supported yet: pass attn_mask=None (is_causal=True "
                            "for a causal mask), or call torch's SDPA")
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
     for name, x in (("query", query), ("key", key), ("value", value)):
@@ -241,6 +256,16 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if not (query.device == key.device == value.device):
         raise ValueError(f"query, key and value must be on one device, got {query.device}, "
                          f"{key.device} and {value.device}")
+    if algorithm == "fa2_fp16x3" and query.dtype != torch.float32:
+        raise ValueError(f"algorithm='fa2_fp16x3' is float32's (its inputs are split into fp16 "
+                         f"parts); query is {query.dtype}: pass algorithm='fa2'")
+    if algorithm == "fa2_fp16x3" and torch.is_grad_enabled() and any(
+            x.requires_grad for x in (query, key, value)):
+        raise ValueError("algorithm='fa2_fp16x3' is forward-only: the backward recomputes P from "
+                         "its own 3xTF32 S, not the S its lse came from, and at large logits the "
+                         "gradients exceed the accuracy rule (tools/fp16x3_gradients.py); run it "
+                         "under torch.no_grad() or torch.inference_mode(), or pass algorithm='fa2' "
+                         "to train")
     if value.shape[-1] != query.shape[-1] or key.shape[-1] != query.shape[-1]:
         raise _unsupported(f"head dims must be equal (query {query.shape[-1]}, key "
                            f"{key.shape[-1]}, value {value.shape[-1]})")
@@ -272,7 +297,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     q4 = query.reshape(-1, heads, query.shape[-2], d).contiguous()
     k4, v4 = (x.reshape(-1, kv_heads, x.shape[-2], d).contiguous() for x in (key, value))
     seed = dropout_seed() if dropout_p > 0 else None
-    o, _ = attention_forward(q4, k4, v4, scale, bool(is_causal), 0, float(dropout_p), seed)
+    o, _ = attention_forward(q4, k4, v4, scale, bool(is_causal), 0, float(dropout_p), seed,
+                             algorithm=algorithm)
     return o.reshape(query.shape)
 
 

@@ -204,3 +204,43 @@ def test_shape_errors_name_the_argument(gen):
         nft.scaled_dot_product_attention(q, q, make((1, 2, 4, 16), gen))
     with pytest.raises(ValueError, match="multiple"):
         nft.scaled_dot_product_attention(make((1, 3, 4, 8), gen), q, q, enable_gqa=True)
+
+
+
+@pytest.mark.parametrize("q_shape,kv_shape,causal,logits", [
+    ((1, 2, 19, 40), (1, 2, 23, 40), True, 30.0),     # N_q != N_k, top-left causal, logits x30
+    ((2, 4, 9, 24), (2, 2, 9, 24), False, 1.0),       # GQA
+])
+def test_fp16x3_is_the_apis_forward_without_autograd(gen, q_shape, kv_shape, causal, logits):
+    """algorithm="fa2_fp16x3" under no_grad / inference_mode: o is the API's fa2_fp16x3 output
+    bit for bit, and not fa2's."""
+    import numba_flash as nf
+
+    q, k, v = (make(s, gen, x).detach() for s, x in ((q_shape, logits), (kv_shape, 1.0), (kv_shape, 1.0)))
+    gqa = q_shape[1] != kv_shape[1]
+    args = [x.numpy() for x in (q, k, v)]
+    kwargs = dict(causal=causal, diagonal=0 if causal else None, softmax_scale=1 / math.sqrt(q_shape[-1]))
+    o_api = nf.flash_attention(*args, algorithm="fa2_fp16x3", **kwargs)
+    with torch.no_grad():
+        o = nft.scaled_dot_product_attention(q.requires_grad_(), k, v, is_causal=causal,
+                                             enable_gqa=gqa, algorithm="fa2_fp16x3")
+    np.testing.assert_array_equal(o.numpy(), o_api)
+    assert not np.array_equal(o_api, nf.flash_attention(*args, **kwargs))
+    with torch.inference_mode():
+        o = nft.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=gqa,
+                                             algorithm="fa2_fp16x3")
+    np.testing.assert_array_equal(o.numpy(), o_api)
+
+
+def test_fp16x3_argument_errors(gen):
+    q = make((1, 1, 4, 8), gen)
+    with pytest.raises(ValueError, match="algorithm must be one of"):
+        nft.scaled_dot_product_attention(q, q, q, algorithm="fa1")
+    with pytest.raises(ValueError, match="forward-only.*torch.no_grad"):
+        nft.scaled_dot_product_attention(q, q, q, algorithm="fa2_fp16x3")
+    h = q.detach().half()
+    with pytest.raises(ValueError, match="algorithm='fa2_fp16x3' is float32's.*torch.float16"):
+        nft.scaled_dot_product_attention(h, h, h, algorithm="fa2_fp16x3")
+    q = q.detach()
+    torch.library.opcheck(nft.attention_forward, (q, q, q, 0.5, True, 0), {"algorithm": "fa2_fp16x3"},
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
