@@ -22,5 +22,5 @@ def test_one_line_per_shape_with_its_own_numbers():
     assert len(lines) == 4                       # header, rule, two float32 shapes
     first = [c.strip() for c in lines[2].strip("|").split("|")]
     assert first[:4] == ["4,16,4096,64", "5.49", "50.0", "1.47"]
-    assert first[7:9] == ["105.2", "2.99"] and first[9] == "–"     # fp16x3 + backward not in the run
+    assert first[7:9] == ["105.2", "2.99"] and first[9] == "–"     # no FFMA row in the run
     assert lines[3].startswith("| 4,16,4096,64 causal | 3.07 |")

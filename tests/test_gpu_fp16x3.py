@@ -1,8 +1,9 @@
 """``algorithm="fa2_fp16x3"`` on the GPU (``pytest -m gpu``): o within flash-attention's rule
 (2x a plain fp32 implementation's error against float64, torch with TF32 off) at awkward
 shapes, logits x30 included; a replayed launch plan (``numba_flash.plans``) returns what the
-checked path returns, bit for bit; the gradients of the 3xTF32 backward from its o and lse
-within the gradients' rule (3x)."""
+checked path returns, bit for bit. Forward only: the 3xTF32 backward from its o and lse fails
+the gradients' rule at large logits (its S is not the S that set the lse:
+tools/fp16x3_gradients.py, results/cudasim/), so no gradient is claimed or tested here."""
 import math
 
 import pytest
@@ -38,14 +39,11 @@ SHAPES = [(2, 2, 255, 97, 64, False, 1.0), (1, 2, 4099, 4099, 64, True, 1.0),
           (2, 2, 300, 301, 40, False, 30.0), (2, 2, 255, 97, 111, False, 1.0),
           (1, 1, 1000, 1000, 128, False, 1.0), (1, 2, 97, 4099, 80, True, 1.0),
           (1, 2, 1, 17, 8, False, 1.0)]
-BACKWARD_SHAPES = [(4099, 64, True, 1.0), (300, 64, False, 30.0), (301, 128, True, 30.0)]
 
 #: The kernels these tests launch (conftest builds them first, in parallel processes).
 KERNELS = ([nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, forward="fa2_fp16x3", backward=None)
             for _, _, n_q, n_k, d, causal, _ in SHAPES]
-           + [nf.KernelConfig(d=64, n_q=300, causal=True, forward="fa2_fp16x3", backward=None)]
-           + [nf.KernelConfig(d=d, n_q=n, causal=causal, forward="fa2_fp16x3", backward="fa2")
-              for n, d, causal, _ in BACKWARD_SHAPES])
+           + [nf.KernelConfig(d=64, n_q=300, causal=True, forward="fa2_fp16x3", backward=None)])
 
 
 @pytest.mark.parametrize("B,H,n_q,n_k,d,causal,scale", SHAPES)
@@ -69,20 +67,3 @@ def test_replays_equal_the_checked_path():
         plans.PLANS.update(kept)
         torch.testing.assert_close(o, o_ref, rtol=0, atol=0)
         torch.testing.assert_close(lse, lse_ref, rtol=0, atol=0)
-
-
-@pytest.mark.parametrize("n,d,causal,scale", BACKWARD_SHAPES)
-def test_backward_from_its_o_and_lse_within_the_rule(n, d, causal, scale):
-    torch.backends.cuda.matmul.allow_tf32 = False
-    q, k, v = _inputs(1, 2, n, n, d, scale, seed=3)
-    do = torch.randn_like(q)
-    o, lse = nf.flash_attention(q, k, v, causal=causal, return_lse=True, algorithm="fa2_fp16x3")
-    grads = nf.flash_attention_backward(do, q, k, v, o, lse, causal=causal)
-
-    def autograd(dtype):
-        xs = [x.detach().to(dtype).clone().requires_grad_() for x in (q, k, v)]
-        _attention(*xs, causal).backward(do.to(dtype))
-        return [x.grad for x in xs]
-    ref, plain = autograd(torch.float64), autograd(torch.float32)
-    for name, g, r, p in zip(("dq", "dk", "dv"), grads, ref, plain):
-        assert _rel(g, r) <= 3 * _rel(p, r) + 1e-7, (name, _rel(g, r), _rel(p, r))
