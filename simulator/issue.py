@@ -36,6 +36,17 @@ alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cy
   path is the same 128-byte-a-cycle SRAM port), at a wavefront per 32 bits of width; shuffles
   a queue of their own at ``shfl_per_cycle / 4``. Queues are unbounded (an assumption: the MIO
   queue's depth is not measured);
+- global reductions and atomics (RED, REDG, ATOM, ATOMG; not the shared ATOMS nor the warp's
+  REDUX) leave the SM through a drain of their own: from their MIO service start, each joins a
+  FIFO of the scheduler's that drains ``red_sectors_per_cycle / 4`` sectors a cycle (the SM's
+  measured rate, ``MachineRates.red_sectors_per_cycle``, shared by its 4 schedulers), the
+  ``red_sectors`` of a warp instruction (the caller's: what the kernel's own reductions touch;
+  by default a coalesced warp's, 32 lanes x its width / 32 bytes). A global load (LDG, LD)
+  enters L2 only behind everything queued before it: its data is ready its latency after
+  the later of its service start and the drain's end (calibrate's ``load_after_red_cycles``:
+  a load behind k reductions of each of an SM's warps waits until the SM has drained them
+  all). Stores, cp.async (LDGSTS), spill traffic and an atomic's own result do not wait (not
+  measured). Rates without the drain (None) model none;
 - ``BAR.SYNC`` / ``BAR.RED``: a warp waits until every simulated warp of its block has arrived
   (the block's warps spread evenly over the 4 schedulers, the other schedulers progressing
   alike), then resumes ``barrier_cycles_at(4 x warps of the block here)`` after the last
@@ -105,6 +116,10 @@ _VARIABLE = {"hmma", "xu", "ldsm", "lds32", "lds64", "lds128", "ldg32", "ldg64",
              "ldl", "atom", "shfl", "ldc", "other"}
 _SHARED = {"lds32", "lds64", "lds128", "ldsm", "sts32", "sts64", "sts128"}
 _GLOBAL = {"ldg32", "ldg64", "ldg128", "stg32", "stg64", "stg128", "ldl", "stl", "atom", "ldgsts"}
+#: Global loads that wait for the reductions queued before them (module docstring).
+_GLOBAL_LOAD_PIPES = {"ldg32", "ldg64", "ldg128"}
+#: Opcodes of the ``atom`` class that send reductions to L2 (not ATOMS: shared; REDUX: a warp's).
+_REDUCTIONS = {"RED", "REDG", "ATOM", "ATOMG"}
 
 
 @dataclass(frozen=True)
@@ -552,6 +567,16 @@ def _service(o: Op, r: MachineRates) -> float:
     return 0.0
 
 
+def _drain(o: Op, r: MachineRates, red_sectors: float | None) -> float:
+    """Cycles of the scheduler's reduction drain ``o`` takes (0: not a global reduction, or rates
+    without the drain): its sectors (``red_sectors``, or a coalesced warp's) at a quarter of the
+    SM's rate."""
+    if o.pipe != "atom" or o.key.split(".")[0] not in _REDUCTIONS or not r.red_sectors_per_cycle:
+        return 0.0
+    sectors = access_bytes(o.key) if red_sectors is None else red_sectors   # 32 lanes x bytes / 32
+    return sectors * SCHEDULERS / r.red_sectors_per_cycle
+
+
 def _rates_key(r: MachineRates) -> tuple:
     return (r.source, r.mma_tf32_per_cycle, r.mma_tf32_latency_cycles, r.ffma_per_cycle,
             r.ffma_latency_cycles, r.alu_per_cycle, r.alu_latency_cycles, r.mufu_ex2_per_cycle,
@@ -559,7 +584,7 @@ def _rates_key(r: MachineRates) -> tuple:
             tuple(sorted(r.lds_wavefronts_per_cycle.items())),
             tuple(sorted(r.sts_wavefronts_per_cycle.items())), tuple(sorted(r.barrier_cycles.items())),
             r.lds_latency_cycles, r.shfl_latency_cycles, r.l1_hit_latency_cycles,
-            r.l2_hit_latency_cycles, r.dram_latency_cycles,
+            r.l2_hit_latency_cycles, r.dram_latency_cycles, r.red_sectors_per_cycle,
             tuple(sorted((f, tuple(sorted(c.items()))) for f, c in r.mma_half_by_config.items())),
             tuple(sorted(r.mma_half_latency_cycles.items())))
 
@@ -569,20 +594,22 @@ _CACHE: dict = {}
 
 def loop_cycles(stream, warps_per_scheduler: int, rates: MachineRates, trips: int = 3,
                 global_latency: float | None = None, local_latency: float | None = None, blocks: int = 1,
-                policy: str = "oldest", mma_format: str = "tf32") -> float:
+                policy: str = "oldest", mma_format: str = "tf32", red_sectors: float | None = None) -> float:
     """Cycles one scheduler needs a trip of the loop ``stream`` (a sequence of ``Op``) when
     ``warps_per_scheduler`` warps run it, in steady state over ``trips`` trips (module
     docstring); ``stream`` may instead be ``Streams`` (one per warp: loops whose trips differ
     from warp to warp). ``global_latency``, ``local_latency``: cycles of a global, a local load (None:
     ``memory_latencies(rates)``, an L2 and an L1 hit); ``blocks``: co-resident blocks the warps
     belong to (each barrier waits for its own block's); ``policy``: "oldest" or "gto";
-    ``mma_format``: the HMMA's ("tf32", "float16", "bfloat16": its measured rate and latency)."""
+    ``mma_format``: the HMMA's ("tf32", "float16", "bfloat16": its measured rate and latency);
+    ``red_sectors``: 32-byte sectors a global reduction (a warp instruction) sends to L2 (None:
+    a coalesced warp's, 32 lanes x its width / 32)."""
     stream = stream if isinstance(stream, Streams) else tuple(stream)
     key = (stream, warps_per_scheduler, _rates_key(rates), trips, global_latency, local_latency,
-           blocks, policy, mma_format)
+           blocks, policy, mma_format, red_sectors)
     if key not in _CACHE:
         _CACHE[key] = simulate(stream, warps_per_scheduler, rates, trips, global_latency,
-                               local_latency, blocks, policy, mma_format).cycles_per_trip
+                               local_latency, blocks, policy, mma_format, red_sectors).cycles_per_trip
     return _CACHE[key]
 
 
@@ -610,7 +637,7 @@ class Streams:
 class _Decoded:
     """The per-op constants of one stream, registers numbered in ``names``."""
 
-    def __init__(self, stream, names, r, memory, mma_format):
+    def __init__(self, stream, names, r, memory, mma_format, red_sectors):
         self.ops = stream
         self.srcs = [tuple(names.setdefault(s, len(names)) for s in o.srcs) for o in stream]
         self.dests = [tuple(names.setdefault(s, len(names)) for s in o.dests) for o in stream]
@@ -620,11 +647,13 @@ class _Decoded:
         self.queues = [_queue(o) for o in stream]
         self.service = [_service(o, r) for o in stream]
         self.stalls = [o.stall for o in stream]
+        self.drain = [_drain(o, r, red_sectors) for o in stream]
+        self.behind_drain = [o.pipe in _GLOBAL_LOAD_PIPES for o in stream]
 
 
 def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
              global_latency: float | None = None, local_latency: float | None = None, blocks: int = 1,
-             policy: str = "oldest", mma_format: str = "tf32") -> Simulation:
+             policy: str = "oldest", mma_format: str = "tf32", red_sectors: float | None = None) -> Simulation:
     """The cycle-by-cycle simulation behind ``loop_cycles``."""
     per_warp = stream.per_warp if isinstance(stream, Streams) else (tuple(stream),) * warps
     if len(per_warp) != warps:
@@ -643,7 +672,7 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
     decoded: dict[tuple, _Decoded] = {}
     for body in per_warp:
         if body not in decoded:
-            decoded[body] = _Decoded(body, names, r, memory, mma_format)
+            decoded[body] = _Decoded(body, names, r, memory, mma_format, red_sectors)
     code = [decoded[body] for body in per_warp]
     per = SCHEDULERS
     interval = {"hmma": per / r.mma_per_cycle(mma_format), "alu": per / r.alu_per_cycle,
@@ -661,6 +690,7 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
     resume = [0.0] * warps                                     # barrier release
     unit_free = dict.fromkeys(interval, 0.0)
     queue_free = {"mio": 0.0, "shfl": 0.0}
+    drained = 0.0                                              # the reduction drain's end
     arrived: list[list[int]] = [[] for _ in range(blocks)]
     trip_end: list[float] = []                               # t(k), k = 1 .. trips
     waiting = [False] * warps
@@ -723,6 +753,10 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
         if queue is not None:
             start = max(t, queue_free[queue])
             queue_free[queue] = start + c.service[k]
+        if c.drain[k]:
+            drained = max(drained, start) + c.drain[k]
+        elif c.behind_drain[k]:
+            start = max(start, drained)
         for d in c.dests[k]:
             ready[w][d] = start + c.latency[k]
             tracked[w][d] = c.variable[k]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import math
+import re
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -61,6 +62,13 @@ BARRIER = "barrier_cycles"
 MEDIANS = {"mma_lds_overlap": "mma_lds_overlap"}
 #: ... and those that may be missing (None): measured by ncu, which not every run has.
 OPTIONAL_MEDIANS = {"l2_dirty_capacity_bytes": "l2_dirty_capacity_bytes"}
+#: A load behind a warp's reductions (experiments/common/atomic_latency.py, in calibrate since
+#: 2026-12-05): one row a reduction count k and mode, its ``detail`` naming both ("k=64; each
+#: block its own tile; reductions of 8 sectors ..."). ``MachineRates.red_sectors_per_cycle``
+#: is derived from the rows of ``RED_OWN_LINES`` (that module's ``MODES[PRIVATE]``).
+LOAD_AFTER_RED = "load_after_red_cycles"
+RED_OWN_LINES = "each block its own tile"
+_RED_DETAIL = re.compile(r"k=(\d+); ([^;]+); reductions of (\d+) sectors")
 
 
 @dataclass(frozen=True)
@@ -106,6 +114,11 @@ class MachineRates:
     l1_hit_latency_cycles, l2_hit_latency_cycles, dram_latency_cycles: cycles of a dependent
     global load that hits in L1 (ld.global.ca) / in L2 with L1 bypassed (ld.global.cg) / misses
     L2, one thread's pointer chase; None for CSVs from before they were measured (2026-12-02).
+    red_sectors_per_cycle: 32-byte sectors of global reductions (RED, fp32 adds) an SM drains a
+    cycle, every SM adding into lines of its own, as a load behind them sees it: calibrate's
+    ``load_after_red_cycles`` (8 warps an SM, each k reductions of 8 sectors, then a dependent
+    L2-hit load) at the largest k measured, warps x k x sectors / (cycles(k) - cycles(0))
+    (``red_drain_rate``); None for CSVs without those rows (before 2026-12-05).
     launch_gap_s: GPU seconds from one queued empty kernel to the next (the launch overhead the
     GPU adds between back-to-back kernels).  host_launch_s: host seconds a numba launch of an
     empty kernel of one array argument; host_launch_per_array_arg_s: each further array argument.
@@ -147,6 +160,7 @@ class MachineRates:
     l1_hit_latency_cycles: float | None = None
     l2_hit_latency_cycles: float | None = None
     dram_latency_cycles: float | None = None
+    red_sectors_per_cycle: float | None = None
 
     @property
     def ffma_flops_per_cycle(self) -> float:
@@ -232,6 +246,26 @@ def _read(path: Path) -> list[dict[str, str]]:
         return [r for r in csv.DictReader(f) if r.get("experiment", "calibrate") == "calibrate"]
 
 
+def red_drain_rate(rows: list[dict[str, str]]) -> float | None:
+    """Sectors of reductions an SM drains a cycle (``MachineRates.red_sectors_per_cycle``) from
+    calibrate's ``load_after_red_cycles`` rows of the own-lines mode (``RED_OWN_LINES``): at the
+    largest k measured, the k reductions of each of ``warps_per_sm`` warps (``sectors`` each,
+    the detail's) delay each warp's iteration by cycles(k) - cycles(0): the load waits until
+    the SM has drained them all. None without a k = 0 row and one of k > 0."""
+    cycles, sectors, warps = {}, {}, {}
+    for r in rows:
+        found = _RED_DETAIL.match(r.get("detail", ""))
+        v = _number(r.get("value"))
+        if r["quantity"] != LOAD_AFTER_RED or not found or found.group(2) != RED_OWN_LINES or v is None:
+            continue
+        k = int(found.group(1))
+        cycles[k], sectors[k], warps[k] = v, int(found.group(3)), int(float(r["warps_per_sm"]))
+    k = max(cycles, default=0)
+    if 0 not in cycles or k == 0 or cycles[k] <= cycles[0]:
+        return None
+    return warps[k] * k * sectors[k] / (cycles[k] - cycles[0])
+
+
 def load_rates(path: str | Path = RATES_CSV) -> MachineRates:
     """The MachineRates in a calibrate CSV; ValueError naming every quantity it lacks a value
     for (a CPU run's CSV has none: its rows say "simulator: not a measurement")."""
@@ -287,6 +321,7 @@ def load_rates(path: str | Path = RATES_CSV) -> MachineRates:
         l1_hit_latency_cycles=values.get("l1_hit_latency_cycles"),
         l2_hit_latency_cycles=values.get("l2_hit_latency_cycles"),
         dram_latency_cycles=values.get("dram_latency_cycles"),
+        red_sectors_per_cycle=red_drain_rate(rows),
         lds_wavefronts_per_cycle=shared["lds"], sts_wavefronts_per_cycle=shared["sts"],
         **{name: (int(values[q]) if name == "sm_count" else values[q]) for name, q in _SCALARS.items()})
 

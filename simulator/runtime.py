@@ -14,9 +14,12 @@ blocks an SM from ptxas's registers and the shared memory):
    launch's spill loads miss L1 (``simulator.local``: in practice where the frames do not fit
    beside the tiles), all at L2's -- the nested loops' refills too, which that model lets
    hit), pipe rates and
-   barriers, all at measured rates; where the loop's warps split by role (v12's warp pairs:
-   ``issue.Op.role``, warps w, w + 4, ... of a scheduler share one), each role's stream on its
-   own scheduler, the slower one. Otherwise a
+   barriers, all at measured rates, and the SM's drain of its global reductions (dQ's atomic
+   adds) that the next global loads wait behind (``MachineRates.red_sectors_per_cycle``), a
+   reduction the sectors the sector model gives the launch's reductions over the reduction
+   warp instructions its blocks run (all in the main loop); where the loop's warps split by
+   role (v12's warp pairs: ``issue.Op.role``, warps w, w + 4, ... of a scheduler share one),
+   each role's stream on its own scheduler, the slower one. Otherwise a
    throughput bound, one trip of one block costing the SM
    ``t_trip = max(t_smem, t_rest) + overlap x min(t_smem, t_rest) + barriers``, where
    - ``t_smem``: the block's shared-memory wavefronts of one trip (the SRAM model's bytes / 128,
@@ -108,7 +111,7 @@ def _pipe_cycles(c: dict[str, float], warps_on_sm: float, r: MachineRates, fmt: 
                c["xu"] / r.mufu_ex2_per_cycle, c["shfl"] / r.shfl_per_cycle)
 
 
-_KEYS = ("hmma", "total", "fma", "alu", "xu", "shfl", "bar")
+_KEYS = ("hmma", "total", "fma", "alu", "xu", "shfl", "bar", "atom")
 
 
 def _counts(s: KernelSass, minus: list[KernelSass], warps: int) -> dict[str, float]:
@@ -242,14 +245,20 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     spills_miss = local_traffic(p, w, tiling, hw).missed_bytes > 0
     # the share of the global loads' bytes DRAM serves (the L2 model's DRAM reads over the
     # sector model's SM<->L2 reads): their latency between L2's and DRAM's
-    fetched = sector_traffic(p, w).missed * SECTOR_BYTES
+    traffic = sector_traffic(p, w)
+    fetched = traffic.missed * SECTOR_BYTES
     l2_miss = (dram_bytes[0] / fetched) if dram_bytes and fetched else 0.0
+    # the sectors a reduction sends to L2: the sector model's over the reduction warp
+    # instructions of the launch's trips (every one of our kernels' is in the main loop)
+    reductions = counts["atom"] * trips
+    red_sectors = traffic.reduced / reductions if reductions and traffic.reduced else None
     # trips on interior tiles skip the masking code of edge tiles: simulate each kind the
     # launch has (an edge trip then counts as ``weight`` interior ones)
     edge_share = p.edge_share if has_edge_code(kernel, tiling, w.d, causal, variant) else 1.0
     kinds = [e for e, share_e in ((False, 1.0 - edge_share), (True, edge_share)) if share_e > 0]
     simulated = {e: {k: _simulated_trip(kernel, variant, tiling, w, occ, r, fmt, spills_miss, k,
-                                        rows_per_trip(p), l2_miss, e) for k in range(1, share + 1)}
+                                        rows_per_trip(p), l2_miss, e, red_sectors=red_sectors)
+                     for k in range(1, share + 1)}
                  for e in kinds}
     weight = 1.0
     if all(c is not None for trip in simulated.values() for c in trip.values()):
@@ -290,13 +299,16 @@ def block_counts(p: Phase, w: Workload, tiling: Tiling, warps: int) -> tuple[dic
 
 def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: MachineRates,
                     fmt: str = "tf32", spills_miss: bool = False, resident: int | None = None,
-                    rows: int | None = None, l2_miss: float = 0.0, edge: bool = True):
+                    rows: int | None = None, l2_miss: float = 0.0, edge: bool = True,
+                    red_sectors: float | None = None):
     """Cycles of one main-loop trip of every resident block (``resident`` of them: None, as
     many as ``occ`` fits) by the issue simulator, or None
     where it cannot run (no recorded stream, nested loops of unknown trips, a band kernel
     never recorded: ``Workload.kernel_causal`` None). Global loads at the L2's latency, spill
     refills at L1's, or L2's where they miss L1 (``spills_miss``: ``simulator.local``); a trip
-    on an ``edge`` tile (with the masking code only those run, ``issue.Op.edge``) or not."""
+    on an ``edge`` tile (with the masking code only those run, ``issue.Op.edge``) or not;
+    ``red_sectors``: the sectors a global reduction of the loop sends to L2 (None: a coalesced
+    warp's, ``issue.loop_cycles``)."""
     from .issue import Streams, loop_cycles, loop_record
 
     causal = w.kernel_causal
@@ -329,7 +341,8 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     roles = sorted({o.role for body in bodies for o in body if o.role is not None}) or [None]
     return max(loop_cycles(_of_role(stream, role), per_scheduler, r,
                            global_latency=global_load_latency(r, l2_miss),
-                           local_latency=l2 if spills_miss else l1, blocks=blocks, mma_format=fmt)
+                           local_latency=l2 if spills_miss else l1, blocks=blocks, mma_format=fmt,
+                           red_sectors=red_sectors)
                for role in roles)
 
 

@@ -275,6 +275,27 @@ def test_interpolation_of_mma_and_barrier(tmp_path):
     assert r.barrier_cycles_at(1) == 14.0 and r.barrier_cycles_at(32) == 26.0
 
 
+def test_the_reduction_drain_rate_is_derived_from_the_load_after_red_rows(tmp_path):
+    """red_sectors_per_cycle: warps x k x sectors / (cycles(k) - cycles(0)) of the own-lines
+    rows at the largest k (the shared-lines rows are not it); None without them (older CSVs),
+    as for the committed H200 rates, from its rows of 2026-12-05: 8 x 64 x 8 / (16735 - 306)."""
+    from experiments.common import atomic_latency as al
+
+    assert rates.RED_OWN_LINES == al.MODES[al.PRIVATE]
+    path = tmp_path / "calibrate.csv"
+    write_rows(path, _measured_rows(), METADATA)
+    assert rates.load_rates(path).red_sectors_per_cycle is None
+    m = mb.Measurement
+    red = [m(rates.LOAD_AFTER_RED, v, "cycles", "test", warps_per_sm=8, blocks_per_sm=1,
+             detail=f"k={k}; {al.MODES[mode]}; reductions of 8 sectors into a 16 x 128 fp32 tile")
+           for mode, k, v in ((al.PRIVATE, 0, 300.0), (al.PRIVATE, 8, 1324.0), (al.PRIVATE, 64, 8492.0),
+                              (al.SHARED, 0, 280.0), (al.SHARED, 64, 80000.0))]
+    write_rows(path, _measured_rows() + [calibrate.row(x) for x in red], METADATA)
+    assert rates.load_rates(path).red_sectors_per_cycle == pytest.approx(8 * 64 * 8 / 8192)
+    h200 = rates.load_rates()
+    assert h200.red_sectors_per_cycle == pytest.approx(8 * 64 * 8 / (16735.45 - 306.50), rel=1e-4)
+
+
 def test_load_placement_groups_the_first_wave(tmp_path):
     raw = [{"blocks_per_sm": k, "block": b, "smid": sm, "start_rank": b, "start_ns": 0, "end_ns": 1,
             "first_wave": int(first), "smem_bytes": 0}
