@@ -45,8 +45,21 @@ alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cy
   enters L2 only behind everything queued before it: its data is ready its latency after
   the later of its service start and the drain's end (calibrate's ``load_after_red_cycles``:
   a load behind k reductions of each of an SM's warps waits until the SM has drained them
-  all). Stores, cp.async (LDGSTS), spill traffic and an atomic's own result do not wait (not
-  measured). Rates without the drain (None) model none;
+  all). A cp.async copy (LDGSTS) is a global load that writes shared memory instead of a
+  register: it waits behind the drain alike (assumed: its read request takes the same path to
+  L2; calibrate measured LDG's). Stores, spill traffic and an atomic's own result do not wait
+  (not measured). Rates without the drain (None) model none;
+- cp.async completion, per warp: an LDGSTS's data lands in shared memory ``global_latency``
+  after the later of its MIO service start and the drain's end (a global load's latency, the
+  shared-memory write inside it: an assumption); ``LDGDEPBAR`` commits the warp's copies
+  issued since its last one as a group (an empty group lands at once); ``DEPBAR.LE SB0, n``
+  issues once every group of the warp's but its ``n`` latest committed ones has landed
+  (``Op.depbar``; the barrier after it, ``BAR.SYNC``, then waits for the block's slowest
+  warp). The recorded streams do not keep DEPBAR's immediate: ``decode_loop`` takes
+  ``RECORDED_DEPBAR`` (0, the only wait our kernels emit: ``kernels/half.py``'s ``wait_all``,
+  ``cp.async.wait_group 0``), and ``encode_loop`` refuses a loop whose DEPBAR says otherwise.
+  A copy issued before the loop (the first stage's prefetch) is not simulated: the first
+  trip's DEPBAR finds no group, and the steady state counts from it;
 - ``BAR.SYNC`` / ``BAR.RED``: a warp waits until every simulated warp of its block has arrived
   (the block's warps spread evenly over the 4 schedulers, the other schedulers progressing
   alike), then resumes ``barrier_cycles_at(4 x warps of the block here)`` after the last
@@ -116,10 +129,17 @@ _VARIABLE = {"hmma", "xu", "ldsm", "lds32", "lds64", "lds128", "ldg32", "ldg64",
              "ldl", "atom", "shfl", "ldc", "other"}
 _SHARED = {"lds32", "lds64", "lds128", "ldsm", "sts32", "sts64", "sts128"}
 _GLOBAL = {"ldg32", "ldg64", "ldg128", "stg32", "stg64", "stg128", "ldl", "stl", "atom", "ldgsts"}
-#: Global loads that wait for the reductions queued before them (module docstring).
-_GLOBAL_LOAD_PIPES = {"ldg32", "ldg64", "ldg128"}
+#: Global loads that wait for the reductions queued before them (module docstring): LDG, and
+#: LDGSTS (cp.async) whose landing a DEPBAR awaits.
+_GLOBAL_LOAD_PIPES = {"ldg32", "ldg64", "ldg128", "ldgsts"}
 #: Opcodes of the ``atom`` class that send reductions to L2 (not ATOMS: shared; REDUX: a warp's).
 _REDUCTIONS = {"RED", "REDG", "ATOM", "ATOMG"}
+#: The ``n`` of a ``DEPBAR`` decoded from a recorded stream, whose encoding keeps no immediate:
+#: 0, the only cp.async wait our kernels emit (``kernels/half.py`` ``wait_all``:
+#: ``cp.async.wait_group 0``, ptxas's ``DEPBAR.LE SB0, 0x0``; ``encode_loop`` checks it).
+RECORDED_DEPBAR = 0
+#: cp.async per-op roles in ``simulate``: none, a copy (LDGSTS), a commit (LDGDEPBAR).
+_NO_COPY, _COPY, _COMMIT = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -134,7 +154,8 @@ class Op:
     its stall count: the cycles ptxas's control word makes the warp wait before its next
     instruction issues (1: none; ``sass.stall_counts``), and whether only trips on an edge
     tile run it (``edge``: code under a ``needs_mask`` branch, which interior tiles jump over;
-    ``Phase.edge_trips``)."""
+    ``Phase.edge_trips``), and for a ``DEPBAR.LE SB0, n`` its ``n`` (``depbar``: the warp's
+    committed cp.async groups it lets stay in flight; None for every other instruction)."""
 
     key: str
     pipe: str
@@ -146,14 +167,19 @@ class Op:
     rows_only: bool = False
     stall: int = 1
     edge: bool = False
+    depbar: int | None = None
 
 
-def op(key: str, dests=(), srcs=(), barrier: bool | None = None) -> Op:
+def op(key: str, dests=(), srcs=(), barrier: bool | None = None, depbar: int | None = None) -> Op:
     """An ``Op`` from an ``opcode_key`` (its pipe class and wavefronts derived), e.g.
-    ``op("HMMA.1688.F32.TF32", ["R0"], ["R0", "R4"])``."""
+    ``op("HMMA.1688.F32.TF32", ["R0"], ["R0", "R4"])``; a ``DEPBAR`` waits with ``depbar`` groups
+    left in flight (None: ``RECORDED_DEPBAR``)."""
     pipe = pipe_class(key)
+    if key == "DEPBAR" and depbar is None:
+        depbar = RECORDED_DEPBAR
     return Op(key, pipe, tuple(dests), tuple(srcs),
-              key.startswith("BAR") if barrier is None else barrier, _wavefronts(key, pipe))
+              key.startswith("BAR") if barrier is None else barrier, _wavefronts(key, pipe),
+              depbar=depbar)
 
 
 def _wavefronts(key: str, pipe: str) -> int:
@@ -224,7 +250,8 @@ def decode_instruction(mnemonic: str, operands: str, guard: str | None = None) -
     ``SHFL.BFLY PT, R3, ...``), a third predicate for IADD3's second carry; none for stores,
     reductions, barriers and control flow. Widths: memory accesses by their width (a 128-bit
     load writes, a 128-bit store reads 4 registers), HMMA by shape, IMAD.WIDE, CS2R, FP64 and
-    64-bit conversions by their types, ``R2.64`` in an address as 2 registers."""
+    64-bit conversions by their types, ``R2.64`` in an address as 2 registers. A ``DEPBAR.LE
+    SB0, n`` (the cp.async groups' scoreboard) keeps its ``n`` (``Op.depbar``)."""
     key = opcode_key(mnemonic)
     pipe = pipe_class(key)
     base, *modifiers = mnemonic.split(".")
@@ -274,8 +301,10 @@ def decode_instruction(mnemonic: str, operands: str, guard: str | None = None) -
     if guard and guard != "PT":     # (PT: the constant true predicate, e.g. ptxas's "@!PT LDS RZ, [RZ]")
         srcs.append(guard)
     barrier = base == "BAR" and ("SYNC" in modifiers or "RED" in modifiers)
+    depbar = (int(tokens[1], 0) if base == "DEPBAR" and len(tokens) > 1 and tokens[0] == "SB0"
+              else None)
     return Op(key, pipe, tuple(dict.fromkeys(dests)), tuple(dict.fromkeys(srcs)), barrier,
-              _wavefronts(key, pipe))
+              _wavefronts(key, pipe), depbar=depbar)
 
 
 def decode_text(text: str) -> dict[int, Op]:
@@ -365,6 +394,10 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None,
         o = ops[i.address]
         if o.key != i.key:
             raise ValueError(f"{i.address:x}: {o.key} is {i.key} to simulator.sass")
+        if o.key == "DEPBAR" and o.depbar != RECORDED_DEPBAR:
+            raise ValueError(f"{i.address:x}: a DEPBAR other than DEPBAR.LE SB0, "
+                             f"{RECORDED_DEPBAR}, which the encoding cannot keep "
+                             "(decode_loop assumes RECORDED_DEPBAR)")
         k = opcodes.setdefault((o.key, o.pipe), len(opcodes))
         role = roles.get(i.address)
         row = "r" if i.address in rows and n not in nested else ""
@@ -408,7 +441,8 @@ def decode_loop(loop: dict, inner_trips=None, peel_runs=None, stalls: bool = Tru
     overriding the recorded ones; a count unknown on both sides: once), and of the copies
     ptxas peeled before a nested loop the first ``peel_runs[k]`` only (a list as
     ``inner_trips``; None, or None for a loop: every copy, as the static code holds them);
-    ``stalls``: each instruction its recorded stall count (else 1)."""
+    ``stalls``: each instruction its recorded stall count (else 1); a ``DEPBAR`` waits with
+    ``RECORDED_DEPBAR`` groups left in flight (the encoding keeps no immediate)."""
     table = [(key, pipe) for key, pipe in loop["opcodes"]]
     ops = []
     for item in loop["instructions"]:
@@ -417,7 +451,7 @@ def decode_loop(loop: dict, inner_trips=None, peel_runs=None, stalls: bool = Tru
         role = next((int(c) for c in flags if c.isdigit()), None)
         ops.append(Op(key, pipe, _parse_registers(dests), _parse_registers(srcs), "B" in flags,
                       _wavefronts(key, pipe), role, "r" in flags, int(stall[0]) if stall and stalls else 1,
-                      "e" in flags))
+                      "e" in flags, RECORDED_DEPBAR if key == "DEPBAR" else None))
     inner = loop["inner_loops"]
     trips = [(n if n is not None else 1) for n in
              (inner_trips if inner_trips is not None else [r["trips"] for r in inner])]
@@ -649,6 +683,9 @@ class _Decoded:
         self.stalls = [o.stall for o in stream]
         self.drain = [_drain(o, r, red_sectors) for o in stream]
         self.behind_drain = [o.pipe in _GLOBAL_LOAD_PIPES for o in stream]
+        self.copy = [_COPY if o.pipe == "ldgsts" else _COMMIT if o.key == "LDGDEPBAR" else _NO_COPY
+                     for o in stream]
+        self.depbar = [o.depbar for o in stream]
 
 
 def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
@@ -691,6 +728,8 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
     unit_free = dict.fromkeys(interval, 0.0)
     queue_free = {"mio": 0.0, "shfl": 0.0}
     drained = 0.0                                              # the reduction drain's end
+    copying = [0.0] * warps          # when the warp's uncommitted cp.async copies have all landed
+    groups: list[list[float]] = [[] for _ in range(warps)]    # its committed groups' landings
     arrived: list[list[int]] = [[] for _ in range(blocks)]
     trip_end: list[float] = []                               # t(k), k = 1 .. trips
     waiting = [False] * warps
@@ -715,6 +754,11 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
         for d in c.dests[k]:
             if tw[d] and rw[d] > e:
                 e = rw[d]
+        n = c.depbar[k]
+        if n is not None:            # DEPBAR.LE SB0, n: all but the n latest groups landed
+            for landed in groups[w][:max(0, len(groups[w]) - n)]:
+                if landed > e:
+                    e = landed
         units[w] = c.units[k]
         waits[w] = e
         return e
@@ -760,6 +804,14 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
         for d in c.dests[k]:
             ready[w][d] = start + c.latency[k]
             tracked[w][d] = c.variable[k]
+        copy = c.copy[k]
+        if copy == _COPY:
+            copying[w] = max(copying[w], start + c.latency[k])
+        elif copy == _COMMIT:
+            groups[w].append(copying[w])
+            copying[w] = 0.0
+        elif c.depbar[k] is not None:
+            del groups[w][:max(0, len(groups[w]) - c.depbar[k])]
         waits[w] = None
         if c.stalls[k] > 1:          # the compiler's stall count: the warp's next issue waits
             resume[w] = max(resume[w], t + c.stalls[k])

@@ -293,6 +293,95 @@ def test_the_backwards_reductions_carry_their_sectors_into_the_drain(monkeypatch
     assert [pytest.approx(4.0)] == sorted(seen["flash_backward"])
 
 
+# ---- cp.async: LDGSTS, LDGDEPBAR, DEPBAR ----------------------------------------------------
+_COPY = op("LDGSTS.128", [], ["R20", "UR4", "R22", "R23"])
+_COMMIT = op("LDGDEPBAR")
+
+
+def test_decode_cp_async_wait_keeps_its_groups_in_flight():
+    """``DEPBAR.LE SB0, n``: n from the operands; the recorded loops keep no immediate and
+    decode as ``RECORDED_DEPBAR`` (0: ``wait_all``, the kernels' only wait); every other
+    instruction has none."""
+    from simulator.issue import RECORDED_DEPBAR
+
+    assert decode_instruction("DEPBAR.LE", "SB0, 0x1").depbar == 1
+    assert decode_instruction("DEPBAR.LE", "SB0, 0x0").depbar == 0
+    assert decode_instruction("LDGDEPBAR", "").depbar is None
+    assert op("DEPBAR").depbar == RECORDED_DEPBAR == 0 and op("DEPBAR", depbar=1).depbar == 1
+    stream = stream_for("flash_forward_half", Tiling(128, 64), 64, False)
+    keys = [o.key for o in stream]
+    assert {"DEPBAR", "LDGDEPBAR", "LDGSTS.128"} <= set(keys)
+    assert keys.index("DEPBAR") < keys.index("LDGSTS.128") < keys.index("LDGDEPBAR")
+    assert [o.depbar for o in stream if o.key == "DEPBAR"] == [RECORDED_DEPBAR]
+    assert all(o.depbar is None for o in stream if o.key != "DEPBAR")
+
+
+def test_copies_nobody_waits_for_cost_what_stores_and_nops_do(rates):
+    """Without a DEPBAR, a copy (LDGSTS) costs its MIO service as a store of its width does
+    and a commit (LDGDEPBAR) an issue slot; a DEPBAR with no group committed costs an issue
+    slot too: such streams simulate as before cp.async completion was modelled."""
+    chain = [op("LOP3", ["R0"], ["R0"])] * 8
+    store = op("STG.128", [], ["R20", "UR4", "R22", "R23"])
+    nop = op("NOP")
+    for warps in (1, 4):
+        assert simulate(chain + [_COPY, _COMMIT] + chain, warps, rates) == \
+            simulate(chain + [store, nop] + chain, warps, rates)
+        assert simulate([op("DEPBAR")] + chain, warps, rates) == simulate([nop] + chain, warps, rates)
+
+
+@pytest.mark.parametrize("latency", [100.0, 300.0, 777.5])
+def test_a_wait_for_all_groups_waits_the_copys_latency(rates, latency):
+    """DEPBAR.LE SB0, 0 at the top of the trip, the copy and its commit after it (one warp):
+    the DEPBAR of trip k + 1 waits for the copy of trip k, issued a cycle after the DEPBAR
+    before it and served at once (the MIO queue is empty): a trip is that cycle + the
+    global load latency."""
+    stream = [op("DEPBAR", depbar=0), _COPY, _COMMIT]
+    assert loop_cycles(stream, 1, rates, global_latency=latency) == pytest.approx(latency + 1)
+    # the global latency by default: an L2 hit's
+    assert loop_cycles(stream, 1, rates) == pytest.approx(rates.l2_hit_latency_cycles + 1)
+
+
+def test_a_wait_with_one_group_in_flight_waits_for_the_older_only(rates):
+    """Group A committed at cycle 1 (its copy served at 0), a dependent ALU chain of 10, group
+    B after it, then DEPBAR.LE SB0, n and an independent instruction (one trip, one warp, L =
+    200 > the chain): n = 1 waits for A only (lands at L: the trip ends at L + 2), n = 0 for B
+    too (issued 3 + 9 a, a the ALU latency: lands L later), n = 2 for neither."""
+    latency, a = 200.0, rates.alu_latency_cycles
+    chain = [op("LOP3", ["R0"], ["R0"])] * 10
+    assert 9 * a + 5 < latency
+
+    def trip(n):
+        stream = [_COPY, _COMMIT] + chain + [_COPY, _COMMIT, op("DEPBAR", depbar=n),
+                                             op("LOP3", ["R1"], ["R1"])]
+        return simulate(stream, 1, rates, trips=1, global_latency=latency).cycles_per_trip
+
+    assert trip(1) == pytest.approx(latency + 2)
+    assert trip(0) == pytest.approx(3 + 9 * a + latency + 2)
+    assert trip(2) == pytest.approx(5 + 9 * a + 2)
+
+
+@pytest.mark.parametrize("warps", [1, 2, 4])
+def test_a_prefetch_a_whole_long_trip_ahead_costs_nothing(rates, warps):
+    """The kernels' double buffering: the copy of the next step issued early in a trip whose
+    dependent chain outlasts the copy's latency; the next trip's DEPBAR finds it landed, and
+    the trip takes what it takes with a NOP in the DEPBAR's place. Each warp waits for its own
+    groups only (a warp's copies do not hold up another's wait)."""
+    chain = [op("LOP3", ["R0"], ["R0"])] * 200
+    assert 200 * rates.alu_latency_cycles > 2 * rates.l2_hit_latency_cycles
+    body = [_COPY, _COMMIT] + chain
+    assert loop_cycles([op("DEPBAR")] + body, warps, rates) == loop_cycles([op("NOP")] + body, warps, rates)
+
+
+def test_a_copy_behind_reductions_lands_after_the_drain(rates):
+    """A copy is a global read: it enters L2 behind the scheduler's reductions (the drain,
+    k x sectors x 4 / rate cycles), as a load does; the DEPBAR then waits for drain + latency."""
+    k, sectors = 16, 8
+    drain = k * sectors * SCHEDULERS / rates.red_sectors_per_cycle
+    stream = [op("REDG", [], ["R2", "R3", "R5"])] * k + [_COPY, _COMMIT, op("DEPBAR")]
+    got = loop_cycles(stream, 1, rates, red_sectors=sectors)
+    assert got == pytest.approx(drain + rates.l2_hit_latency_cycles, rel=0.02)
+
+
 def test_warp_pairs_loops_carry_each_instructions_role():
     """v12's warp pairs: the recorded main loop tags the instructions of each role's branch
     (tools/kernel_loops.warp_roles from the kernel source's ``role == k`` ifs), the two roles
