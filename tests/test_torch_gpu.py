@@ -1,5 +1,6 @@
 """numba_flash.torch and the kernel disk cache on a real GPU (``pytest -m gpu``)."""
 import json
+import math
 import os
 import subprocess
 import sys
@@ -111,3 +112,29 @@ def test_second_process_loads_compiled_kernels_from_disk(tmp_path):
     assert first.get("compiled") == 3 and not first.get("loaded"), first
     assert second.get("loaded") == 3 and not second.get("compiled"), second
     assert second["seconds"] <= 2.0, second
+
+
+#: algorithm="fa2_fp16x3" without autograd (tests/gpu_kernels.py builds its kernels)
+FP16X3_SHAPES = [(2, 4, 1024, 1024, 64, True), (1, 2, 97, 1000, 128, True)]
+
+
+@pytest.mark.parametrize("B,H,n_q,n_k,d,causal", FP16X3_SHAPES)
+def test_fp16x3_inference_on_gpu(B, H, n_q, n_k, d, causal):
+    """Under inference_mode, o is the API's fa2_fp16x3 output bit for bit, within 2x a plain
+    fp32 implementation's error against float64 (torch math, TF32 off)."""
+    import numba_flash as nf
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    gen = torch.Generator(device="cuda").manual_seed(n_q * 5 + d)
+    q, k, v = (torch.randn(B, H, n, d, device="cuda", generator=gen) for n in (n_q, n_k, n_k))
+    with torch.inference_mode():
+        o = nft.scaled_dot_product_attention(q, k, v, is_causal=causal, algorithm="fa2_fp16x3")
+    o_api = nf.flash_attention(q, k, v, causal=causal, diagonal=0 if causal else None,
+                               softmax_scale=1 / math.sqrt(d), algorithm="fa2_fp16x3")
+    assert torch.equal(o, o_api)
+    o_ref, _ = _reference(q, k, v, is_causal=causal)
+    with sdpa_kernel(SDPBackend.MATH):
+        plain = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    err = ((o.double() - o_ref).abs().max() / o_ref.abs().max()).item()
+    err_plain = ((plain.double() - o_ref).abs().max() / o_ref.abs().max()).item()
+    assert err <= 2 * err_plain + 1e-7, (err, err_plain)
