@@ -398,3 +398,11 @@ def plot(rows: list[dict], path) -> None:
         ax.legend(fontsize=5)
     plotting.save(fig, path)
 
+
+
+if __name__ == "__main__":      # python -m experiments.levels SPLIT OUT: one split measured alone
+    import sys
+
+    split, out = sys.argv[1], Path(sys.argv[2])
+    measure_alone(SPLITS[split], split, out, f"levels_kernels_{split}.csv",
+                  f"python -m experiments.levels {split} OUT (experiments.levels.measure_alone)")
