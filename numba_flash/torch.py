@@ -57,13 +57,14 @@ import torch
 from numba import cuda
 
 from . import api, memory, precision
+from .fp16x3 import FP16X3
 from .launch import on_stream
 
 __all__ = ["scaled_dot_product_attention", "block_sparse_attention", "dropout_seed"]
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: ``scaled_dot_product_attention``'s forward algorithms (``api.flash_attention``'s names).
-ALGORITHMS = ("fa2", "fa2_fp16x3")
+ALGORITHMS = ("fa2", FP16X3)
 _streams: dict = {}
 
 
@@ -256,10 +257,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if not (query.device == key.device == value.device):
         raise ValueError(f"query, key and value must be on one device, got {query.device}, "
                          f"{key.device} and {value.device}")
-    if algorithm == "fa2_fp16x3" and query.dtype != torch.float32:
-        raise ValueError(f"algorithm='fa2_fp16x3' is float32's (its inputs are split into fp16 "
-                         f"parts); query is {query.dtype}: pass algorithm='fa2'")
-    if algorithm == "fa2_fp16x3" and torch.is_grad_enabled() and any(
+    if algorithm == FP16X3 and torch.is_grad_enabled() and any(
             x.requires_grad for x in (query, key, value)):
         raise ValueError("algorithm='fa2_fp16x3' is forward-only: the backward recomputes P from "
                          "its own 3xTF32 S, not the S its lse came from, and at large logits the "
