@@ -321,7 +321,9 @@ def padding_dropout_seed(seed: int, b: int) -> int:
     run as calls of their own (B = 1, the kept keys gathered: ``numba_flash.padding``): output
     b + 1 of SplitMix64 seeded with ``seed``, so that the entries draw independent masks, and
     so do calls of nearby seeds. Entry b's mask is ``dropout_keep(padding_dropout_seed(seed,
-    b), h, N_q, kept keys, p)``, its columns the kept keys in order."""
+    b), h, N_q, kept keys, p)``, its columns the kept keys in order. Sequence b of
+    ``flash_attention_varlen`` (a call of its own too) takes the same seed: its mask is
+    ``dropout_keep(padding_dropout_seed(seed, b), h, n_q_b, n_k_b, p)``."""
     m = (1 << 64) - 1
     z = (int(seed) + (int(b) + 1) * SPLITMIX[0]) & m
     z = ((z ^ (z >> 30)) * SPLITMIX[1]) & m

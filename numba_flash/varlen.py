@@ -10,14 +10,23 @@ How: one ``flash_attention`` (``flash_attention_backward``) call per sequence on
 (1, H, n_i, d) -- the kernels and their checks unchanged, but one launch (and its host work) per
 sequence, and the packed rows transposed to head-major and back around each. A fused kernel
 that reads the offsets itself (one launch for the batch) is not built. NumPy arrays or torch
-CUDA tensors; dropout is refused (the mask is keyed by batch-head, which each call restarts).
+CUDA tensors.
+
+Dropout (``dropout_p``, ``dropout_seed``): sequence i's call draws its mask from its own seed,
+``reference.padding_dropout_seed(dropout_seed, i)``, as key padding's batch entries do (the
+kernels key the mask by batch-head, which each call restarts), so the sequences' masks are
+independent; the backward, given the same seed, regenerates them. ``return_dropout_mask=True``
+returns them as flash-attention's varlen functions return theirs, padded: (B, H, max_seqlen_q,
+max_seqlen_k) bool, sequence i's (H, n_q_i, n_k_i) mask at ``[i, :, :n_q_i, :n_k_i]``, False
+elsewhere.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import api
+from . import api, checks
 from .precision import is_torch_tensor
+from .reference import padding_dropout_seed
 from .split_calls import contiguous, host, zeros
 
 
@@ -43,8 +52,10 @@ def _offsets(name: str, cu, total: int, max_seqlen, max_name: str) -> list[int]:
     return [int(x) for x in values]
 
 
-def _packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p):
-    """Checks (before any launch) and the two offset lists."""
+def _packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+            dropout_seed):
+    """Checks (before any launch); each sequence's (row start, row end, key start, key end)
+    and the dropout arguments of its call (none without dropout)."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not (isinstance(x, np.ndarray) or is_torch_tensor(x)):
             raise TypeError(f"{name} must be a NumPy array or a torch CUDA tensor, got {type(x).__name__}")
@@ -53,47 +64,70 @@ def _packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dro
     if tuple(k.shape) != tuple(v.shape) or q.shape[2] != k.shape[2]:
         raise ValueError(f"k and v must be (total_k, H_kv, d) with q's d: got q {tuple(q.shape)}, "
                          f"k {tuple(k.shape)}, v {tuple(v.shape)}")
-    if dropout_p:
-        raise ValueError("dropout_p: flash_attention_varlen has no dropout yet (each sequence's call "
-                         "would restart the mask's batch-head key); pass dropout_p=0")
+    checks.dropout(dropout_p, dropout_seed)
     starts_q = _offsets("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q, "max_seqlen_q")
     starts_k = _offsets("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k, "max_seqlen_k")
     if len(starts_q) != len(starts_k):
         raise ValueError(f"cu_seqlens_q and cu_seqlens_k must hold one offset per sequence + 1 each: "
                          f"got {len(starts_q)} and {len(starts_k)}")
-    return list(zip(starts_q, starts_q[1:], starts_k, starts_k[1:]))
+    spans = list(zip(starts_q, starts_q[1:], starts_k, starts_k[1:]))
+    drops = [dict(dropout_p=dropout_p, dropout_seed=padding_dropout_seed(dropout_seed, i))
+             if dropout_p else {} for i in range(len(spans))]
+    return spans, drops
+
+
+def _no_keep(q, shape):
+    """A bool mask of nothing kept, of ``shape``, like q (NumPy, or torch on q's device)."""
+    if is_torch_tensor(q):
+        import torch
+        return torch.zeros(shape, dtype=torch.bool, device=q.device)
+    return np.zeros(shape, bool)
 
 
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
                            causal=False, softmax_scale=None, return_lse=False, window=None,
-                           dropout_p=0.0, **options):
+                           dropout_p=0.0, dropout_seed=None, return_dropout_mask=False, **options):
     """FlashAttention over packed sequences (module docstring). q: (total_q, H, d); k, v:
     (total_k, H_kv, d); ``causal`` and ``window`` per sequence as ``flash_attention``'s
-    (bottom-right aligned where a sequence's query and key lengths differ); ``options`` go to
-    each call (``algorithm``, ``tiling``, ...). Returns o (total_q, H, d), or (o, lse) with
-    ``return_lse``, lse (H, total_q) float32 (-inf for rows that see no key)."""
-    spans = _packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p)
+    (bottom-right aligned where a sequence's query and key lengths differ); dropout per
+    sequence (module docstring); ``options`` go to each call (``algorithm``, ``tiling``, ...).
+    Returns o (total_q, H, d); with ``return_lse`` also lse (H, total_q) float32 (-inf for
+    rows that see no key), with ``return_dropout_mask`` also the masks (B, H, max_seqlen_q,
+    max_seqlen_k) bool, in that order."""
+    spans, drops = _packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p, dropout_seed)
+    checks.flag("return_dropout_mask", return_dropout_mask)
     o = zeros(q, tuple(q.shape))
     lse = zeros(q, (q.shape[1], q.shape[0]), float32=True)
     lse[:] = -np.inf
-    for a, b, c, e in spans:
+    keep = (_no_keep(q, (len(spans), q.shape[1], max_seqlen_q, max_seqlen_k))
+            if return_dropout_mask else None)
+    for i, (a, b, c, e) in enumerate(spans):
         if b == a or e == c:           # no rows, or rows that see no key: o = 0, lse = -inf
             continue
-        oi, li = api.flash_attention(_head_major(q, a, b), _head_major(k, c, e), _head_major(v, c, e),
-                                     causal=causal, softmax_scale=softmax_scale, return_lse=True,
-                                     window=window, **options)
-        o[a:b] = oi[0].swapaxes(0, 1)
-        lse[:, a:b] = li[0]
-    return (o, lse) if return_lse else o
+        got = api.flash_attention(_head_major(q, a, b), _head_major(k, c, e), _head_major(v, c, e),
+                                  causal=causal, softmax_scale=softmax_scale, return_lse=True,
+                                  window=window, return_dropout_mask=return_dropout_mask,
+                                  **drops[i], **options)
+        o[a:b] = got[0][0].swapaxes(0, 1)
+        lse[:, a:b] = got[1][0]
+        if return_dropout_mask:
+            keep[i, :, :b - a, :e - c] = got[2][0]
+    out = (o, lse) if return_lse else (o,)
+    if return_dropout_mask:
+        out += (keep,)
+    return out if len(out) > 1 else o
 
 
 def flash_attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                     max_seqlen_k, *, causal=False, softmax_scale=None, window=None,
-                                    dropout_p=0.0, **options):
+                                    dropout_p=0.0, dropout_seed=None, **options):
     """Gradients (dq, dk, dv) of ``flash_attention_varlen`` from its o and lse (H, total_q), in
-    the packed layouts; arguments as the forward's, ``options`` to each
-    ``flash_attention_backward`` call (``deterministic``, ``tiling``, ...)."""
-    spans = _packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p)
+    the packed layouts; arguments as the forward's (dropout: the forward's seed, each
+    sequence's mask regenerated), ``options`` to each ``flash_attention_backward`` call
+    (``deterministic``, ``tiling``, ...)."""
+    spans, drops = _packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p, dropout_seed)
     for name, x in (("do", do), ("o", o)):
         if tuple(x.shape) != tuple(q.shape):
             raise ValueError(f"{name} must have q's packed shape {tuple(q.shape)}, got {tuple(x.shape)}")
@@ -101,14 +135,14 @@ def flash_attention_varlen_backward(do, q, k, v, o, lse, cu_seqlens_q, cu_seqlen
         raise ValueError(f"lse must be (H, total_q) = {(q.shape[1], q.shape[0])}, as the forward "
                          f"returns it; got {tuple(lse.shape)}")
     dq, dk, dv = zeros(q, tuple(q.shape)), zeros(k, tuple(k.shape)), zeros(v, tuple(v.shape))
-    for a, b, c, e in spans:
+    for i, (a, b, c, e) in enumerate(spans):
         if b == a or e == c:
             continue
         li = contiguous(lse[:, a:b])[None]
         grads = api.flash_attention_backward(
             _head_major(do, a, b), _head_major(q, a, b), _head_major(k, c, e), _head_major(v, c, e),
             _head_major(o, a, b), li, causal=causal, softmax_scale=softmax_scale, window=window,
-            **options)
+            **drops[i], **options)
         for out, g, (lo, hi) in zip((dq, dk, dv), grads, ((a, b), (c, e), (c, e))):
             out[lo:hi] = g[0].swapaxes(0, 1)
     return dq, dk, dv
