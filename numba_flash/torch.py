@@ -10,15 +10,22 @@ Semantics are torch's (``torch.nn.functional.scaled_dot_product_attention``):
   (batch, heads); the output is shaped like the query;
 - ``is_causal`` is **top-left aligned**, as torch's: query r sees key c iff c <= r (the
   kernels' ``causal`` default is bottom-right, c <= r + N_k - N_q; here they are launched
-  with ``diagonal=0``). Every row then sees key 0, so no row is ever fully masked: rows that
-  see no key (which torch's math backend turns into NaN, and only an ``attn_mask`` can make)
-  cannot occur;
+  with ``diagonal=0``). Every row then sees key 0, so no row is fully masked but by an
+  ``attn_mask`` (below);
 - ``scale`` defaults to 1/sqrt(d); with ``enable_gqa`` key and value may have fewer heads
   (dim -3) than the query, as in torch: the kernels read each key/value head for its group of
   query heads (no repeated copy), and the backward sums its gradients over the group (key and
   value with different head counts, which torch also allows, are repeated to the query's);
+- ``attn_mask``: a boolean **key padding** mask, True where a key takes part (torch's
+  convention), the same for every query: shape (..., 1, N_k), its leading dims broadcasting to
+  the query's, e.g. (B, 1, 1, N_k) for (B, H, N, d) inputs. Each batch entry runs on the keys
+  it keeps (``api.flash_attention``'s ``key_padding_mask``: padding neither loaded nor
+  computed, a launch per entry, or per entry and head where the mask differs between heads);
+  with ``is_causal`` the kept keys must be a prefix. Rows that keep no key give 0 (torch's
+  math backend: NaN) and zero gradients;
 - what the kernels cannot do yet raises ``NotImplementedError``, never a silent fallback to
-  torch: ``attn_mask``, a value head dim other than the query's, dtypes
+  torch: any other ``attn_mask`` (float biases, masks that vary along the queries, masks that
+  vary along the heads with ``enable_gqa``), a value head dim other than the query's, dtypes
   other than float32, float16 and bfloat16, leading dims that only broadcast, empty inputs, a
   scale that is not finite and positive, and a second derivative (the backward op has no
   autograd formula of its own);
@@ -132,6 +139,11 @@ def _sparse(block_mask: Optional[torch.Tensor], block_q: int, block_k: int) -> d
     return {} if block_mask is None else dict(block_mask=block_mask, block_size=(block_q, block_k))
 
 
+def _padding(key_padding_mask: Optional[torch.Tensor]) -> dict:
+    """The API's ``key_padding_mask`` argument from an op's (B, N_k) bool tensor, on the host."""
+    return {} if key_padding_mask is None else dict(key_padding_mask=key_padding_mask.cpu().numpy())
+
+
 def _dropout(dropout_p: float, seed: Optional[torch.Tensor]) -> dict:
     """The API's dropout arguments from an op's ``dropout_p`` and its int64 ``seed`` tensor."""
     if not dropout_p:
@@ -145,22 +157,25 @@ def _dropout(dropout_p: float, seed: Optional[torch.Tensor]) -> dict:
 def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                       causal: bool, diagonal: int, dropout_p: float = 0.0,
                       seed: Optional[torch.Tensor] = None, block_mask: Optional[torch.Tensor] = None,
-                      block_q: int = 128, block_k: int = 128,
-                      algorithm: str = "fa2") -> tuple[torch.Tensor, torch.Tensor]:
+                      block_q: int = 128, block_k: int = 128, algorithm: str = "fa2",
+                      key_padding_mask: Optional[torch.Tensor] = None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """(o, lse) of FlashAttention: q (B, H, N_q, d), k and v (B, H, N_k, d) float32, float16 or
     bfloat16; o (B, H, N_q, d) in their dtype, lse (B, H, N_q) float32; row r sees key c iff
     ``not causal or c <= r + diagonal``; with ``dropout_p`` > 0, the mask of ``seed`` (an int64
     scalar tensor: ``api.flash_attention``'s ``dropout_seed``); with ``block_mask`` (bool,
     (ceil(N_q / block_q), ceil(N_k / block_k))), block-sparse (``api.flash_attention``'s);
-    ``algorithm``: ``api.flash_attention``'s ("fa2", or "fa2_fp16x3" for float32)."""
+    ``algorithm``: ``api.flash_attention``'s ("fa2", or "fa2_fp16x3" for float32);
+    ``key_padding_mask`` (B, N_k) bool, True for a padding key (``api.flash_attention``'s)."""
     return _run(api.flash_attention, (q, k, v), causal=causal, softmax_scale=scale,
                 return_lse=True, diagonal=diagonal if causal else None, **_dropout(dropout_p, seed),
-                **_sparse(block_mask, block_q, block_k), algorithm=algorithm)
+                **_sparse(block_mask, block_q, block_k), **_padding(key_padding_mask),
+                algorithm=algorithm)
 
 
 @attention_forward.register_fake
 def _(q, k, v, scale, causal, diagonal, dropout_p=0.0, seed=None, block_mask=None, block_q=128,
-      block_k=128, algorithm="fa2"):
+      block_k=128, algorithm="fa2", key_padding_mask=None):
     return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
@@ -169,37 +184,40 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                        o: torch.Tensor, lse: torch.Tensor, scale: float, causal: bool,
                        diagonal: int, dropout_p: float = 0.0,
                        seed: Optional[torch.Tensor] = None, block_mask: Optional[torch.Tensor] = None,
-                       block_q: int = 128,
-                       block_k: int = 128) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       block_q: int = 128, block_k: int = 128,
+                       key_padding_mask: Optional[torch.Tensor] = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv), shaped like q, k, v, from the forward's saved o (B, H, N_q, d) and lse
     (B, H, N_q), for the upstream gradient do (B, H, N_q, d); P is recomputed, never stored,
-    and so is the dropout mask (from the forward's ``seed``); ``block_mask`` as the forward's."""
+    and so is the dropout mask (from the forward's ``seed``); ``block_mask`` and
+    ``key_padding_mask`` as the forward's (padding keys get zero gradients)."""
     return _run(api.flash_attention_backward, (do, q, k, v, o, lse), causal=causal,
                 softmax_scale=scale, diagonal=diagonal if causal else None, **_dropout(dropout_p, seed),
-                **_sparse(block_mask, block_q, block_k))
+                **_sparse(block_mask, block_q, block_k), **_padding(key_padding_mask))
 
 
 @attention_backward.register_fake
 def _(do, q, k, v, o, lse, scale, causal, diagonal, dropout_p=0.0, seed=None, block_mask=None,
-      block_q=128, block_k=128):
+      block_q=128, block_k=128, key_padding_mask=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, scale, causal, diagonal, dropout_p, seed, block_mask, block_q, block_k, _ = inputs
+    (q, k, v, scale, causal, diagonal, dropout_p, seed, block_mask, block_q, block_k, _,
+     key_padding_mask) = inputs
     o, lse = output
     ctx.mark_non_differentiable(lse)
-    ctx.save_for_backward(q, k, v, o, lse, seed, block_mask)
+    ctx.save_for_backward(q, k, v, o, lse, seed, block_mask, key_padding_mask)
     ctx.scale, ctx.causal, ctx.diagonal, ctx.dropout_p = scale, causal, diagonal, dropout_p
     ctx.block_q, ctx.block_k = block_q, block_k
 
 
 def _differentiate(ctx, do, _dlse):
-    q, k, v, o, lse, seed, block_mask = ctx.saved_tensors
+    q, k, v, o, lse, seed, block_mask, key_padding_mask = ctx.saved_tensors
     dq, dk, dv = attention_backward(do.contiguous(), q, k, v, o, lse, ctx.scale, ctx.causal,
                                     ctx.diagonal, ctx.dropout_p, seed, block_mask, ctx.block_q,
-                                    ctx.block_k)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None
+                                    ctx.block_k, key_padding_mask)
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 
 def dropout_seed(generator: Optional[torch.Generator] = None) -> torch.Tensor:
@@ -238,9 +256,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     "fa2" or, for float32 without autograd, "fa2_fp16x3" (three fp16 products, about twice as
     fast; ValueError where autograd records). Returns the attention output (..., N_q, d). See
     the module docstring for what is supported."""
-    if attn_mask is not None:
-        raise _unsupported("attn_mask is not supported yet: pass attn_mask=None (is_causal=True "
-                           "for a causal mask), or call torch's SDPA")
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
@@ -292,37 +307,47 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         raise _unsupported(f"scale={scale}: the kernels take a finite, positive scale")
     d = query.shape[-1]
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    padding = None
+    if attn_mask is not None:
+        padding, grouped = _key_padding(attn_mask, query, key.shape[-2], heads != 1)
+        if grouped and heads == 1 and query.dim() >= 3:   # an entry's heads in one call
+            heads = kv_heads = query.shape[-3]
     q4 = query.reshape(-1, heads, query.shape[-2], d).contiguous()
     k4, v4 = (x.reshape(-1, kv_heads, x.shape[-2], d).contiguous() for x in (key, value))
     seed = dropout_seed() if dropout_p > 0 else None
     o, _ = attention_forward(q4, k4, v4, scale, bool(is_causal), 0, float(dropout_p), seed,
-                             algorithm=algorithm)
+                             algorithm=algorithm, key_padding_mask=padding)
     return o.reshape(query.shape)
 
 
-def block_sparse_attention(query, key, value, block_mask, block_size=(128, 128), is_causal=False,
-                           scale=None):
-    """Block-sparse attention (FlashAttention's Algorithm 5) on our kernels, with autograd.
-
-    query (B, H, N_q, d), key and value (B, H_kv, N_k, d), H a multiple of H_kv (GQA / MQA);
-    float32, float16 or bfloat16 (one for all). ``block_mask``: booleans (a tensor, or anything
-    ``torch.as_tensor`` takes) of shape (ceil(N_q / bq), ceil(N_k / bk)) for blocks of
-    ``block_size`` = (bq, bk) scores, shared by every batch entry and head: the scores of a
-    block that is False are masked and its tiles never loaded (``api.flash_attention``'s
-    ``block_mask``); rows that keep no block give 0. ``is_causal``: top-left, as torch's SDPA.
-    Returns the output (B, H, N_q, d)."""
-    for name, x in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(x, torch.Tensor) or x.dim() != 4:
-            raise ValueError(f"{name} must be a 4-D torch.Tensor (B, H, N, d), got "
-                             f"{type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}")
-    if not isinstance(block_size, (tuple, list)) or len(block_size) != 2:
-        raise TypeError(f"block_size must be a pair (queries, keys) of ints, got {block_size!r}")
-    mask = torch.as_tensor(block_mask)
-    if mask.dtype != torch.bool:
-        raise TypeError(f"block_mask must hold booleans, got {mask.dtype}")
-    d = query.shape[-1]
-    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    o, _ = attention_forward(query.contiguous(), key.contiguous(), value.contiguous(), scale,
-                             bool(is_causal), 0, 0.0, None, mask.cpu(), int(block_size[0]),
-                             int(block_size[1]))
-    return o
+def _key_padding(attn_mask, query, n_k: int, gqa: bool) -> tuple[torch.Tensor, bool]:
+    """(mask, grouped) for a boolean ``attn_mask`` (True: a key that takes part, torch's
+    convention) that masks whole keys: shape (..., 1, N_k), its leading dims broadcasting to the
+    query's. ``mask`` (B', N_k) bool, True for a padding key; ``grouped``: the mask is the same
+    for every head (size 1 at the query's dim -3): B' counts the batch entries (the query's dims
+    before -3), else every (batch entry, head). Else NotImplementedError (ValueError for a mask
+    that does not broadcast, TypeError for one that is not a tensor)."""
+    if not isinstance(attn_mask, torch.Tensor):
+        raise TypeError(f"attn_mask must be a torch.Tensor or None, got {type(attn_mask).__name__}")
+    if attn_mask.dtype != torch.bool:
+        raise _unsupported(f"attn_mask of dtype {attn_mask.dtype} (an additive bias) is not "
+                           "supported: only boolean key padding masks (..., 1, N_k) are")
+    shape = tuple(attn_mask.shape)
+    if len(shape) > query.dim() or not shape or shape[-1] != n_k:
+        raise _unsupported(f"attn_mask of shape {shape}: only key padding masks (..., 1, N_k), "
+                           f"N_k = {n_k}, of at most the query's {query.dim()} dims are supported")
+    full = (1,) * (query.dim() - len(shape)) + shape
+    if full[-2] != 1:
+        raise _unsupported(f"attn_mask of shape {shape} varies along the queries: only key padding "
+                           "masks (size 1 at dim -2, e.g. (B, 1, 1, N_k)) are supported; "
+                           "is_causal=True gives a causal mask")
+    grouped = query.dim() < 3 or full[-3] == 1
+    if not grouped and gqa:
+        raise _unsupported(f"attn_mask of shape {shape} varies along the heads, with enable_gqa: "
+                           "pass a mask of size 1 at dim -3")
+    entries = tuple(query.shape[:-3] if grouped else query.shape[:-2])
+    if any(m not in (1, b) for m, b in zip(full, entries)):
+        raise ValueError(f"attn_mask of shape {shape} does not broadcast to the query's "
+                         f"{tuple(query.shape)}")
+    mask = attn_mask.reshape(full).expand(entries + full[len(entries):])
+    return ~mask.reshape(-1, n_k).cpu(), grouped

@@ -36,9 +36,11 @@ def sdpa_float64(q, k, v, **kwargs):
     return o, leaves
 
 
-def check_against_torch(q, k, v, gen, **kwargs):
+def check_against_torch(q, k, v, gen, reference=None, **kwargs):
+    """Ours with ``kwargs`` against torch's math backend in float64 with ``reference`` (default:
+    the same kwargs): output and q, k, v gradients."""
     o = nft.scaled_dot_product_attention(q, k, v, **kwargs)
-    o_ref, leaves = sdpa_float64(q, k, v, **kwargs)
+    o_ref, leaves = sdpa_float64(q, k, v, **(kwargs if reference is None else reference))
     assert o.shape == o_ref.shape and o.dtype == torch.float32
     assert_close(o.detach().numpy(), o_ref.detach().numpy(), OUT_TOL)
     do = torch.randn(o.shape, generator=gen)
@@ -89,6 +91,65 @@ def test_grouped_query_attention(gen):
     check_against_torch(q, k, v, gen, enable_gqa=True)             # key heads = query heads
 
 
+def key_mask(shape, gen):
+    """A random boolean attn_mask (True: the key takes part) that keeps key 0 everywhere, so
+    that no row is fully masked (torch's math backend gives NaN there, the kernels 0)."""
+    mask = torch.rand(shape, generator=gen) < 0.6
+    mask[..., 0] = True
+    return mask
+
+
+@pytest.mark.parametrize("q_shape,kv_shape,mask_shape,gqa", [
+    ((2, 2, 5, 8), (2, 2, 7, 8), (2, 1, 1, 7), False),   # a key padding mask per batch entry
+    ((2, 3, 4, 24), (2, 3, 6, 24), (2, 3, 1, 6), False),  # per entry and head
+    ((3, 6, 8), (3, 9, 8), (3, 1, 9), False),            # (batch, seq, dim) inputs
+    ((2, 5, 8), (2, 9, 8), (9,), False),                 # one mask broadcast to every entry
+    ((2, 4, 5, 8), (2, 2, 6, 8), (2, 1, 1, 6), True),     # GQA
+])
+def test_key_padding_attn_mask_matches_torch(gen, q_shape, kv_shape, mask_shape, gqa):
+    """A boolean attn_mask that masks whole keys runs as the API's key_padding_mask (padding
+    keys gathered out): output and gradients equal torch's with the same mask."""
+    q, k, v = make(q_shape, gen), make(kv_shape, gen), make(kv_shape, gen)
+    check_against_torch(q, k, v, gen, attn_mask=key_mask(mask_shape, gen), enable_gqa=gqa)
+
+
+def test_key_padding_attn_mask_with_is_causal(gen):
+    """Padding at the end with torch's top-left causal mask, N_q != N_k (torch takes no
+    attn_mask with is_causal: the reference gets the two masks combined)."""
+    q, k, v = make((2, 2, 6, 8), gen), make((2, 2, 9, 8), gen), make((2, 2, 9, 8), gen)
+    mask = (torch.arange(9) < torch.tensor([9, 4])[:, None])[:, None, None]
+    both = mask & torch.ones(6, 9, dtype=torch.bool).tril()
+    check_against_torch(q, k, v, gen, reference=dict(attn_mask=both), attn_mask=mask,
+                        is_causal=True)
+
+
+def test_an_entry_of_nothing_but_padding_gives_zeros(gen):
+    """Where torch's math backend returns NaN (rows that keep no key), the kernels give o = 0
+    and zero gradients; the other entries are torch's."""
+    q, k, v = make((2, 1, 3, 8), gen), make((2, 1, 5, 8), gen), make((2, 1, 5, 8), gen)
+    mask = torch.tensor([[True, False, True, True, False], [False] * 5])[:, None, None]
+    o = nft.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    o.backward(torch.ones_like(o))
+    assert torch.all(o[1] == 0) and torch.all(q.grad[1] == 0) and torch.all(k.grad[1] == 0)
+    o_ref, _ = sdpa_float64(q[:1], k[:1], v[:1], attn_mask=mask[:1])
+    assert_close(o[:1].detach().numpy(), o_ref.detach().numpy(), OUT_TOL)
+
+
+@pytest.mark.parametrize("mask,gqa,error,match", [
+    (torch.zeros(1, 1, 1, 4), False, NotImplementedError, "additive bias"),
+    (torch.ones(1, 1, 4, 4, dtype=torch.bool), False, NotImplementedError, "varies along the queries"),
+    (torch.ones(1, 2, 1, 4, dtype=torch.bool), True, NotImplementedError, "varies along the heads"),
+    (torch.ones(3, 1, 1, 4, dtype=torch.bool), False, ValueError, "does not broadcast"),
+    (torch.ones(1, 1, 1, 5, dtype=torch.bool), False, NotImplementedError, "N_k = 4"),
+    ([[True] * 4], False, TypeError, "attn_mask must be a torch.Tensor"),
+])
+def test_other_attn_masks_are_refused(gen, mask, gqa, error, match):
+    q = make((1, 2, 4, 8), gen)
+    kv = make((1, 1, 4, 8), gen) if gqa else q
+    with pytest.raises(error, match=match):
+        nft.scaled_dot_product_attention(q, kv, kv, attn_mask=mask, enable_gqa=gqa)
+
+
 class TinyAttention(torch.nn.Module):
     """One causal self-attention layer, with the attention function as a parameter."""
 
@@ -123,6 +184,21 @@ def test_torch_compile_fullgraph(gen):
         assert_close(p.grad.numpy(), p_ref.grad.numpy(), GRAD_TOL)
 
 
+def test_torch_compile_fullgraph_with_a_padding_mask(gen):
+    """The attn_mask's conversion to a key padding mask traces too (no graph break)."""
+    q, k, v = (make((2, 2, 5, 8), gen) for _ in range(3))
+    mask = torch.tensor([[1, 1, 0, 1, 0], [1, 0, 1, 1, 1]], dtype=torch.bool)[:, None, None]
+    attend = torch.compile(lambda q, k, v, m: nft.scaled_dot_product_attention(q, k, v, attn_mask=m),
+                           fullgraph=True, backend="aot_eager")
+    o = attend(q, k, v, mask)
+    o_ref, leaves = sdpa_float64(q, k, v, attn_mask=mask)
+    assert_close(o.detach().numpy(), o_ref.detach().numpy(), OUT_TOL)
+    o.sum().backward()
+    o_ref.sum().backward()
+    for x, x_ref in zip((q, k, v), leaves):
+        assert_close(x.grad.numpy(), x_ref.grad.numpy(), GRAD_TOL)
+
+
 def test_opcheck_of_the_custom_ops(gen):
     """torch.library.opcheck: schema, fake tensors, autograd registration, AOT dispatch."""
     q, k, v = (make((1, 1, 5, 8), gen) for _ in range(3))
@@ -136,6 +212,14 @@ def test_opcheck_of_the_custom_ops(gen):
     o, lse = nft.attention_forward(q.detach(), k.detach(), v.detach(), 0.5, False, 0, 0.2, seed)
     torch.library.opcheck(nft.attention_backward,
                           (do, q.detach(), k.detach(), v.detach(), o, lse, 0.5, False, 0, 0.2, seed))
+    pad = torch.tensor([[False, True, False, False, True]])
+    torch.library.opcheck(nft.attention_forward, (q, k, v, 0.5, False, 0),
+                          dict(key_padding_mask=pad))
+    o, lse = nft.attention_forward(q.detach(), k.detach(), v.detach(), 0.5, False, 0,
+                                   key_padding_mask=pad)
+    torch.library.opcheck(nft.attention_backward,
+                          (do, q.detach(), k.detach(), v.detach(), o, lse, 0.5, False, 0),
+                          dict(key_padding_mask=pad))
 
 
 def test_dropout_is_the_kernels_mask_from_a_seed_torch_draws(gen):

@@ -36,13 +36,14 @@ def _reference(q, k, v, **kwargs):
         return torch.nn.functional.scaled_dot_product_attention(*leaves, **kwargs), leaves
 
 
-@pytest.mark.parametrize("B,H,n_q,n_k,d,causal", SHAPES)
-def test_matches_torch_sdpa_on_gpu(B, H, n_q, n_k, d, causal):
-    gen = torch.Generator(device="cuda").manual_seed(n_q * 7 + d)
+def _check(B, H, n_q, n_k, d, seed, **kwargs):
+    """Ours with ``kwargs`` against torch's math backend in float64 on CUDA inputs: output and
+    q, k, v gradients."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     q, k, v = (torch.randn(B, H, n, d, device="cuda", generator=gen).requires_grad_()
                for n in (n_q, n_k, n_k))
-    o = nft.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    o_ref, leaves = _reference(q, k, v, is_causal=causal)
+    o = nft.scaled_dot_product_attention(q, k, v, **kwargs)
+    o_ref, leaves = _reference(q, k, v, **kwargs)
     assert o.is_cuda and o.dtype == torch.float32
     assert_close(o.detach().cpu().numpy(), o_ref.detach().cpu().numpy(), OUT_TOL)
     do = torch.randn(o.shape, device="cuda", generator=gen)
@@ -50,6 +51,19 @@ def test_matches_torch_sdpa_on_gpu(B, H, n_q, n_k, d, causal):
     o_ref.backward(do.double())
     for x, x_ref in zip((q, k, v), leaves):
         assert_close(x.grad.cpu().numpy(), x_ref.grad.cpu().numpy(), GRAD_TOL)
+
+
+@pytest.mark.parametrize("B,H,n_q,n_k,d,causal", SHAPES)
+def test_matches_torch_sdpa_on_gpu(B, H, n_q, n_k, d, causal):
+    _check(B, H, n_q, n_k, d, n_q * 7 + d, is_causal=causal)
+
+
+def test_key_padding_attn_mask_on_gpu():
+    """A (B, 1, 1, N_k) boolean attn_mask, Fig. 3's padding (each entry keeps a prefix of
+    length in [N - 20, N]), as torch's: the API's key_padding_mask, an entry a call."""
+    lengths = torch.tensor([1000, 983], device="cuda")
+    mask = (torch.arange(1000, device="cuda") < lengths[:, None])[:, None, None]
+    _check(2, 4, 1000, 1000, 64, 17, attn_mask=mask)
 
 
 def test_runs_on_the_current_side_stream():
