@@ -15,7 +15,7 @@ import numba_flash.torch as nft  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from .helpers import assert_close  # noqa: E402
-from .test_torch import TinyAttention  # noqa: E402
+from .test_torch import TinyAttention, cu_seqlens, varlen_reference  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 OUT_TOL, GRAD_TOL = 1e-5, 1e-4
@@ -43,13 +43,19 @@ def _check(B, H, n_q, n_k, d, seed, **kwargs):
     q, k, v = (torch.randn(B, H, n, d, device="cuda", generator=gen).requires_grad_()
                for n in (n_q, n_k, n_k))
     o = nft.scaled_dot_product_attention(q, k, v, **kwargs)
-    o_ref, leaves = _reference(q, k, v, **kwargs)
+    _compare(o, *_reference(q, k, v, **kwargs), (q, k, v), gen)
+
+
+def _compare(o, o_ref, leaves, inputs, gen):
+    """o (float32, on the GPU) within OUT_TOL of the float64 reference o_ref, and after a
+    backward of one random upstream gradient through both, the inputs' gradients within
+    GRAD_TOL of the reference's leaves'."""
     assert o.is_cuda and o.dtype == torch.float32
     assert_close(o.detach().cpu().numpy(), o_ref.detach().cpu().numpy(), OUT_TOL)
     do = torch.randn(o.shape, device="cuda", generator=gen)
     o.backward(do)
     o_ref.backward(do.double())
-    for x, x_ref in zip((q, k, v), leaves):
+    for x, x_ref in zip(inputs, leaves):
         assert_close(x.grad.cpu().numpy(), x_ref.grad.cpu().numpy(), GRAD_TOL)
 
 
@@ -64,6 +70,19 @@ def test_key_padding_attn_mask_on_gpu():
     lengths = torch.tensor([1000, 983], device="cuda")
     mask = (torch.arange(1000, device="cuda") < lengths[:, None])[:, None, None]
     _check(2, 4, 1000, 1000, 64, 17, attn_mask=mask)
+
+
+def test_varlen_func_on_gpu():
+    """flash_attn_varlen_func on CUDA tensors, GQA, causal bottom-right, N_q != N_k per
+    sequence: output and gradients against torch's math backend sequence by sequence."""
+    lens_q, lens_k = [1000, 17, 300], [1000, 40, 255]
+    gen = torch.Generator(device="cuda").manual_seed(29)
+    q = torch.randn(sum(lens_q), 4, 64, device="cuda", generator=gen).requires_grad_()
+    k, v = (torch.randn(sum(lens_k), 2, 64, device="cuda", generator=gen).requires_grad_()
+            for _ in range(2))
+    o = nft.flash_attn_varlen_func(q, k, v, cu_seqlens(lens_q, "cuda"), cu_seqlens(lens_k, "cuda"),
+                                   1000, 1000, causal=True)
+    _compare(o, *varlen_reference(q, k, v, lens_q, lens_k, True), (q, k, v), gen)
 
 
 def test_runs_on_the_current_side_stream():
