@@ -28,14 +28,8 @@ def _configs():
         yield nf.KernelConfig(d=64, n_q=2048, n_k=16384, forward=forward, backward=None)
     for n_q, n_k, d, causal in test_gpu.MANY_ROW_BLOCKS:
         yield nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, forward=None, backward="fa2")
-    for B, H, n_q, n_k, d, causal in test_torch_gpu.SHAPES:
-        yield nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal)
-    for B, H, n_q, n_k, d, causal in test_torch_gpu.FP16X3_SHAPES:
-        yield nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, forward="fa2_fp16x3", backward=None)
-    yield nf.KernelConfig(d=64, n_q=300, causal=True)       # test_torch_compile_with_inductor
-    yield nf.KernelConfig(d=64, n_q=256, causal=True)       # test_runs_on_the_current_side_stream
-    for module in (test_gpu_half, test_gpu_band, test_gpu_dropout, test_gpu_block_sparse,
-                   test_gpu_varlen, test_gpu_fp16x3):
+    for module in (test_torch_gpu, test_gpu_half, test_gpu_band, test_gpu_dropout,
+                   test_gpu_block_sparse, test_gpu_varlen, test_gpu_fp16x3):
         yield from module.KERNELS
 
 

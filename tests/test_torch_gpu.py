@@ -11,6 +11,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import numba_flash as nf  # noqa: E402
 import numba_flash.torch as nft  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
@@ -28,6 +29,26 @@ SHAPES = [
     (1, 2, 97, 1000, 128, True),    # N_q < N_k
     (2, 2, 300, 300, 40, False),
 ]
+
+
+#: (B, H, N_q, N_k, d, is_causal) of the fa2_fp16x3 inference test
+FP16X3_SHAPES = [(2, 4, 1024, 1024, 64, True), (1, 2, 97, 1000, 128, True)]
+#: test_varlen_func_on_gpu's sequences (query and key lengths), 4 query heads on 2 K/V heads
+VARLEN_LENS = ([1000, 17, 300], [1000, 40, 255])
+#: test_key_padding_attn_mask_on_gpu's entries' kept keys, N = 1000
+PADDING_KEPT = (1000, 983)
+
+#: The kernels these tests launch (conftest builds them first; tests/gpu_kernels.py lists them
+#: with the rest).
+KERNELS = list(dict.fromkeys([
+    *(nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal) for _, _, n_q, n_k, d, causal in SHAPES),
+    *(nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, forward="fa2_fp16x3", backward=None)
+      for _, _, n_q, n_k, d, causal in FP16X3_SHAPES),
+    nf.KernelConfig(d=64, n_q=300, causal=True),       # test_torch_compile_with_inductor
+    nf.KernelConfig(d=64, n_q=256, causal=True),       # test_runs_on_the_current_side_stream
+    *(nf.KernelConfig(d=64, n_q=1000, n_k=kept) for kept in PADDING_KEPT),
+    *(nf.KernelConfig(d=64, n_q=n_q, n_k=n_k, causal=True, group=2) for n_q, n_k in zip(*VARLEN_LENS)),
+]))
 
 
 def _reference(q, k, v, **kwargs):
@@ -67,7 +88,7 @@ def test_matches_torch_sdpa_on_gpu(B, H, n_q, n_k, d, causal):
 def test_key_padding_attn_mask_on_gpu():
     """A (B, 1, 1, N_k) boolean attn_mask, Fig. 3's padding (each entry keeps a prefix of
     length in [N - 20, N]), as torch's: the API's key_padding_mask, an entry a call."""
-    lengths = torch.tensor([1000, 983], device="cuda")
+    lengths = torch.tensor(PADDING_KEPT, device="cuda")
     mask = (torch.arange(1000, device="cuda") < lengths[:, None])[:, None, None]
     _check(2, 4, 1000, 1000, 64, 17, attn_mask=mask)
 
@@ -75,7 +96,7 @@ def test_key_padding_attn_mask_on_gpu():
 def test_varlen_func_on_gpu():
     """flash_attn_varlen_func on CUDA tensors, GQA, causal bottom-right, N_q != N_k per
     sequence: output and gradients against torch's math backend sequence by sequence."""
-    lens_q, lens_k = [1000, 17, 300], [1000, 40, 255]
+    lens_q, lens_k = VARLEN_LENS
     gen = torch.Generator(device="cuda").manual_seed(29)
     q = torch.randn(sum(lens_q), 4, 64, device="cuda", generator=gen).requires_grad_()
     k, v = (torch.randn(sum(lens_k), 2, 64, device="cuda", generator=gen).requires_grad_()
@@ -145,10 +166,6 @@ def test_second_process_loads_compiled_kernels_from_disk(tmp_path):
     assert first.get("compiled") == 3 and not first.get("loaded"), first
     assert second.get("loaded") == 3 and not second.get("compiled"), second
     assert second["seconds"] <= 2.0, second
-
-
-#: algorithm="fa2_fp16x3" without autograd (tests/gpu_kernels.py builds its kernels)
-FP16X3_SHAPES = [(2, 4, 1024, 1024, 64, True), (1, 2, 97, 1000, 128, True)]
 
 
 @pytest.mark.parametrize("B,H,n_q,n_k,d,causal", FP16X3_SHAPES)
