@@ -467,3 +467,31 @@ def _key_padding(attn_mask, query, n_k: int, gqa: bool) -> tuple[torch.Tensor, b
                          f"{tuple(query.shape)}")
     mask = attn_mask.reshape(full).expand(entries + full[len(entries):])
     return ~mask.reshape(-1, n_k).cpu(), grouped
+
+
+def block_sparse_attention(query, key, value, block_mask, block_size=(128, 128), is_causal=False,
+                           scale=None):
+    """Block-sparse attention (FlashAttention's Algorithm 5) on our kernels, with autograd.
+
+    query (B, H, N_q, d), key and value (B, H_kv, N_k, d), H a multiple of H_kv (GQA / MQA);
+    float32, float16 or bfloat16 (one for all). ``block_mask``: booleans (a tensor, or anything
+    ``torch.as_tensor`` takes) of shape (ceil(N_q / bq), ceil(N_k / bk)) for blocks of
+    ``block_size`` = (bq, bk) scores, shared by every batch entry and head: the scores of a
+    block that is False are masked and its tiles never loaded (``api.flash_attention``'s
+    ``block_mask``); rows that keep no block give 0. ``is_causal``: top-left, as torch's SDPA.
+    Returns the output (B, H, N_q, d)."""
+    for name, x in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            raise ValueError(f"{name} must be a 4-D torch.Tensor (B, H, N, d), got "
+                             f"{type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}")
+    if not isinstance(block_size, (tuple, list)) or len(block_size) != 2:
+        raise TypeError(f"block_size must be a pair (queries, keys) of ints, got {block_size!r}")
+    mask = torch.as_tensor(block_mask)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"block_mask must hold booleans, got {mask.dtype}")
+    d = query.shape[-1]
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    o, _ = attention_forward(query.contiguous(), key.contiguous(), value.contiguous(), scale,
+                             bool(is_causal), 0, 0.0, None, mask.cpu(), int(block_size[0]),
+                             int(block_size[1]))
+    return o
