@@ -49,10 +49,11 @@ and ``numba_flash::attention_backward`` (dq, dk, dv), with fake (meta) implement
 autograd formula: the forward saves o and lse, the backward recomputes P from lse. So
 ``torch.compile(model, fullgraph=True)`` traces through them without a graph break.
 
-``flash_attn_varlen_func`` is flash-attention's function of that name (packed sequences,
-``cu_seqlens`` offsets, causal bottom-right per sequence, ``window_size``, dropout,
-``deterministic``) on ``numba_flash.varlen``, with autograd, through its own pair of custom
-operators (``numba_flash::varlen_forward`` / ``varlen_backward``).
+``flash_attn_func`` and ``flash_attn_varlen_func`` are flash-attention's functions of those
+names (its (batch, seqlen, heads, head_dim) layout, copied to ours; packed sequences with
+``cu_seqlens`` offsets; causal bottom-right, ``window_size``, dropout, ``deterministic``), with
+autograd: the first through the two operators above, the second through its own pair
+(``numba_flash::varlen_forward`` / ``varlen_backward``) on ``numba_flash.varlen``.
 
 CUDA tensors: kernels launch on torch's current stream of the tensors' device, outputs come
 from torch's caching allocator on that stream, results are torch tensors (no copies). CPU
@@ -72,8 +73,8 @@ from . import api, memory, precision, varlen
 from .fp16x3 import FP16X3
 from .launch import on_stream
 
-__all__ = ["scaled_dot_product_attention", "block_sparse_attention", "flash_attn_varlen_func",
-           "dropout_seed"]
+__all__ = ["scaled_dot_product_attention", "block_sparse_attention", "flash_attn_func",
+           "flash_attn_varlen_func", "dropout_seed"]
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 #: ``scaled_dot_product_attention``'s forward algorithms (``api.flash_attention``'s names).
@@ -164,7 +165,8 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: 
                       causal: bool, diagonal: int, dropout_p: float = 0.0,
                       seed: Optional[torch.Tensor] = None, block_mask: Optional[torch.Tensor] = None,
                       block_q: int = 128, block_k: int = 128, algorithm: str = "fa2",
-                      key_padding_mask: Optional[torch.Tensor] = None
+                      key_padding_mask: Optional[torch.Tensor] = None, window_left: int = -1,
+                      window_right: int = -1, deterministic: bool = False
                       ) -> tuple[torch.Tensor, torch.Tensor]:
     """(o, lse) of FlashAttention: q (B, H, N_q, d), k and v (B, H, N_k, d) float32, float16 or
     bfloat16; o (B, H, N_q, d) in their dtype, lse (B, H, N_q) float32; row r sees key c iff
@@ -172,16 +174,20 @@ def attention_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: 
     scalar tensor: ``api.flash_attention``'s ``dropout_seed``); with ``block_mask`` (bool,
     (ceil(N_q / block_q), ceil(N_k / block_k))), block-sparse (``api.flash_attention``'s);
     ``algorithm``: ``api.flash_attention``'s ("fa2", or "fa2_fp16x3" for float32);
-    ``key_padding_mask`` (B, N_k) bool, True for a padding key (``api.flash_attention``'s)."""
+    ``key_padding_mask`` (B, N_k) bool, True for a padding key (``api.flash_attention``'s);
+    a sliding window's sides as flash-attention's ``window_size`` (-1: unbounded; about
+    ``diagonal``); ``deterministic`` is the backward's (read by autograd only)."""
+    window = _window(window_left, window_right)
     return _run(api.flash_attention, (q, k, v), causal=causal, softmax_scale=scale,
-                return_lse=True, diagonal=diagonal if causal else None, **_dropout(dropout_p, seed),
-                **_sparse(block_mask, block_q, block_k), **_padding(key_padding_mask),
-                algorithm=algorithm)
+                return_lse=True, diagonal=diagonal if causal or window else None, window=window,
+                **_dropout(dropout_p, seed), **_sparse(block_mask, block_q, block_k),
+                **_padding(key_padding_mask), algorithm=algorithm)
 
 
 @attention_forward.register_fake
 def _(q, k, v, scale, causal, diagonal, dropout_p=0.0, seed=None, block_mask=None, block_q=128,
-      block_k=128, algorithm="fa2", key_padding_mask=None):
+      block_k=128, algorithm="fa2", key_padding_mask=None, window_left=-1, window_right=-1,
+      deterministic=False):
     return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
 
 
@@ -191,39 +197,44 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                        diagonal: int, dropout_p: float = 0.0,
                        seed: Optional[torch.Tensor] = None, block_mask: Optional[torch.Tensor] = None,
                        block_q: int = 128, block_k: int = 128,
-                       key_padding_mask: Optional[torch.Tensor] = None
+                       key_padding_mask: Optional[torch.Tensor] = None, window_left: int = -1,
+                       window_right: int = -1, deterministic: bool = False
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv), shaped like q, k, v, from the forward's saved o (B, H, N_q, d) and lse
     (B, H, N_q), for the upstream gradient do (B, H, N_q, d); P is recomputed, never stored,
-    and so is the dropout mask (from the forward's ``seed``); ``block_mask`` and
-    ``key_padding_mask`` as the forward's (padding keys get zero gradients)."""
+    and so is the dropout mask (from the forward's ``seed``); ``block_mask``,
+    ``key_padding_mask`` and the window as the forward's (padding keys get zero gradients);
+    ``deterministic``: ``api.flash_attention_backward``'s."""
+    window = _window(window_left, window_right)
     return _run(api.flash_attention_backward, (do, q, k, v, o, lse), causal=causal,
-                softmax_scale=scale, diagonal=diagonal if causal else None, **_dropout(dropout_p, seed),
+                softmax_scale=scale, diagonal=diagonal if causal or window else None, window=window,
+                deterministic=deterministic, **_dropout(dropout_p, seed),
                 **_sparse(block_mask, block_q, block_k), **_padding(key_padding_mask))
 
 
 @attention_backward.register_fake
 def _(do, q, k, v, o, lse, scale, causal, diagonal, dropout_p=0.0, seed=None, block_mask=None,
-      block_q=128, block_k=128, key_padding_mask=None):
+      block_q=128, block_k=128, key_padding_mask=None, window_left=-1, window_right=-1,
+      deterministic=False):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, scale, causal, diagonal, dropout_p, seed, block_mask, block_q, block_k, _,
-     key_padding_mask) = inputs
+     key_padding_mask, left, right, deterministic) = inputs
     o, lse = output
     ctx.mark_non_differentiable(lse)
     ctx.save_for_backward(q, k, v, o, lse, seed, block_mask, key_padding_mask)
-    ctx.scale, ctx.causal, ctx.diagonal, ctx.dropout_p = scale, causal, diagonal, dropout_p
-    ctx.block_q, ctx.block_k = block_q, block_k
+    ctx.args = (scale, causal, diagonal, dropout_p)
+    ctx.options = (block_q, block_k, left, right, deterministic)
 
 
 def _differentiate(ctx, do, _dlse):
     q, k, v, o, lse, seed, block_mask, key_padding_mask = ctx.saved_tensors
-    dq, dk, dv = attention_backward(do.contiguous(), q, k, v, o, lse, ctx.scale, ctx.causal,
-                                    ctx.diagonal, ctx.dropout_p, seed, block_mask, ctx.block_q,
-                                    ctx.block_k, key_padding_mask)
-    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
+    block_q, block_k, left, right, deterministic = ctx.options
+    dq, dk, dv = attention_backward(do.contiguous(), q, k, v, o, lse, *ctx.args, seed, block_mask,
+                                    block_q, block_k, key_padding_mask, left, right, deterministic)
+    return dq, dk, dv, *(None,) * 13
 
 
 def _window(left: int, right: int) -> Optional[tuple[int, int]]:
@@ -299,6 +310,51 @@ def _differentiate_varlen(ctx, do, _dlse):
 varlen_forward.register_autograd(_differentiate_varlen, setup_context=_setup_varlen)
 
 
+def _flash_attn_checks(tensors, dropout_p, window_size, softcap, alibi_slopes, return_attn_probs,
+                       block_table=None) -> None:
+    """What flash-attention's functions take that we do not, and their common arguments'
+    types and ranges, checked before any launch."""
+    for name, unset in (("softcap", softcap == 0.0), ("alibi_slopes", alibi_slopes is None),
+                        ("return_attn_probs", not return_attn_probs),
+                        ("block_table", block_table is None)):
+        if not unset:
+            raise NotImplementedError(f"numba_flash.torch: flash-attention's {name} is not "
+                                      "supported; leave it at its default")
+    for name, x in tensors.items():
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
+        raise ValueError(f"window_size must be a pair (left, right), -1 for an unbounded side; "
+                         f"got {window_size!r}")
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                    softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash-attention's ``flash_attn_func`` on our kernels, with autograd: q (B, N_q, H, d), k
+    and v (B, N_k, H_kv, d) in its layout (H a multiple of H_kv: GQA / MQA), float32, float16
+    or bfloat16; ``causal`` bottom-right (row r sees keys c <= r + N_k - N_q), ``window_size``
+    (left, right) about that diagonal (-1: unbounded), ``softmax_scale`` default 1/sqrt(d),
+    ``dropout_p`` with a seed drawn as ``scaled_dot_product_attention``'s, ``deterministic`` the
+    backward's. Returns o (B, N_q, H, d), contiguous. The inputs are copied to our (B, H, N, d)
+    layout and o back. ``softcap``, ``alibi_slopes`` and ``return_attn_probs`` raise
+    NotImplementedError unless left at their defaults."""
+    _flash_attn_checks(dict(q=q, k=k, v=v), dropout_p, window_size, softcap, alibi_slopes,
+                       return_attn_probs)
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if x.dim() != 4:
+            raise ValueError(f"{name} must be (batch, seqlen, heads, head_dim), got shape "
+                             f"{tuple(x.shape)}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+    seed = dropout_seed() if dropout_p > 0 else None
+    q4, k4, v4 = (x.transpose(1, 2).contiguous() for x in (q, k, v))
+    o, _ = attention_forward(q4, k4, v4, scale, bool(causal), k.shape[1] - q.shape[1],
+                             float(dropout_p), seed, window_left=int(window_size[0]),
+                             window_right=int(window_size[1]), deterministic=bool(deterministic))
+    return o.transpose(1, 2).contiguous()
+
+
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
                            softcap=0.0, alibi_slopes=None, deterministic=False,
@@ -311,21 +367,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     sequence its own mask: ``varlen``), ``deterministic`` the backward's. Returns o (total_q,
     H, d). ``softcap``, ``alibi_slopes``, ``return_attn_probs`` and ``block_table`` raise
     NotImplementedError unless left at their defaults. (One call per sequence: ``varlen``.)"""
-    for name, unset in (("softcap", softcap == 0.0), ("alibi_slopes", alibi_slopes is None),
-                        ("return_attn_probs", not return_attn_probs),
-                        ("block_table", block_table is None)):
-        if not unset:
-            raise NotImplementedError(f"numba_flash.torch.flash_attn_varlen_func: {name} is not "
-                                      "supported; leave it at its default")
-    for name, x in (("q", q), ("k", k), ("v", v), ("cu_seqlens_q", cu_seqlens_q),
-                    ("cu_seqlens_k", cu_seqlens_k)):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
-        raise ValueError(f"window_size must be a pair (left, right), -1 for an unbounded side; "
-                         f"got {window_size!r}")
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    _flash_attn_checks(dict(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k),
+                       dropout_p, window_size, softcap, alibi_slopes, return_attn_probs,
+                       block_table)
     if q.dim() != 3:
         raise ValueError(f"q must be packed (total_q, H, d), got shape {tuple(q.shape)}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)

@@ -53,8 +53,8 @@ def assert_like_reference(o, o_ref, inputs, leaves, gen):
     do = torch.randn(o.shape, generator=gen)
     o.backward(do)
     o_ref.backward(do.double())
-    for x, x_ref in zip(inputs, leaves):
-        assert_close(x.grad.numpy(), x_ref.grad.numpy(), GRAD_TOL)
+    for x, x_ref in zip(inputs, leaves):     # (a leaf may hold its input reshaped)
+        assert_close(x.grad.numpy().reshape(x_ref.shape), x_ref.grad.numpy(), GRAD_TOL)
 
 
 @pytest.mark.parametrize("B,H,n_q,n_k,d,causal", [
@@ -219,6 +219,13 @@ def test_opcheck_of_the_custom_ops(gen):
     o, lse = nft.attention_forward(q.detach(), k.detach(), v.detach(), 0.5, False, 0, 0.2, seed)
     torch.library.opcheck(nft.attention_backward,
                           (do, q.detach(), k.detach(), v.detach(), o, lse, 0.5, False, 0, 0.2, seed))
+    torch.library.opcheck(nft.attention_forward, (q, k, v, 0.5, True, 0),
+                          dict(window_left=2, window_right=0))
+    o, lse = nft.attention_forward(q.detach(), k.detach(), v.detach(), 0.5, True, 0,
+                                   window_left=2, window_right=0)
+    torch.library.opcheck(nft.attention_backward,
+                          (do, q.detach(), k.detach(), v.detach(), o, lse, 0.5, True, 0),
+                          dict(window_left=2, window_right=0))
     pad = torch.tensor([[False, True, False, False, True]])
     torch.library.opcheck(nft.attention_forward, (q, k, v, 0.5, False, 0),
                           dict(key_padding_mask=pad))
@@ -385,6 +392,49 @@ def test_varlen_func_matches_torch_per_sequence(gen, H, H_kv, lens_q, lens_k, ca
     assert_like_reference(o, o_ref, (q, k, v), leaves, gen)
 
 
+@pytest.mark.parametrize("B,H,H_kv,n_q,n_k,causal,window", [
+    (2, 2, 2, 9, 13, True, (-1, -1)),     # bottom-right causal, N_q < N_k
+    (1, 4, 1, 12, 12, False, (3, 2)),     # MQA, a window
+    (2, 2, 1, 7, 5, True, (2, 0)),        # causal with a window, N_q > N_k: rows that see no key
+])
+def test_flash_attn_func_matches_torch(gen, B, H, H_kv, n_q, n_k, causal, window):
+    """flash-attention's layout (B, N, H, d) and semantics: the packed per-sequence reference
+    on the same rows."""
+    q = make((B, n_q, H, 8), gen)
+    k, v = make((B, n_k, H_kv, 8), gen), make((B, n_k, H_kv, 8), gen)
+    o = nft.flash_attn_func(q, k, v, causal=causal, window_size=window)
+    assert o.shape == q.shape and o.is_contiguous()
+    packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v)]
+    o_ref, leaves = varlen_reference(*packed, [n_q] * B, [n_k] * B, causal, window)
+    assert_like_reference(o, o_ref.reshape(o.shape), (q, k, v), leaves, gen)
+
+
+@pytest.mark.parametrize("options", [dict(dropout_p=0.2, window_size=(3, 0)), dict(deterministic=True)])
+def test_flash_attn_func_is_the_apis(gen, options):
+    """Output and gradients equal the API's on the (B, H, N, d) copies, causal bottom-right:
+    with dropout (and a window), for the seed drawn from torch's generator; deterministic=True
+    reaches the backward."""
+    import numba_flash as nf
+
+    q, k, v = (make((2, n, 2, 8), gen) for n in (6, 9, 9))
+    do = torch.randn(2, 6, 2, 8, generator=gen)
+    torch.manual_seed(5)
+    o = nft.flash_attn_func(q, k, v, causal=True, **options)
+    o.backward(do)
+    torch.manual_seed(5)
+    api = dict(window=options.get("window_size"))
+    if "dropout_p" in options:
+        api.update(dropout_p=0.2, dropout_seed=int(nft.dropout_seed()))
+    args = [x.detach().transpose(1, 2).contiguous().numpy() for x in (q, k, v)]
+    o_api, lse = nf.flash_attention(*args, causal=True, return_lse=True, **api)
+    np.testing.assert_array_equal(o.detach().numpy(), o_api.swapaxes(1, 2))
+    grads = nf.flash_attention_backward(do.transpose(1, 2).contiguous().numpy(), *args, o_api, lse,
+                                        causal=True, deterministic=options.get("deterministic", False),
+                                        **api)
+    for x, g in zip((q, k, v), grads):
+        np.testing.assert_array_equal(x.grad.numpy(), g.swapaxes(1, 2))
+
+
 @pytest.mark.parametrize("options,api_options", [
     (dict(dropout_p=0.3), dict(dropout_p=0.3)),     # the seed: drawn from torch's generator
     (dict(deterministic=True), dict(deterministic=True)),
@@ -446,3 +496,17 @@ def test_varlen_func_bad_arguments_raise(gen, kwargs, error, match):
     args.update(kwargs)
     with pytest.raises(error, match=match):
         nft.flash_attn_varlen_func(q, q, q, **args)
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    (dict(softcap=30.0), NotImplementedError, "softcap"),
+    (dict(window_size=(2,)), ValueError, "window_size must be a pair"),
+    (dict(dropout_p=-0.5), ValueError, "dropout_p must be a float in"),
+    (dict(k=torch.zeros(1, 4, 8)), ValueError, "k must be \\(batch, seqlen, heads, head_dim\\)"),
+])
+def test_flash_attn_func_bad_arguments_raise(gen, kwargs, error, match):
+    q = make((1, 4, 2, 8), gen)
+    args = dict(q=q, k=q, v=q)
+    args.update(kwargs)
+    with pytest.raises(error, match=match):
+        nft.flash_attn_func(**args)

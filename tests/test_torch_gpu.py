@@ -76,8 +76,8 @@ def _compare(o, o_ref, leaves, inputs, gen):
     do = torch.randn(o.shape, device="cuda", generator=gen)
     o.backward(do)
     o_ref.backward(do.double())
-    for x, x_ref in zip(inputs, leaves):
-        assert_close(x.grad.cpu().numpy(), x_ref.grad.cpu().numpy(), GRAD_TOL)
+    for x, x_ref in zip(inputs, leaves):     # (a leaf may hold its input reshaped)
+        assert_close(x.grad.cpu().numpy().reshape(x_ref.shape), x_ref.grad.cpu().numpy(), GRAD_TOL)
 
 
 @pytest.mark.parametrize("B,H,n_q,n_k,d,causal", SHAPES)
@@ -104,6 +104,20 @@ def test_varlen_func_on_gpu():
     o = nft.flash_attn_varlen_func(q, k, v, cu_seqlens(lens_q, "cuda"), cu_seqlens(lens_k, "cuda"),
                                    1000, 1000, causal=True)
     _compare(o, *varlen_reference(q, k, v, lens_q, lens_k, True), (q, k, v), gen)
+
+
+def test_flash_attn_func_on_gpu():
+    """flash_attn_func in flash-attention's (B, N, H, d) layout on CUDA tensors, GQA, causal
+    bottom-right, N_q != N_k: against torch's math backend per batch entry."""
+    n_q, n_k = VARLEN_LENS[0][0], VARLEN_LENS[1][0]
+    gen = torch.Generator(device="cuda").manual_seed(31)
+    q = torch.randn(2, n_q, 4, 64, device="cuda", generator=gen).requires_grad_()
+    k, v = (torch.randn(2, n_k, 2, 64, device="cuda", generator=gen).requires_grad_()
+            for _ in range(2))
+    o = nft.flash_attn_func(q, k, v, causal=True)
+    packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v)]
+    o_ref, leaves = varlen_reference(*packed, [n_q] * 2, [n_k] * 2, True)
+    _compare(o, o_ref.reshape(o.shape), leaves, (q, k, v), gen)
 
 
 def test_runs_on_the_current_side_stream():
