@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
+import numba_flash.flash_attn as fa  # noqa: E402
 import numba_flash.torch as nft  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
@@ -385,7 +386,7 @@ def varlen_reference(q, k, v, lens_q, lens_k, causal, window=(-1, -1)):
 def test_varlen_func_matches_torch_per_sequence(gen, H, H_kv, lens_q, lens_k, causal, window):
     q = make((sum(lens_q), H, 8), gen)
     k, v = make((sum(lens_k), H_kv, 8), gen), make((sum(lens_k), H_kv, 8), gen)
-    o = nft.flash_attn_varlen_func(q, k, v, cu_seqlens(lens_q), cu_seqlens(lens_k), max(lens_q), max(lens_k),
+    o = fa.flash_attn_varlen_func(q, k, v, cu_seqlens(lens_q), cu_seqlens(lens_k), max(lens_q), max(lens_k),
                                    causal=causal, window_size=window)
     o_ref, leaves = varlen_reference(q, k, v, lens_q, lens_k, causal, window)
     assert o.shape == q.shape
@@ -402,7 +403,7 @@ def test_flash_attn_func_matches_torch(gen, B, H, H_kv, n_q, n_k, causal, window
     on the same rows."""
     q = make((B, n_q, H, 8), gen)
     k, v = make((B, n_k, H_kv, 8), gen), make((B, n_k, H_kv, 8), gen)
-    o = nft.flash_attn_func(q, k, v, causal=causal, window_size=window)
+    o = fa.flash_attn_func(q, k, v, causal=causal, window_size=window)
     assert o.shape == q.shape and o.is_contiguous()
     packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v)]
     o_ref, leaves = varlen_reference(*packed, [n_q] * B, [n_k] * B, causal, window)
@@ -419,7 +420,7 @@ def test_flash_attn_func_is_the_apis(gen, options):
     q, k, v = (make((2, n, 2, 8), gen) for n in (6, 9, 9))
     do = torch.randn(2, 6, 2, 8, generator=gen)
     torch.manual_seed(5)
-    o = nft.flash_attn_func(q, k, v, causal=True, **options)
+    o = fa.flash_attn_func(q, k, v, causal=True, **options)
     o.backward(do)
     torch.manual_seed(5)
     api = dict(window=options.get("window_size"))
@@ -449,7 +450,7 @@ def test_varlen_func_dropout_and_deterministic_are_the_apis(gen, options, api_op
     do = torch.randn(13, 2, 8, generator=gen)
     cu = cu_seqlens([9, 4])
     torch.manual_seed(3)
-    o = nft.flash_attn_varlen_func(q, k, v, cu, cu, 9, 9, causal=True, **options)
+    o = fa.flash_attn_varlen_func(q, k, v, cu, cu, 9, 9, causal=True, **options)
     o.backward(do)
     torch.manual_seed(3)
     if "dropout_p" in api_options:
@@ -469,15 +470,15 @@ def test_varlen_func_compiles_and_its_ops_pass_opcheck(gen):
     lens = [3, 5]
     q, k, v = (make((8, 2, 8), gen) for _ in range(3))
     cu = cu_seqlens(lens)
-    attend = torch.compile(lambda q, k, v: nft.flash_attn_varlen_func(q, k, v, cu, cu, 5, 5, causal=True),
+    attend = torch.compile(lambda q, k, v: fa.flash_attn_varlen_func(q, k, v, cu, cu, 5, 5, causal=True),
                            fullgraph=True, backend="aot_eager")
     o = attend(q, k, v)
     o_ref, _ = varlen_reference(q, k, v, lens, lens, True)
     assert_close(o.detach().numpy(), o_ref.detach().numpy(), OUT_TOL)
-    torch.library.opcheck(nft.varlen_forward, (q, k, v, cu, cu, 5, 5, 0.5, True))
-    o, lse = nft.varlen_forward(q.detach(), k.detach(), v.detach(), cu, cu, 5, 5, 0.5, True)
+    torch.library.opcheck(fa.varlen_forward, (q, k, v, cu, cu, 5, 5, 0.5, True))
+    o, lse = fa.varlen_forward(q.detach(), k.detach(), v.detach(), cu, cu, 5, 5, 0.5, True)
     do = torch.randn(o.shape, generator=gen)
-    torch.library.opcheck(nft.varlen_backward,
+    torch.library.opcheck(fa.varlen_backward,
                           (do, q.detach(), k.detach(), v.detach(), o, lse, cu, cu, 5, 5, 0.5, True))
 
 
@@ -495,7 +496,7 @@ def test_varlen_func_bad_arguments_raise(gen, kwargs, error, match):
     args = dict(cu_seqlens_q=cu_seqlens([3, 5]), cu_seqlens_k=cu_seqlens([3, 5]), max_seqlen_q=5, max_seqlen_k=5)
     args.update(kwargs)
     with pytest.raises(error, match=match):
-        nft.flash_attn_varlen_func(q, q, q, **args)
+        fa.flash_attn_varlen_func(q, q, q, **args)
 
 
 @pytest.mark.parametrize("kwargs,error,match", [
@@ -509,4 +510,4 @@ def test_flash_attn_func_bad_arguments_raise(gen, kwargs, error, match):
     args = dict(q=q, k=q, v=q)
     args.update(kwargs)
     with pytest.raises(error, match=match):
-        nft.flash_attn_func(**args)
+        fa.flash_attn_func(**args)

@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import numba_flash as nf  # noqa: E402
+import numba_flash.flash_attn as fa  # noqa: E402
 import numba_flash.torch as nft  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
@@ -101,7 +102,7 @@ def test_varlen_func_on_gpu():
     q = torch.randn(sum(lens_q), 4, 64, device="cuda", generator=gen).requires_grad_()
     k, v = (torch.randn(sum(lens_k), 2, 64, device="cuda", generator=gen).requires_grad_()
             for _ in range(2))
-    o = nft.flash_attn_varlen_func(q, k, v, cu_seqlens(lens_q, "cuda"), cu_seqlens(lens_k, "cuda"),
+    o = fa.flash_attn_varlen_func(q, k, v, cu_seqlens(lens_q, "cuda"), cu_seqlens(lens_k, "cuda"),
                                    1000, 1000, causal=True)
     _compare(o, *varlen_reference(q, k, v, lens_q, lens_k, True), (q, k, v), gen)
 
@@ -114,7 +115,7 @@ def test_flash_attn_func_on_gpu():
     q = torch.randn(2, n_q, 4, 64, device="cuda", generator=gen).requires_grad_()
     k, v = (torch.randn(2, n_k, 2, 64, device="cuda", generator=gen).requires_grad_()
             for _ in range(2))
-    o = nft.flash_attn_func(q, k, v, causal=True)
+    o = fa.flash_attn_func(q, k, v, causal=True)
     packed = [x.reshape(-1, *x.shape[2:]) for x in (q, k, v)]
     o_ref, leaves = varlen_reference(*packed, [n_q] * 2, [n_k] * 2, True)
     _compare(o, o_ref.reshape(o.shape), leaves, (q, k, v), gen)
