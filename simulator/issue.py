@@ -89,7 +89,7 @@ from pathlib import Path
 
 from .rates import MachineRates
 from .sass import (access_bytes, guarded, opcode_key, parse, peeled_copies, pipe_class, regions,
-                   skipped_by_branches, stall_counts, INNER_LOOP, MAIN_LOOP)
+                   skipped_by_branches, stall_counts, GLOBAL_REDUCTIONS, INNER_LOOP, MAIN_LOOP)
 from .tiling import Tiling
 
 #: Per-kernel main-loop instruction streams: written by tools/kernel_loops.py, read by ``stream_for``.
@@ -132,8 +132,6 @@ _GLOBAL = {"ldg32", "ldg64", "ldg128", "stg32", "stg64", "stg128", "ldl", "stl",
 #: Global loads that wait for the reductions queued before them (module docstring): LDG, and
 #: LDGSTS (cp.async) whose landing a DEPBAR awaits.
 _GLOBAL_LOAD_PIPES = {"ldg32", "ldg64", "ldg128", "ldgsts"}
-#: Opcodes of the ``atom`` class that send reductions to L2 (not ATOMS: shared; REDUX: a warp's).
-_REDUCTIONS = {"RED", "REDG", "ATOM", "ATOMG"}
 #: The ``n`` of a ``DEPBAR`` decoded from a recorded stream, whose encoding keeps no immediate:
 #: 0, the only cp.async wait our kernels emit (``kernels/half.py`` ``wait_all``:
 #: ``cp.async.wait_group 0``, ptxas's ``DEPBAR.LE SB0, 0x0``; ``encode_loop`` checks it).
@@ -605,7 +603,7 @@ def _drain(o: Op, r: MachineRates, red_sectors: float | None) -> float:
     """Cycles of the scheduler's reduction drain ``o`` takes (0: not a global reduction, or rates
     without the drain): its sectors (``red_sectors``, or a coalesced warp's) at a quarter of the
     SM's rate."""
-    if o.pipe != "atom" or o.key.split(".")[0] not in _REDUCTIONS or not r.red_sectors_per_cycle:
+    if o.pipe != "atom" or o.key.split(".")[0] not in GLOBAL_REDUCTIONS or not r.red_sectors_per_cycle:
         return 0.0
     sectors = access_bytes(o.key) if red_sectors is None else red_sectors   # 32 lanes x bytes / 32
     return sectors * SCHEDULERS / r.red_sectors_per_cycle

@@ -111,7 +111,7 @@ def _pipe_cycles(c: dict[str, float], warps_on_sm: float, r: MachineRates, fmt: 
                c["xu"] / r.mufu_ex2_per_cycle, c["shfl"] / r.shfl_per_cycle)
 
 
-_KEYS = ("hmma", "total", "fma", "alu", "xu", "shfl", "bar", "atom")
+_KEYS = ("hmma", "total", "fma", "alu", "xu", "shfl", "bar", "reductions")
 
 
 def _counts(s: KernelSass, minus: list[KernelSass], warps: int) -> dict[str, float]:
@@ -248,9 +248,9 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     traffic = sector_traffic(p, w)
     fetched = traffic.missed * SECTOR_BYTES
     l2_miss = (dram_bytes[0] / fetched) if dram_bytes and fetched else 0.0
-    # the sectors a reduction sends to L2: the sector model's over the reduction warp
+    # the sectors a reduction sends to L2: the sector model's over the global reduction warp
     # instructions of the launch's trips (every one of our kernels' is in the main loop)
-    reductions = counts["atom"] * trips
+    reductions = counts["reductions"] * trips
     red_sectors = traffic.reduced / reductions if reductions and traffic.reduced else None
     # trips on interior tiles skip the masking code of edge tiles: simulate each kind the
     # launch has (an edge trip then counts as ``weight`` interior ones)

@@ -115,6 +115,8 @@ _BRANCH = {"BRA", "BRX", "BRXU", "JMP", "JMX", "JMXU", "CALL", "RET", "EXIT", "B
            "BMOV", "WARPSYNC", "BREAK", "YIELD", "KILL", "NANOSLEEP", "BPT"}
 _UNIFORM_EXTRA = {"S2UR", "R2UR", "VOTEU"}
 _ATOM = {"ATOM", "ATOMS", "ATOMG", "RED", "REDG", "REDUX"}
+#: The ``atom`` opcodes that send reductions to L2 (not ATOMS: shared; REDUX: a warp's own).
+GLOBAL_REDUCTIONS = frozenset({"RED", "REDG", "ATOM", "ATOMG"})
 #: memory opcode -> the class prefix its width completes
 _MEMORY = {"LDS": "lds", "STS": "sts", "LDG": "ldg", "LD": "ldg", "STG": "stg", "ST": "stg",
            "LDL": "ldl", "STL": "stl"}
@@ -590,6 +592,12 @@ class KernelSass:
     def counts(self) -> dict[str, int]:
         """COUNTS by name."""
         return {name: getattr(self, name) for name in COUNTS}
+
+    @property
+    def reductions(self) -> int:
+        """Global reductions and atomics (``GLOBAL_REDUCTIONS``): the ``atom`` class less the
+        shared ATOMS and the warp's REDUX."""
+        return sum(n for key, n in self.opcodes.items() if key.split(".")[0] in GLOBAL_REDUCTIONS)
 
     @property
     def lsu(self) -> int:

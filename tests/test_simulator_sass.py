@@ -2,6 +2,7 @@
 SASS, and the recorded table (simulator/kernel_sass.csv, tools/kernel_sass.py): its kernel-source
 digest, lookups, and counts derived by hand from the kernels' code."""
 import csv
+import dataclasses
 
 import pytest
 
@@ -131,6 +132,20 @@ def test_a_kernel_without_loops_has_one_region():
 ])
 def test_opcode_classes(mnemonic, key, cls):
     assert opcode_key(mnemonic) == key and pipe_class(key) == cls
+
+
+def test_reductions_are_the_global_ones_of_the_atom_class():
+    """A region's ``reductions`` (the reductions the runtime model drains to L2) count RED /
+    REDG / ATOM / ATOMG, not the shared ATOMS nor the warp's REDUX, which share their class."""
+    text = ("        /*0000*/                   REDG.E.ADD.F32.FTZ.RN.STRONG.GPU [R2.64], R5 ;\n"
+            "        /*0010*/                   ATOMS.ADD R3, [R4], R5 ;\n"
+            "        /*0020*/                   REDUX.SUM UR4, R6 ;\n"
+            "        /*0030*/                   ATOMG.E.ADD.STRONG.GPU PT, R7, [R2.64], R5 ;\n"
+            "        /*0040*/                   EXIT ;\n")
+    counts, opcodes = tally(parse(text))
+    row = next(r for r in kernel_sass() if r.region == "main_loop")
+    region = dataclasses.replace(row, **counts, opcodes=opcodes)
+    assert region.atom == 4 and region.reductions == 2
 
 
 def test_access_bytes_and_opcode_strings():
