@@ -8,7 +8,8 @@ variable-length sequences, flash-attention's interface); ``Tiling`` (block sizes
 ``reference`` (float64 NumPy); ``instrument.count_traffic`` (exact global-memory counts under
 Numba's CUDA simulator); ``warmup`` of ``KernelConfig``s (compiled kernels are cached on disk:
 ``kernel_cache``); ``numba_flash.torch`` (torch's ``scaled_dot_product_attention`` on our
-kernels, differentiable; needs torch).
+kernels, differentiable; needs torch) and ``numba_flash.flash_attn`` (flash-attention's
+``flash_attn_func`` and ``flash_attn_varlen_func``, differentiable; needs torch).
 """
 from simulator.tiling import Tiling
 
