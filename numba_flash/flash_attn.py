@@ -5,6 +5,10 @@
     o = flash_attn_func(q, k, v, causal=True)          # q (B, N_q, H, d), k, v (B, N_k, H_kv, d)
     o = flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k)
 
+and their packed-input forms, ``flash_attn_qkvpacked_func`` (qkv (B, N, 3, H, d)),
+``flash_attn_kvpacked_func`` (kv (B, N_k, 2, H_kv, d)), ``flash_attn_varlen_qkvpacked_func``
+(qkv (total, 3, H, d)) and ``flash_attn_varlen_kvpacked_func`` (kv (total_k, 2, H_kv, d)).
+
 Their semantics are flash-attention's: its (batch, seqlen, heads, head_dim) layout (copied to
 ours, (B, H, N, d), and back), packed sequences with ``cu_seqlens`` offsets, ``causal``
 bottom-right (row r sees keys c <= r + N_k - N_q), ``window_size`` (left, right) about that
@@ -27,7 +31,9 @@ import torch
 from . import varlen
 from .torch import _dropout, _run, _window, attention_forward, dropout_seed
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_qkvpacked_func",
+           "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func",
+           "flash_attn_varlen_kvpacked_func"]
 
 
 @torch.library.custom_op("numba_flash::varlen_forward", mutates_args=())
@@ -166,3 +172,39 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                           int(max_seqlen_k), scale, bool(causal), int(window_size[0]),
                           int(window_size[1]), float(dropout_p), seed, bool(deterministic))
     return o
+
+
+def _unpacked(name: str, x, dim: int, parts: int):
+    """The ``parts`` tensors packed along ``dim`` of ``x`` (views; their gradients flow back
+    into x), after checking that dim has that size."""
+    if not isinstance(x, torch.Tensor) or x.dim() <= dim or x.shape[dim] != parts:
+        raise ValueError(f"{name} must hold {parts} tensors packed along dim {dim}, got "
+                         f"{type(x).__name__} of shape {tuple(getattr(x, 'shape', ()))}")
+    return x.unbind(dim)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, **options):
+    """``flash_attn_func`` on qkv (B, N, 3, H, d); ``options`` as its."""
+    return flash_attn_func(*_unpacked("qkv", qkv, 2, 3), dropout_p, softmax_scale, causal, **options)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, **options):
+    """``flash_attn_func`` on q (B, N_q, H, d) and kv (B, N_k, 2, H_kv, d)."""
+    return flash_attn_func(q, *_unpacked("kv", kv, 2, 2), dropout_p, softmax_scale, causal,
+                           **options)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0,
+                                     softmax_scale=None, causal=False, **options):
+    """``flash_attn_varlen_func`` on qkv (total, 3, H, d), one set of offsets for queries and
+    keys."""
+    return flash_attn_varlen_func(*_unpacked("qkv", qkv, 1, 3), cu_seqlens, cu_seqlens, max_seqlen,
+                                  max_seqlen, dropout_p, softmax_scale, causal, **options)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                    dropout_p=0.0, softmax_scale=None, causal=False, **options):
+    """``flash_attn_varlen_func`` on q (total_q, H, d) and kv (total_k, 2, H_kv, d)."""
+    return flash_attn_varlen_func(q, *_unpacked("kv", kv, 1, 2), cu_seqlens_q, cu_seqlens_k,
+                                  max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,
+                                  **options)

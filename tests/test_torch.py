@@ -511,3 +511,32 @@ def test_flash_attn_func_bad_arguments_raise(gen, kwargs, error, match):
     args.update(kwargs)
     with pytest.raises(error, match=match):
         fa.flash_attn_func(**args)
+
+
+def test_packed_forms_are_the_unpacked_calls(gen):
+    """flash-attention's qkv- and kv-packed functions, fixed-length and varlen: output and the
+    packed tensor's gradient equal the unpacked call's on the same values, bit for bit."""
+    qkv = make((2, 6, 3, 2, 8), gen)
+    q, kv = make((2, 5, 2, 8), gen), make((2, 7, 2, 1, 8), gen)
+    cu = cu_seqlens([4, 8])
+    packed_qkv, packed_kv = make((12, 3, 2, 8), gen), make((12, 2, 2, 8), gen)
+    calls = [
+        (lambda t: fa.flash_attn_qkvpacked_func(t, causal=True), qkv,
+         lambda t: fa.flash_attn_func(*t.unbind(2), causal=True)),
+        (lambda t: fa.flash_attn_kvpacked_func(q, t, window_size=(2, 1)), kv,
+         lambda t: fa.flash_attn_func(q, *t.unbind(2), window_size=(2, 1))),
+        (lambda t: fa.flash_attn_varlen_qkvpacked_func(t, cu, 8, causal=True), packed_qkv,
+         lambda t: fa.flash_attn_varlen_func(*t.unbind(1), cu, cu, 8, 8, causal=True)),
+        (lambda t: fa.flash_attn_varlen_kvpacked_func(packed_qkv[:, 0], t, cu, cu, 8, 8), packed_kv,
+         lambda t: fa.flash_attn_varlen_func(packed_qkv[:, 0], *t.unbind(1), cu, cu, 8, 8)),
+    ]
+    for packed_call, x, unpacked_call in calls:
+        grads = []
+        for call in (packed_call, unpacked_call):
+            leaf = x.detach().clone().requires_grad_()
+            o = call(leaf)
+            o.backward(torch.ones_like(o))
+            grads.append((o.detach(), leaf.grad))
+        assert torch.equal(grads[0][0], grads[1][0]) and torch.equal(grads[0][1], grads[1][1])
+    with pytest.raises(ValueError, match="qkv must hold 3 tensors packed along dim 2"):
+        fa.flash_attn_qkvpacked_func(make((2, 6, 2, 2, 8), gen))
