@@ -15,7 +15,7 @@ spec.loader.exec_module(emulation)
 def test_round_toward_zero_and_scales():
     x = np.array([1 + 2.0 ** -30, -(1 + 2.0 ** -30), 1 - 2.0 ** -30, 3.0])
     assert emulation.round_toward_zero(x).tolist() == [1.0, -1.0, 1 - 2.0 ** -24, 3.0]
-    assert emulation.pow2_scale(1.0) == 2.0 ** 14 and emulation.pow2_scale(3e4) == 1.0 and emulation.pow2_scale(7e4) == 0.5
+    assert emulation.pow2_scale(1.0) == 2.0 ** 14 and emulation.pow2_scale(3e4) == 1.0 and emulation.pow2_scale(7e4) == 0.25
 
 
 def test_parts_hold_22_bits_and_products_are_close():
