@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 
 from . import varlen
-from .torch import _dropout, _run, _window, attention_forward, dropout_seed
+from .torch import _dropout, _run, _window, attention_forward, check_dropout_p, dropout_seed
 
 __all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_qkvpacked_func",
            "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func",
@@ -120,8 +120,7 @@ def _flash_attn_checks(tensors, dropout_p, window_size, softcap, alibi_slopes, r
     if not isinstance(window_size, (tuple, list)) or len(window_size) != 2:
         raise ValueError(f"window_size must be a pair (left, right), -1 for an unbounded side; "
                          f"got {window_size!r}")
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    check_dropout_p(dropout_p)
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),

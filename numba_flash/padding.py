@@ -18,7 +18,7 @@ import numpy as np
 from . import api, checks
 from .precision import is_torch_tensor
 from .reference import padding_dropout_seed
-from .split_calls import contiguous, host, zeros
+from .split_calls import contiguous, falses, host, zeros
 
 
 def _is_prefix(idx: np.ndarray) -> bool:
@@ -69,15 +69,6 @@ def _keys(x, b: int, idx: np.ndarray):
     return contiguous(x[b:b + 1][:, :, _key_index(x, idx)])
 
 
-def _no_keys_kept(q, n_k: int):
-    """A (B, H, N_q, N_k) bool mask of nothing kept, like q (NumPy, or torch on q's device)."""
-    shape = tuple(q.shape[:3]) + (n_k,)
-    if is_torch_tensor(q):
-        import torch
-        return torch.zeros(shape, dtype=torch.bool, device=q.device)
-    return np.zeros(shape, bool)
-
-
 def forward(q, k, v, key_padding_mask, *, causal, window, diagonal, return_lse, dropout_p,
             dropout_seed, block_mask, return_dropout_mask, **options):
     """``flash_attention`` with ``key_padding_mask`` (module docstring)."""
@@ -87,7 +78,7 @@ def forward(q, k, v, key_padding_mask, *, causal, window, diagonal, return_lse, 
     o = zeros(q, tuple(q.shape))
     lse = zeros(q, tuple(q.shape[:3]), float32=True)
     lse[:] = -np.inf
-    keep = _no_keys_kept(q, k.shape[2]) if return_dropout_mask else None
+    keep = falses(q, tuple(q.shape[:3]) + (k.shape[2],)) if return_dropout_mask else None
     for b, idx in enumerate(kept):
         if not len(idx):                 # every key padding: o = 0, lse = -inf
             continue

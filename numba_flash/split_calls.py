@@ -23,6 +23,14 @@ def zeros(like, shape, float32: bool = False):
     return np.zeros(shape, np.float32 if float32 else like.dtype)
 
 
+def falses(like, shape):
+    """A bool array of ``shape``, all False, on ``like``'s device (NumPy or torch, as like)."""
+    if is_torch_tensor(like):
+        import torch
+        return torch.zeros(shape, dtype=torch.bool, device=like.device)
+    return np.zeros(shape, bool)
+
+
 def host(x) -> np.ndarray:
     """x as a host NumPy array (torch tensors copied off their device)."""
     return np.asarray(x.cpu() if is_torch_tensor(x) else x)

@@ -238,6 +238,13 @@ def _window(left: int, right: int) -> Optional[tuple[int, int]]:
     return None if (left, right) == (-1, -1) else (left, right)
 
 
+def check_dropout_p(dropout_p) -> None:
+    """ValueError unless ``dropout_p`` is a float (or int) in [0, 1): checked by the wrappers
+    before they draw a seed (the API checks it again, with the seed)."""
+    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+
+
 def dropout_seed(generator: Optional[torch.Generator] = None) -> torch.Tensor:
     """The seed ``scaled_dot_product_attention`` draws for a call with dropout: an int64 scalar
     tensor, uniform in [0, 2^62), from ``generator`` (None: torch's default CPU generator, so
@@ -276,8 +283,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     the module docstring for what is supported."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
-    if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)) or not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be a float in [0, 1), got {dropout_p!r}")
+    check_dropout_p(dropout_p)
     for name, x in (("query", query), ("key", key), ("value", value)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")

@@ -27,7 +27,7 @@ import numpy as np
 from . import api, checks
 from .precision import is_torch_tensor
 from .reference import padding_dropout_seed
-from .split_calls import contiguous, host, zeros
+from .split_calls import contiguous, falses, host, zeros
 
 
 def _head_major(x, a: int, b: int):
@@ -76,14 +76,6 @@ def _packed(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dro
     return spans, drops
 
 
-def _no_keep(q, shape):
-    """A bool mask of nothing kept, of ``shape``, like q (NumPy, or torch on q's device)."""
-    if is_torch_tensor(q):
-        import torch
-        return torch.zeros(shape, dtype=torch.bool, device=q.device)
-    return np.zeros(shape, bool)
-
-
 def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
                            causal=False, softmax_scale=None, return_lse=False, window=None,
                            dropout_p=0.0, dropout_seed=None, return_dropout_mask=False, **options):
@@ -100,7 +92,7 @@ def flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     o = zeros(q, tuple(q.shape))
     lse = zeros(q, (q.shape[1], q.shape[0]), float32=True)
     lse[:] = -np.inf
-    keep = (_no_keep(q, (len(spans), q.shape[1], max_seqlen_q, max_seqlen_k))
+    keep = (falses(q, (len(spans), q.shape[1], max_seqlen_q, max_seqlen_k))
             if return_dropout_mask else None)
     for i, (a, b, c, e) in enumerate(spans):
         if b == a or e == c:           # no rows, or rows that see no key: o = 0, lse = -inf
