@@ -111,12 +111,22 @@ class Memory:
         return x.copy_to_host() if on_host else x
 
 
-def torch_output(shape, dtype, like, device, poison: bool, sync=True):
-    """An output of ``dtype`` (uint16: the half-precision dtype of ``like``, a torch tensor) in
-    a new torch tensor on ``device``, NaN-filled when ``poison``: the numba device array on it
-    (``cuda_view``), which carries the tensor for ``Memory.result`` to give back."""
+def torch_dtype(dtype, like):
+    """The torch dtype of an output of numpy ``dtype``: for uint16, the half-precision dtype of
+    ``like`` (a torch tensor), or float16 where there is none (fa2_fp16x3's workspaces of fp16
+    parts, whose bits only the kernels read); else the same-named torch dtype."""
     torch = sys.modules["torch"]
-    tdtype = like.dtype if np.dtype(dtype) == np.uint16 else getattr(torch, np.dtype(dtype).name)
+    if np.dtype(dtype) != np.uint16:
+        return getattr(torch, np.dtype(dtype).name)
+    return torch.float16 if like is None else like.dtype
+
+
+def torch_output(shape, dtype, like, device, poison: bool, sync=True):
+    """An output of ``dtype`` (uint16: ``torch_dtype``'s) in a new torch tensor on ``device``,
+    NaN-filled when ``poison``: the numba device array on it (``cuda_view``), which carries the
+    tensor for ``Memory.result`` to give back."""
+    torch = sys.modules["torch"]
+    tdtype = torch_dtype(dtype, like)
     if poison:
         tensor = torch.full(shape, float("nan"), dtype=tdtype, device=device)
     else:

@@ -70,3 +70,14 @@ def test_numpy_inputs_reach_the_device_with_c_strides():
     assert y.strides == (24, 6, 2) and np.array_equal(y, x)
     z = np.zeros((2, 3), np.float32)
     assert c_layout(z) is z
+
+
+def test_torch_dtypes_of_outputs(torch):
+    """uint16 outputs take their like's half-precision dtype; fa2_fp16x3's workspaces, which
+    have no like (numba_flash.torch's memory once failed on them), float16."""
+    torch.float16, torch.bfloat16 = "torch.float16", "torch.bfloat16"
+    half = Tensor()
+    half.dtype = torch.bfloat16
+    assert memory.torch_dtype(np.uint16, half) == "torch.bfloat16"
+    assert memory.torch_dtype(np.uint16, None) == "torch.float16"
+    assert memory.torch_dtype(np.float32, None) == "torch.float32"
