@@ -116,7 +116,7 @@ _BRANCH = {"BRA", "BRX", "BRXU", "JMP", "JMX", "JMXU", "CALL", "RET", "EXIT", "B
 _UNIFORM_EXTRA = {"S2UR", "R2UR", "VOTEU"}
 _ATOM = {"ATOM", "ATOMS", "ATOMG", "RED", "REDG", "REDUX"}
 #: The ``atom`` opcodes that send reductions to L2 (not ATOMS: shared; REDUX: a warp's own).
-GLOBAL_REDUCTIONS = frozenset({"RED", "REDG", "ATOM", "ATOMG"})
+GLOBAL_REDUCTIONS = frozenset(_ATOM - {"ATOMS", "REDUX"})
 #: memory opcode -> the class prefix its width completes
 _MEMORY = {"LDS": "lds", "STS": "sts", "LDG": "ldg", "LD": "ldg", "STG": "stg", "ST": "stg",
            "LDL": "ldl", "STL": "stl"}
