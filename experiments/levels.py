@@ -332,6 +332,71 @@ def repredict(kernels_csv: Path) -> list[dict]:
     return rows
 
 
+def per_launch(kernels_csv: Path) -> list[dict]:
+    """Each kernel launch of a GPU run's raw counters (its ``levels_kernels*.csv``) beside the
+    model's prediction for that launch (``report.launch_levels``): a row per case, algorithm,
+    launch and level, with the launch's phase (the model's name) and kernel (ncu's, without its
+    signature), and the measurement's device, date and commit in ``measured_*`` columns."""
+    from experiments.common.metadata import METADATA_COLUMNS
+    from experiments.common.repredict import measurement
+    from experiments.common.results import number, read_rows
+
+    by_case: dict[str, list[dict]] = {}
+    for r in read_rows(kernels_csv):
+        by_case.setdefault(r["case"], []).append(r)
+    rows = []
+    for label, raw in by_case.items():
+        case = Case.from_label(label)
+        reports = dict(zip(case.simulator_algorithms(), model.reports(case)))
+        for r in raw:
+            report = reports[r["algorithm"]]
+            launch = int(r["launch"])
+            if launch >= len(report.launch_levels):
+                raise ValueError(f"{kernels_csv}: {label} {r['algorithm']} launch {launch}, but "
+                                 f"the model's plan has {len(report.launch_levels)} launches")
+            kernel = {k: number(v) for k, v in r.items() if k not in METADATA_COLUMNS
+                      and k not in ("case", "algorithm", "launch", "name") and number(v) is not None}
+            got = measured_levels([kernel]).as_dict()
+            predicted = report.launch_levels[launch].as_dict()
+            for level in LEVEL_NAMES:
+                rows.append({"case": label, "algorithm": r["algorithm"], "launch": launch,
+                             "phase": report.phases[launch].name, "kernel": short_name(r["name"]),
+                             "quantity": level, "unit": UNITS.get(level, "bytes"),
+                             "measured": got[level], "predicted": predicted[level],
+                             **measurement(r)})
+    return rows
+
+
+def short_name(ncu_name: str) -> str:
+    """A kernel's name as ncu reports it, without module, specialisation and signature:
+    ``split_half::head_amax[v1,...](Array<...>, ...)`` -> ``head_amax``."""
+    return ncu_name.split("(")[0].split("[")[0].split("::")[-1]
+
+
+def format_per_launch(rows: list[dict]) -> str:
+    """``per_launch``'s rows as a table: a line a launch, each level measured / predicted (MB,
+    wavefronts in thousands, time in us, the L1 hit rate in %)."""
+    scale = {"bytes": (1e-6, "MB"), "wavefronts": (1e-3, "k"), "s": (1e6, "us"),
+             "fraction": (100.0, "%")}
+    launches: dict[tuple, dict] = {}
+    for r in rows:
+        launches.setdefault((r["case"], r["algorithm"], r["launch"]), {})[r["quantity"]] = r
+    header = f"{'case':36s} {'launch':16s}" + "".join(
+        f" {q[:-6] if q.endswith('_bytes') else q:>21s}" for q in LEVEL_NAMES)
+    units = f"{'':53s}" + "".join(f" {'measured / predicted ' + scale[UNITS.get(q, 'bytes')][1]:>21s}"
+                                  for q in LEVEL_NAMES)
+    lines = [header, units]
+    for (label, _, _), levels in launches.items():
+        first = next(iter(levels.values()))
+        cells = []
+        for q in LEVEL_NAMES:
+            factor = scale[UNITS.get(q, "bytes")][0]
+            m, p = levels[q]["measured"], levels[q]["predicted"]
+            cells.append(f" {m * factor:>10.4g}/{p * factor:<10.4g}")
+        lines.append(f"{label[:36]:36s} {first['kernel'][:16]:16s}" + "".join(cells))
+    return "\n".join(lines)
+
+
 def measure_alone(cases, split: str, out: Path, csv_name: str, command: str) -> None:
     """A few cases measured on their own (a split measured after a model change, cases whose
     kernels changed): their kernels built first, then their ncu counters; each level printed
@@ -400,9 +465,19 @@ def plot(rows: list[dict], path) -> None:
 
 
 
-if __name__ == "__main__":      # python -m experiments.levels SPLIT OUT: one split measured alone
+if __name__ == "__main__":
+    # python -m experiments.levels SPLIT OUT: one split measured alone (a GPU);
+    # python -m experiments.levels per-launch KERNELS_CSV OUT_CSV: its launches beside the model
     import sys
 
-    split, out = sys.argv[1], Path(sys.argv[2])
-    measure_alone(SPLITS[split], split, out, f"levels_kernels_{split}.csv",
-                  f"python -m experiments.levels {split} OUT (experiments.levels.measure_alone)")
+    if sys.argv[1] == "per-launch":
+        from experiments.common.metadata import run_metadata
+
+        launch_rows = per_launch(Path(sys.argv[2]))
+        print(format_per_launch(launch_rows))
+        write_rows(Path(sys.argv[3]), launch_rows, run_metadata(
+            "levels", "cpu", f"python -m experiments.levels per-launch {sys.argv[2]} {sys.argv[3]}"))
+    else:
+        split, out = sys.argv[1], Path(sys.argv[2])
+        measure_alone(SPLITS[split], split, out, f"levels_kernels_{split}.csv",
+                      f"python -m experiments.levels {split} OUT (experiments.levels.measure_alone)")

@@ -63,11 +63,6 @@ def total(parts) -> Levels:
     return out
 
 
-def predict_levels(phases, workload, tiling, hardware, l2) -> Levels:
-    """``launch_levels`` summed over the launches."""
-    return total(launch_levels(phases, workload, tiling, hardware, l2))
-
-
 def launch_levels(phases, workload, tiling, hardware, l2) -> list[Levels]:
     """The model of every level for each of an algorithm's launches ``phases``
     (``simulator.phases``) with the L2 model's per-launch view ``l2`` (``simulator.l2.L2Traffic``):

@@ -17,7 +17,8 @@ Counting conventions (all exact integers; HBM counts are docs/traffic-contract.m
 - Roofline: ``Hardware.roofline_seconds(hbm bytes, all FLOPs, workload.precision)``.
 - L2: ``simulator.l2`` applied to the algorithm's kernel launches.
 - Every memory level as the GPU's counters see it, and the time: ``simulator.levels``
-  (``report.levels``; ``report.sm_l2_read_bytes``, ``dram_read_bytes``, ..., ``time_s``).
+  (``report.levels``; ``report.sm_l2_read_bytes``, ``dram_read_bytes``, ..., ``time_s``;
+  each launch's in ``report.launch_levels``).
 """
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from .fp16x3 import flash_forward_fp16x3
 from .hardware import H200, Hardware
 from .kv_split import auto_kv_split, backward_blocks_per_sm, checked_kv_split
 from .l2 import L2Traffic, l2_traffic
-from .levels import predict_levels
+from .levels import launch_levels, total
 from .report import TensorTraffic, TrafficReport, ordered_tensors
 from .standard import standard_backward, standard_forward
 from .tiling import ModelTiling, Tiling
@@ -163,8 +164,9 @@ def predict(algorithm: str, workload: Workload, tiling: Tiling | None = None,
                            hardware=hardware, phases=plan.phases)
     seconds = hardware.roofline_seconds(report.hbm_bytes, matmul + other, workload.precision)
     l2 = l2_traffic(plan.phases, run, tiling, hardware)
-    levels = predict_levels(plan.phases, run, tiling, hardware, l2)
-    return dataclasses.replace(report, roofline_seconds=seconds, l2=l2, levels=levels)
+    per_launch = tuple(launch_levels(plan.phases, run, tiling, hardware, l2))
+    return dataclasses.replace(report, roofline_seconds=seconds, l2=l2, levels=total(per_launch),
+                               launch_levels=per_launch)
 
 
 def predict_dram(algorithm: str, workload: Workload, tiling: Tiling | None = None,

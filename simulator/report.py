@@ -69,7 +69,9 @@ class TrafficReport:
     memory; sram is empty for measured reports.  matmul_flops, other_flops: see
     ``simulator.predict``.  workspace: elements (over all B*H) of device memory beyond inputs and
     outputs, per tensor.  roofline_seconds: ``Hardware.roofline_seconds`` of the totals.
-    l2: the L2 model's estimate (``simulator.l2``).  Fields a measurement cannot give are None.
+    l2: the L2 model's estimate (``simulator.l2``).  levels: every memory level and the time
+    (``simulator.levels``), launches summed; launch_levels: the same for each launch of
+    ``phases``, in order.  Fields a measurement cannot give are None (empty).
     """
 
     algorithm: str
@@ -86,6 +88,7 @@ class TrafficReport:
     hardware: "Hardware | None" = None
     phases: "tuple[Phase, ...]" = ()
     levels: "Levels | None" = None
+    launch_levels: "tuple[Levels, ...]" = ()
 
     @classmethod
     def from_hbm_counts(cls, algorithm: str, reads: dict[str, int], writes: dict[str, int],
@@ -215,7 +218,8 @@ class TrafficReport:
             tiling=self.tiling if self.tiling == other.tiling else None,
             hardware=self.hardware if self.hardware == other.hardware else None,
             phases=self.phases + other.phases,
-            levels=_add_optional(self.levels, other.levels))
+            levels=_add_optional(self.levels, other.levels),
+            launch_levels=self.launch_levels + other.launch_levels)
 
     # ---- output ---------------------------------------------------------------------------
     def record(self) -> dict:

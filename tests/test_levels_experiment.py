@@ -67,3 +67,33 @@ def test_cpu_mode_predicts_a_gpu_runs_counters_again(tmp_path):
     assert read["flash_forward_tc"]["predicted"] > 0
     assert {r["split"] for r in rows} == {"development"}
     assert {r["measured_commit"] for r in rows} == {"abc1234"}
+
+
+def test_each_launch_is_read_beside_its_own_prediction(tmp_path):
+    from experiments import levels
+    from experiments.common import model
+    from experiments.common.results import write_rows
+
+    case = levels.DEVELOPMENT[0]                                  # fa2 fwd_bwd: 1 + 2 launches
+    algorithms = ("flash_forward_tc", "flash_backward_tc", "flash_backward_tc")
+    kernels = [{"case": case.label, "algorithm": a, "launch": launch,
+                "name": f"mod::k{i}[v1,abc](Array<float>)", "xbar_ld_sectors": 1000.0 * (i + 1),
+                "gpu_time_ns": 1e6}
+               for i, (a, launch) in enumerate(zip(algorithms, (0, 0, 1)))]
+    write_rows(tmp_path / "k.csv", kernels, {"device": "NVIDIA H200", "date": "2026-12-01",
+                                             "commit": "abc1234"})
+    rows = levels.per_launch(tmp_path / "k.csv")
+    read = [r for r in rows if r["quantity"] == "sm_l2_read_bytes"]
+    assert [r["measured"] for r in read] == [32000.0, 64000.0, 96000.0]
+    assert [r["kernel"] for r in read] == ["k0", "k1", "k2"]
+    assert {r["measured_commit"] for r in rows} == {"abc1234"}
+    # the launches' predictions add up to the algorithm's, and name the plan's phases
+    for report, algorithm in zip(model.reports(case), case.simulator_algorithms()):
+        mine = [r for r in read if r["algorithm"] == algorithm]
+        assert sum(r["predicted"] for r in mine) == pytest.approx(report.levels.sm_l2_read_bytes)
+        assert [r["phase"] for r in mine] == [p.name for p in report.phases]
+    assert "k2" in levels.format_per_launch(rows)
+    kernels[2]["launch"] = 2                                      # a launch the plan lacks
+    write_rows(tmp_path / "k.csv", kernels, {})
+    with pytest.raises(ValueError, match="launch 2, but the model's plan has 2 launches"):
+        levels.per_launch(tmp_path / "k.csv")
