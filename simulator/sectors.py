@@ -37,6 +37,8 @@ Per kernel (``Phase.kernel``), from its code:
 Elements are ``Workload.dtype_bytes`` each, but for the tensors kept in fp32 in every format
 (``simulator.report.FP32_TENSORS``: L, D, l, m, dQ_accum, the deterministic backward's
 recomputed O and L): 4.
+A tensor a kernel writes one element a block (``SINGLE_STORES``: head_amax's partial maxima)
+costs a sector an element.
 Tensors every thread of a block reads whole (``Phase.broadcast``: fa2_fp16x3's head maxima,
 each an address a warp): a sector a warp-wide load requested, each distinct sector of a block
 fetched once.
@@ -69,6 +71,11 @@ STORE_REQUESTS = {"flash_forward_tc": {"O": 2}, "flash_backward_tc": {"dK": 2, "
 ATOMIC = {"flash_backward_tc": ("dQ",), "flash_backward": ("dQ",),
           "flash_backward_half": ("dQ_accum",)}
 RED_SECTORS = {"flash_backward_tc": 2, "flash_backward_half": 2}
+#: Tensors a kernel stores one element a block (its one result, by one thread): each store is
+#: its own request, a sector sent to L2 for 4 bytes (``Phase.code``'s kernel: the row kernels
+#: have no Tiling kernel). fa2_fp16x3's head_amax: 1536 sectors for 1536 partial maxima at
+#: (2, 16, 2048, 64) (ncu, H200 and H100, 2026-12-06).
+SINGLE_STORES = {"head_amax": ("head maxima",)}
 #: Tensors a kernel copies by 16-byte cp.async chunks into padded tiles (where d % 8 == 0).
 CP_ASYNC = {"flash_forward_half": ("Q", "K", "V"), "flash_backward_half": ("Q", "K", "V", "dO"),
             "flash_forward_fp16x3": ("Q parts", "K parts", "V parts")}
@@ -168,7 +175,7 @@ def sector_traffic(p: Phase, w: Workload) -> SectorTraffic:
         missed += s
         requested += s * factors.get(name, 1)
     for name, n in p.hbm_writes.items():
-        s = tensor_sectors(name, n, w)
+        s = n if name in SINGLE_STORES.get(p.code[0], ()) else tensor_sectors(name, n, w)
         if name in atomic:
             reduced += s * RED_SECTORS.get(kernel, 1)
         else:

@@ -84,6 +84,8 @@ def test_maxima_reads_are_a_sector_a_warp_and_fetched_once_a_block():
     split_blocks = prep_launch(cuda_simulated())[1]
     heads = w.BH + 2 * w.BH_kv
     assert sector_traffic(only(split), w).missed == heads * split_blocks * GX * 4 / SECTOR_BYTES
+    # head_amax's blocks store a maximum each, a sector each (8 of them share a sector's bytes)
+    assert sector_traffic(r.phases[0], w).stored == heads * GX
 
 
 def test_the_parts_are_copied_by_cp_async_and_o_stored_as_the_tc_forward():
