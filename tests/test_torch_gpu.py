@@ -171,7 +171,8 @@ _CHILD = textwrap.dedent("""
 
 def test_second_process_loads_compiled_kernels_from_disk(tmp_path):
     """A fresh cache: the first process compiles the forward, the backward and its D kernel,
-    the second loads all three, its first call within 2 s."""
+    the second loads all three, its first call within 5 s (a compile takes 13-125 s; the
+    process's first call also makes its CUDA context: 2.5 s on an H100, 2026-12-06)."""
     env = {**os.environ, "NUMBA_FLASH_CACHE_DIR": str(tmp_path)}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
     runs = [json.loads(subprocess.run([sys.executable, "-c", _CHILD], env=env, check=True,
@@ -180,7 +181,7 @@ def test_second_process_loads_compiled_kernels_from_disk(tmp_path):
     first, second = runs
     assert first.get("compiled") == 3 and not first.get("loaded"), first
     assert second.get("loaded") == 3 and not second.get("compiled"), second
-    assert second["seconds"] <= 2.0, second
+    assert second["seconds"] <= 5.0, second
 
 
 @pytest.mark.parametrize("B,H,n_q,n_k,d,causal", FP16X3_SHAPES)
