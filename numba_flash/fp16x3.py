@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.fp16x3 import default_tiling, parts_width, prep_launch
+from simulator.fp16x3 import default_tiling, parts_width, prep_launch, split_threads
 from simulator.spec import Mask
 from simulator.tiling import Tiling
 
@@ -17,9 +17,10 @@ from .memory import simulator_enabled
 
 #: ``flash_attention``'s algorithm name for it.
 FP16X3 = "fa2_fp16x3"
-#: Threads of a block of the two preparing kernels, and blocks a head of split_half (grid-stride
-#: over the head's column pairs); under the CUDA simulator, which runs a Python thread per CUDA
-#: thread, one warp and one block (``simulator.fp16x3.prep_launch``, which the model counts).
+#: Threads of a block of the two preparing kernels (split_half: whole rows of columns,
+#: ``split_threads``), and blocks a head of split_half (grid-stride over the head's rows); under
+#: the CUDA simulator, which runs a Python thread per CUDA thread, one warp and one block
+#: (``simulator.fp16x3.prep_launch``, which the model counts).
 PREP_THREADS, SPLIT_BLOCKS = prep_launch(simulator_enabled())
 
 
@@ -61,11 +62,12 @@ def forward_launches(tiling: Tiling, d: int, mask: Mask, bh: int, bh_kv: int, n_
     grid = (tiling.Tr(n_q), bh)
     threads = tiling.threads_for("flash_forward_half")
     smem = smem_bytes(tiling, d)
+    split_block = split_threads(d, PREP_THREADS)
 
     def launches(run, q, k, v, o, lse, partial, qs, ks, vs, qscale, hi, lo, drop, blocks):
         run(make_head_amax(PREP_THREADS), (GX, heads), PREP_THREADS, 0,
             q, k, v, partial, n_q, n_k, d, bh, bh_kv)
-        run(make_split_half(d), (SPLIT_BLOCKS, heads), PREP_THREADS, 0,
+        run(make_split_half(d, split_block), (SPLIT_BLOCKS, heads), split_block, 0,
             q, k, v, partial, qs, ks, vs, n_q, n_k, bh, bh_kv)
         run(forward, grid, threads, smem, qs, ks, vs, o, lse,
             np.float32(qscale), n_q, n_k, hi, lo, *drop, *blocks, partial)

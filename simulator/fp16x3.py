@@ -5,11 +5,12 @@ Three launches, counted over all heads (``Workload.BH`` query heads, ``BH_kv`` K
 preparing kernels take a block row per head of q, k and v, ``heads = BH + 2 BH_kv`` in all):
 
 1. head maxima (``head_amax``): ``GX`` blocks a head read each of its elements once (Q, K, V)
-   and write ``GX`` partial maxima a head ("head maxima", fp32).
+   and write ``GX`` partial maxima a head ("head maxima", fp32; each block's from a tree in
+   shared memory, ``amax_wavefronts``).
 2. split (``split_half``): reads Q, K, V once more, each row as ``Workload.D_parts`` = 2 D16
    16-bit elements (hi parts, zeros to D16, lo parts, zeros to D16): "Q parts", "K parts",
    "V parts". Each of its threads first reads its head's ``GX`` maxima (``scale_of``): the reads
-   of "head maxima" follow the launch's threads a head, ``prep_launch``.
+   of "head maxima" follow the launch's threads a head, ``prep_launch`` and ``split_threads``.
 3. the forward (``flash_forward_half`` compiled in its fp32 mode) on those parts: to HBM and
    SRAM the fp16 kernel on a workload whose rows are ``D_parts`` fp16 elements (its tiles hold
    both parts of a row; ``simulator.flash.flash_forward_half``), but O is fp32 and d wide, and
@@ -71,6 +72,26 @@ def prep_launch(simulated: bool) -> tuple[int, int]:
     return (32, 1) if simulated else (256, 8)
 
 
+def split_threads(d: int, threads: int) -> int:
+    """Threads a block of split_half at head dim d, where ``prep_launch`` gives ``threads``:
+    whole rows of D16 columns (a thread a column), as many as fit (at least one)."""
+    d16 = -(-d // HALF_K) * HALF_K
+    return d16 * max(1, threads // d16)
+
+
+def amax_wavefronts(threads: int) -> int:
+    """Shared-memory wavefronts of one head_amax block of ``threads`` threads (a power of two;
+    kernels/split_half.py, v4): every warp stores its threads' maxima, then each step of the
+    tree halves the active threads, whose warps load two words and store one each, and thread 0
+    loads the block's maximum (a wavefront a warp instruction: consecutive words)."""
+    warps = lambda n: -(-n // 32)                    # noqa: E731
+    steps, half = 0, threads // 2
+    while half:
+        steps += 3 * warps(half)
+        half //= 2
+    return warps(threads) + steps + 1
+
+
 def cuda_simulated() -> bool:
     """Whether this process runs kernels under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM``,
     read as numba reads it), whose launches numba_flash makes smaller (``prep_launch``)."""
@@ -91,17 +112,19 @@ def flash_forward_fp16x3(w: Workload, t: Tiling) -> Plan:
                          f"{w.dtype_bytes} (fp16 / bf16 inputs run on flash_forward_half)")
     heads = w.BH + 2 * w.BH_kv
     threads, split_blocks = prep_launch(cuda_simulated())
+    split_block = split_threads(w.d, threads)
     inputs = {"Q": w.BH * w.N_q * w.d, "K": w.BH_kv * w.N_k * w.d, "V": w.BH_kv * w.N_k * w.d}
     parts = {PARTS["Q"]: w.tensor_elements(PARTS["Q"]), PARTS["K"]: w.tensor_elements(PARTS["K"]),
              PARTS["V"]: w.tensor_elements(PARTS["V"])}
     elements = sum(inputs.values())
     amax = phase("head maxima", None, bh=1, hbm_reads=inputs, hbm_writes={MAXIMA: heads * GX},
                  other_flops=AMAX_FLOPS * elements, units_per_head=heads, blocks_per_unit=GX,
-                 code=("head_amax", ""))
+                 code=("head_amax", ""), lsu_wavefronts=heads * GX * amax_wavefronts(threads))
     split = phase("split into fp16 parts", None, bh=1,
-                  hbm_reads={**inputs, MAXIMA: heads * split_blocks * threads * GX},
+                  hbm_reads={**inputs, MAXIMA: heads * split_blocks * split_block * GX},
                   hbm_writes=parts, other_flops=SPLIT_FLOPS * elements, units_per_head=heads,
-                  blocks_per_unit=split_blocks, code=("split_half", ""), broadcast={MAXIMA: threads})
+                  blocks_per_unit=split_blocks, code=("split_half", ""),
+                  broadcast={MAXIMA: split_block})
 
     wide = dataclasses.replace(w, d=w.D_parts, dtype_bytes=2)
     half = flash_forward_half(wide, t).phases[0]

@@ -110,7 +110,7 @@ def test_parts_and_scales():
     partial = cuda.to_device(np.full(4 * GX, np.nan, np.float32))
     parts = [cuda.to_device(np.full(m * n * 64, 0xFFFF, np.uint16)) for m in (2, 1, 1)]
     make_head_amax(32)[(GX, 4), 32](q, k, v, partial, n, n, d, 2, 1)
-    make_split_half(d)[(2, 4), 32](q, k, v, partial, *parts, n, n, 2, 1)
+    make_split_half(d, 32)[(2, 4), 32](q, k, v, partial, *parts, n, n, 2, 1)
     partial = partial.copy_to_host().reshape(4, GX)
     rows = np.concatenate([p.copy_to_host() for p in parts]).view(np.float16).astype(np.float64)
     rows = rows.reshape(4, n, 2, 32)
@@ -128,6 +128,24 @@ def test_parts_and_scales():
         assert 2**14 <= amax * s < 2**15
         err = np.abs(sx - x.astype(np.float64) * s)
         assert (err <= 2**-21 * np.abs(x * s) + 2**-24).all(), err.max()
+
+
+def test_head_amax_over_several_warps_leaves_nan_out():
+    """Partial maxima of blocks of 64 and 128 threads (the tree crosses warps), a NaN in the
+    head left out, rows that do not fill the last load step."""
+    from numba import cuda
+    from numba_flash.kernels.split_half import make_head_amax
+    rng = np.random.default_rng(7)
+    n, d = 33, 8
+    heads = [rng.standard_normal(n * d).astype(np.float32) for _ in range(3)]
+    heads[1][5] = np.nan
+    heads[2][-1] = -40.0                                  # the very last element
+    q, k, v = (cuda.to_device(h) for h in heads)
+    for threads in (64, 128):
+        partial = cuda.to_device(np.full(3 * GX, np.nan, np.float32))
+        make_head_amax(threads)[(GX, 3), threads](q, k, v, partial, n, n, d, 1, 1)
+        got = partial.copy_to_host().reshape(3, GX).max(axis=1)
+        assert got.tolist() == [np.nanmax(np.abs(h)) for h in heads]
 
 
 def test_half_inputs_are_refused():

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from simulator import BAND_ALGORITHMS, ALGORITHMS, Tiling, Workload, predict
 from simulator.blocks import BlockGrid, band_extent, band_scores, causal_diagonal, unmasked_scores
 from simulator.closed_forms import proposition3_lower_bound
-from simulator.fp16x3 import GX, cuda_simulated, prep_launch
+from simulator.fp16x3 import GX, cuda_simulated, prep_launch, split_threads
 from simulator.hardware import H200_MEASURED
 
 from .helpers import mma_tiling
@@ -109,6 +109,7 @@ class BandWalk:
         w, t, d = self.w, self.t, self.w.d
         wide = _ceil(d, 16) * 32
         threads, blocks = prep_launch(cuda_simulated())
+        threads = split_threads(d, threads)
         heads = [("Q", w.N_q)] * (w.B * w.H) + [("K", w.N_k), ("V", w.N_k)] * (w.B * (w.kv_heads or w.H))
         for name, n in heads:
             self.reads[name] += 2 * n * d                          # maxima, then the split

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from numba_flash.kernels import split_half
 from simulator import Tiling, Workload, predict
 from simulator.flash import flash_forward_v2
-from simulator.fp16x3 import GX, VARIANT, cuda_simulated, default_tiling, prep_launch
+from simulator.fp16x3 import (GX, VARIANT, amax_wavefronts, cuda_simulated, default_tiling,
+                              prep_launch)
 from simulator.hardware import H200
 from simulator.l2 import l2_traffic
 from simulator.runtime import mma_format
@@ -25,6 +26,18 @@ FP16X3 = "flash_forward_fp16x3"
 
 def test_the_kernels_write_as_many_maxima_a_head_as_the_model_counts():
     assert split_half.GX == GX
+
+
+def test_head_amax_reduces_a_block_through_a_tree_in_shared_memory():
+    """At 256 threads: 8 warps store, the 8 steps keep 4, 2, 1, 1, 1, 1, 1, 1 warps, each loading
+    two words and storing one, and thread 0 loads the result: 45 wavefronts a block."""
+    assert amax_wavefronts(256) == 8 + 3 * (4 + 2 + 1 + 1 + 1 + 1 + 1 + 1) + 1
+    w = Workload(2, 4, 64, 64, 40)
+    amax = predict(FP16X3, w).phases[0]
+    threads = prep_launch(cuda_simulated())[0]
+    assert amax.lsu_wavefronts == (w.BH + 2 * w.BH_kv) * GX * amax_wavefronts(threads)
+    with pytest.raises(ValueError, match="power of two"):
+        split_half.make_head_amax(96)
 
 
 @pytest.mark.parametrize("d", [8, 40, 64, 111, 128])
@@ -84,8 +97,6 @@ def test_maxima_reads_are_a_sector_a_warp_and_fetched_once_a_block():
     split_blocks = prep_launch(cuda_simulated())[1]
     heads = w.BH + 2 * w.BH_kv
     assert sector_traffic(only(split), w).missed == heads * split_blocks * GX * 4 / SECTOR_BYTES
-    # head_amax's blocks store a maximum each, a sector each (8 of them share a sector's bytes)
-    assert sector_traffic(r.phases[0], w).stored == heads * GX
 
 
 def test_the_parts_are_copied_by_cp_async_and_o_stored_as_the_tc_forward():

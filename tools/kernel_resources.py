@@ -53,7 +53,8 @@ from numba_flash.kernels.split_half import make_head_amax, make_split_half
 from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
 from numba_flash.checks import BLOCK_SIZE
 from simulator.flash import SPARSE_VARIANT
-from simulator.fp16x3 import VARIANT as FP16X3, default_tiling as fp16x3_tiling, parts_width, prep_launch
+from simulator.fp16x3 import (VARIANT as FP16X3, default_tiling as fp16x3_tiling, parts_width, prep_launch,
+                              split_threads)
 from simulator.occupancy import asked_variant
 from simulator.spec import Mask
 from simulator.tiling import Tiling, table_variant
@@ -161,8 +162,8 @@ def configurations(head_dims, extra=()) -> list[Config]:
                        lambda _, d=d, z=zero: make_row_dot(ROW_THREADS, d, z, "float32"), tiled=False)
                 for zero in (True, False)]
         fma.append(Config("split_half", "", "split_half", d, None,     # fa2_fp16x3's parts
-                          lambda _, d=d: make_split_half(d), tiled=False,
-                          threads=prep_launch(False)[0]))
+                          lambda _, d=d: make_split_half(d, split_threads(d, prep_launch(False)[0])),
+                          tiled=False, threads=split_threads(d, prep_launch(False)[0])))
     standard = [Config("standard_matmul", variant, "matmul", None, None,
                        lambda t, a=trans_a, b=trans_b: make_matmul(t, a, b, "float32"))
                 for variant, trans_a, trans_b in (("", False, False), ("trans_a", True, False),

@@ -125,7 +125,7 @@ from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .half import half_ops
 from .half_tiles import make_tile_copy
-from .split_half import scale_of
+from .head_scale import scale_of
 from .mma import FP32_TINY, warp_ops
 from .tiles import (LN2, NEG_INF, ONE, ZERO, dropout_kept, dropout_words, key_block_range, masked,
                     needs_mask, tile_major_block)

@@ -18,51 +18,46 @@ Two kernels prepare q (B*H, N_q, d), k and v (B*H_kv, N_k, d), each launched onc
                 rows of 2 D16 fp16 bits (D16 = d rounded up to 16), the two parts where the
                 fp16 kernel's tiles take them (kernels/flash_forward_half, ``dtype="float32"``)
 
-``scale_of(partial, y)`` is s_y, shared with the attention kernel that undoes it. NaN values
-stay NaN (and are left out of the maxima); infinite values have no fp16 part: a head holding
-one is not usable here (the caller must not take this path for non-finite inputs).
+``head_scale.scale_of(partial, y)`` is s_y, shared with the attention kernel that undoes it.
+NaN values stay NaN (and are left out of the maxima); infinite values have no fp16 part: a head
+holding one is not usable here (the caller must not take this path for non-finite inputs).
 """
 from __future__ import annotations
-
-import math
 
 from numba import cuda, float32
 
 from ..kernel_cache import kernel_factory
 from .half import half_ops
+from .head_scale import GX, scale_of
 from .mma import warp_ops
+from .unroll import static_range, unrolled
 
-VERSION = 1
+VERSION = 5
+# Versions (ncu's kernel time at (B, H, N, d) = (2, 16, 2048, 64), q, k, v: 50.3 MB; the model's
+# bandwidth bound there, H200: head_amax 12.0 us, split_half 19.4 us):
+#     v1  split_half a thread a column pair (four 2-byte stores: L2 received 2.00x its sectors),
+#         a load at a time: H100 (2026-12-06) head_amax 35.7 us, split_half 49.2 us.
+#     v2  split_half a thread a column (whole-sector stores: L2 received the modelled 50.33 MB);
+#         head_amax's loop unrolled by 4: H200 (2026-12-06) head_amax 47.4 us, split_half 60.4 us:
+#         latency-bound, a DRAM latency a load.
+#     v3  LOADS loads a thread in flight before any is used, both kernels: not timed alone.
+#     v4  head_amax's block maximum by a tree in shared memory, 8 steps at 256 threads (LOADS 8; v1-v3:
+#         thread 0 read the 255 other threads' maxima one after another): H100 (2026-12-06)
+#         head_amax 25.5 us (v1 35.7), smem wavefronts 71.5 k (model 69.1 k); but split_half
+#         (v3's) 73.6 us: 70 registers, 3 blocks an SM, 1.94 waves, 1.4x v1's instructions
+#         (a division and two index products an element).
+#     v5  split_half a thread a column down the rows (no division; the row offsets of a step
+#         one stride apart), threads a block a multiple of D16; LOADS 4 (30-31 registers, both
+#         kernels; 8 took 47-70; chosen for registers, other LOADS not timed by ncu): H100
+#         (2026-12-06) head_amax 23.2 us, split_half 45.4 us (v1 35.7 / 49.2 on the same card;
+#         faster than v1 at all 8 held-out shapes of experiments.levels.FP16X3, head_amax by
+#         13-50 %, split_half by 7-25 %); still 1.5-1.8x the H100's bandwidth bound.
 
-#: |s x| < 2^15 for every x of a head: fp16 (largest finite 65504) holds hi with room to spare.
-TOP_EXPONENT = 14
-#: Scales stay within 2^-113 .. 2^126, so that s and 1 / s are normal fp32: 2^-113 still brings
-#: the largest finite fp32 (< 2^128) below 2^15, 2^126 lifts heads down to 2^-111 to 2^15.
-MIN_SHIFT, MAX_SHIFT = -113, 126
-
-
-@cuda.jit(device=True)
-def head_scale(amax):
-    """The power of two s (float32) with amax s in [2^14, 2^15) for a finite amax >= 2^-111;
-    2^126 below (amax = 0 included)."""
-    _, e = math.frexp(amax)                      # amax in [2^(e - 1), 2^e)
-    shift = min(max(TOP_EXPONENT + 1 - e, MIN_SHIFT), MAX_SHIFT)
-    return math.ldexp(float32(1.0), int(shift))
-
-
-#: Blocks of head_amax a head (the partial maxima each reader takes the max of).
-GX = 16
-
-
-@cuda.jit(device=True)
-def scale_of(partial, y):
-    """s_y: ``head_scale`` of the largest of head y's GX partial maxima."""
-    amax = float32(0.0)
-    for x in range(GX):
-        a = partial[y * GX + x]
-        if a > amax:
-            amax = a
-    return head_scale(amax)
+#: Elements a thread loads before it uses any (the kernels' ``loads``): the loads of a step are
+#: in flight together. One at a time (v1, v2), a thread waited a DRAM latency per element:
+#: head_amax at (2, 16, 2048, 64) took 47 us for 50 MB, 64 x 0.74 us (H200, 2026-12-06, ncu).
+#: 4: 31 registers a thread, every split_half block of that shape resident at once (8 took 54).
+LOADS = 4
 
 
 @cuda.jit(device=True)
@@ -76,59 +71,77 @@ def _head(y, q, k, v, n_q, n_k, heads_q, heads_kv):
 
 
 @kernel_factory
-def make_head_amax(threads: int):
+def make_head_amax(threads: int, loads: int = LOADS):
     """Kernel ``(q, k, v, partial, n_q, n_k, d, heads_q, heads_kv)``: flat float32 q
     (heads_q, n_q, d), k, v (heads_kv, n_k, d); partial float32 (heads_q + 2 heads_kv, GX)
-    (flat). Grid (GX, heads_q + 2 heads_kv), ``threads`` threads."""
+    (flat). Grid (GX, heads_q + 2 heads_kv), ``threads`` threads; a thread reads its share
+    ``loads`` elements a step; the block's maximum by a tree in shared memory (``threads`` a
+    power of two)."""
     T = threads
+    if T & (T - 1):
+        raise ValueError(f"head_amax: threads must be a power of two, got {T}")
 
-    @cuda.jit
     def head_amax(q, k, v, partial, n_q, n_k, d, heads_q, heads_kv):
-        best = cuda.shared.array(T, float32)     # SRAM: each thread's max, then the block's
+        best = cuda.shared.array(T, float32)     # SRAM: each thread's max, then pairs' maxima
+        got = cuda.local.array(loads, float32)   # registers (unrolled: constant indices)
         y, tid = cuda.blockIdx.y, cuda.threadIdx.x
         x, row0, rows = _head(y, q, k, v, n_q, n_k, heads_q, heads_kv)
+        n, step = rows * d, GX * T
         m = float32(0.0)
-        for e in range(cuda.blockIdx.x * T + tid, rows * d, GX * T):
-            a = abs(x[row0 * d + e])
-            if a > m:                            # (a NaN is left out)
-                m = a
+        for first in range(cuda.blockIdx.x * T + tid, n, loads * step):
+            for u in static_range(loads):        # every load issued before any max waits
+                e = first + u * step
+                got[u] = abs(x[row0 * d + e]) if e < n else float32(0.0)
+            for u in static_range(loads):
+                if got[u] > m:                   # (a NaN is left out)
+                    m = got[u]
         best[tid] = m
-        cuda.syncthreads()                       # barrier: every thread's max is in SRAM
+        half = T // 2
+        while half > 0:
+            cuda.syncthreads()                   # barrier: the level above is in SRAM
+            if tid < half:                       # (maxima, never NaN: the same count each time)
+                best[tid] = max(best[tid], best[tid + half])
+            half //= 2
         if tid == 0:
-            for t in range(1, T):
-                if best[t] > m:
-                    m = best[t]
-            partial[y * GX + cuda.blockIdx.x] = m
+            partial[y * GX + cuda.blockIdx.x] = best[0]
 
-    return head_amax
+    return cuda.jit(unrolled(head_amax))
 
 
 @kernel_factory
-def make_split_half(d: int):
+def make_split_half(d: int, threads: int, loads: int = LOADS):
     """Kernel ``(q, k, v, partial, qs, ks, vs, n_q, n_k, heads_q, heads_kv)``: q, k, v, partial
     as ``make_head_amax``'s; qs (heads_q, n_q, 2 D16), ks, vs (heads_kv, n_k, 2 D16) flat uint16
-    (a row: D16 hi parts, then D16 lo parts, as fp16 bits; zero padded). Grid-stride over pairs
-    of columns: any grid (x, heads_q + 2 heads_kv)."""
+    (a row: D16 hi parts, then D16 lo parts, as fp16 bits; zero padded). ``threads`` a block,
+    a multiple of D16 (``simulator.fp16x3.split_threads``): R = threads / D16 rows a block
+    step, a thread a column all the way down its rows (a warp's loads and its two stores each
+    fill whole sectors), ``loads`` rows in flight a step; grid-stride over the head's rows:
+    any grid (x, heads_q + 2 heads_kv)."""
     D16 = -(-d // 16) * 16
-    PAIRS = D16 // 2
+    if threads % D16:
+        raise ValueError(f"split_half: threads ({threads}) must be a multiple of D16 ({D16})")
+    R = threads // D16
     to_half = half_ops("float16").to_half
     split_finite = warp_ops().split_finite
 
-    @cuda.jit
     def split_half(q, k, v, partial, qs, ks, vs, n_q, n_k, heads_q, heads_kv):
-        y = cuda.blockIdx.y
+        got = cuda.local.array(loads, float32)   # registers (unrolled: constant indices)
+        y, tid = cuda.blockIdx.y, cuda.threadIdx.x
         x, row0, rows = _head(y, q, k, v, n_q, n_k, heads_q, heads_kv)
         out = qs if y < heads_q else (ks if y < heads_q + heads_kv else vs)
         s = scale_of(partial, y)
-        for p in range(cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x, rows * PAIRS,
-                       cuda.gridDim.x * cuda.blockDim.x):
-            r = p // PAIRS
-            c = 2 * (p - r * PAIRS)
-            at = (row0 + r) * 2 * D16 + c
-            for e in range(2):
-                value = x[(row0 + r) * d + c + e] * s if c + e < d else float32(0.0)
-                hi, lo = split_finite(value)     # hi: 11 significant bits, lo = value - hi exactly
-                out[at + e] = to_half(hi)        # exact (|hi| <= 2^15)
-                out[at + D16 + e] = to_half(lo)  # lo rounded to fp16
+        c = tid % D16                            # the thread's column, in every row it takes
+        stride = cuda.gridDim.x * R              # rows from one of the thread's to the next
+        for first in range(cuda.blockIdx.x * R + tid // D16, rows, loads * stride):
+            for u in static_range(loads):        # every load issued before any store
+                r = first + u * stride
+                got[u] = x[(row0 + r) * d + c] * s if r < rows and c < d else float32(0.0)
+            for u in static_range(loads):
+                r = first + u * stride
+                if r < rows:
+                    at = (row0 + r) * 2 * D16 + c
+                    hi, lo = split_finite(got[u])   # hi: 11 significant bits, lo = got - hi exactly
+                    out[at] = to_half(hi)        # exact (|hi| <= 2^15)
+                    out[at + D16] = to_half(lo)  # lo rounded to fp16
 
-    return split_half
+    return cuda.jit(unrolled(split_half))
