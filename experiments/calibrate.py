@@ -28,6 +28,10 @@ kernels of experiments/common/microbench.py (which says how each is timed):
 - the L1 hit rate of local (spill) loads reused cyclically, against the footprint and the global
   lines streamed between two uses, over L1's capacity (ncu; experiments/common/l1_reuse.py: how
   ``simulator.local`` counts spill misses);
+- the L2 hit fraction of re-reads by the next waves of blocks, each wave's blocks reading every
+  one of 32 units (as a causal forward's read every head's K and V), against the working set over
+  L2's capacity (ncu; experiments/common/l2_reuse.py: what ``simulator.l2``'s assumption 4
+  supposes, measured; not used by the model yet);
 - block placement for grids of 1, 2, 4 blocks an SM: summary rows here, and the block -> SM map
   of every block in ``<out>/calibrate/placement.csv`` (``block``, ``smid``, ``start_rank``,
   ``start_ns``, ``end_ns``, ``first_wave``).
@@ -40,7 +44,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from experiments.common import atomic_latency, copy_sectors, l1_reuse, l2_residue, microbench, plotting
+from experiments.common import (atomic_latency, copy_sectors, l1_reuse, l2_residue, l2_reuse, microbench,
+                                plotting)
 from experiments.common.context import NO_GPU, RunContext
 from experiments.common.metadata import run_metadata
 from experiments.common.results import write_rows
@@ -74,6 +79,7 @@ def run(ctx: RunContext) -> list[dict]:
     rows += [row(m) for m in l2_residue.measure_hot(not simulated)]
     rows += [row(m) for m in copy_sectors.measure(not simulated)]
     rows += [row(m) for m in l1_reuse.measure(not simulated)]
+    rows += [row(m) for m in l2_reuse.measure(not simulated)]
     if raw:
         write_rows(ctx.folder(NAME) / PLACEMENT_CSV, raw, run_metadata(NAME, ctx.device, ctx.command))
     return rows

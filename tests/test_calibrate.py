@@ -122,6 +122,7 @@ def test_the_gpu_branch_host_code_on_simulated_kernels(monkeypatch, tmp_path):
                           "l2_dirty_residue_sweep_bytes": "simulator: not a measurement",
                           "l2_dirty_residue_hot_bytes": "simulator: not a measurement",
                           "l1_local_reuse_hit_rate": "simulator: not a measurement",
+                          "l2_reread_hit_rate": "simulator: not a measurement",
                           **{f"copy_sectors_{mode}": "simulator: not a measurement"
                              for mode in copy_sectors.MODES}}
     gap = next(r for r in rows if r["quantity"] == "launch_gap_s")
@@ -458,12 +459,12 @@ def test_the_hot_residue_kernel_sums_its_reads_hot_words_and_spin():
 
 
 def test_ncu_microbenchmarks_say_when_ncu_is_missing(monkeypatch):
-    from experiments.common import l2_residue, ncu
+    from experiments.common import l2_residue, l2_reuse, ncu
 
     monkeypatch.setattr(ncu.shutil, "which", lambda name: None)
     rows = (l2_residue.measure(True) + l2_residue.measure_sweep(True) + l2_residue.measure_hot(True)
-            + copy_sectors.measure(True))
-    assert len(rows) == 3 + len(copy_sectors.MODES)
+            + copy_sectors.measure(True) + l2_reuse.measure(True))
+    assert len(rows) == 4 + len(copy_sectors.MODES)
     assert all(r.value is None and r.note == "ncu not found" for r in rows)
 
 
@@ -477,6 +478,37 @@ def test_the_l1_reuse_kernel_loads_every_slot_and_streamed_word():
     for (_, frame, stream, trips), out in zip(l1_reuse.runs(simulated=True), outs):
         expect = [l1_reuse.expected_sum(t % l1_reuse.THREADS, frame, stream, trips) for t in range(out.size)]
         np.testing.assert_array_equal(out, np.array(expect, np.float32))
+
+
+def test_the_l2_reuse_kernel_sums_its_blocks_unit():
+    """l2_reuse's kernel under the simulator: block b's threads sum unit b % units between them."""
+    from experiments.common import l2_reuse
+
+    (out,) = l2_reuse.run_all(simulated=True)
+    (units, readers, words), = l2_reuse.runs(simulated=True)
+    blocks = out.reshape(units * readers, l2_reuse.THREADS).sum(axis=1)
+    sums = l2_reuse.unit_sums(units, words)
+    np.testing.assert_array_equal(blocks, [sums[b % units] for b in range(units * readers)])
+
+
+def test_l2_reuse_rows_count_the_first_read_of_each_unit_as_compulsory():
+    """hit = 1 - (DRAM reads - W) / ((readers - 1) W): W read once from DRAM is 1; every read
+    from DRAM is 0; the detail gives the ratio to L2 and what the model and LRU say."""
+    from experiments.common import l2_reuse
+
+    plan = l2_reuse.runs()
+    kernels = []
+    for i, (units, readers, words) in enumerate(plan):
+        w = units * words * 4
+        kernels.append({"dram_read_bytes": float(w if i % 2 == 0 else readers * w), "xbar_ld_sectors": 1.0})
+    kernels[-1] = {}
+    rows = l2_reuse.rows_from(kernels)
+    assert [r.value for r in rows[:4]] == [1.0, 0.0, 1.0, 0.0]
+    assert rows[-1].value is None and rows[-1].note
+    detail = json.loads(rows[0].detail)
+    assert detail["ratio"] == pytest.approx(l2_reuse.RATIOS[0], rel=1e-3)
+    assert detail["model"] == 1.0 and detail["lru"] == 1.0
+    assert json.loads(rows[-2].detail)["lru"] == 0.0          # 2 L2 capacities
 
 
 def test_l1_reuse_rows_take_the_second_runs_extra_trips():
