@@ -35,7 +35,7 @@ from functools import lru_cache
 import numpy as np
 from numba import cuda, float32, int32
 
-from .microbench import Measurement
+from .microbench import Measurement, ncu_rows
 
 THREADS = 256
 TRIPS = 16
@@ -163,16 +163,5 @@ def rows_from(kernels: list[dict]) -> list[Measurement]:
 def measure(gpu: bool) -> list[Measurement]:
     """One row per configuration (a pair of launches), or one row saying why nothing was
     measured."""
-    def none(note: str) -> list[Measurement]:
-        return [Measurement("l1_local_reuse_hit_rate", None, "fraction", MEASURED_BY, note=note)]
-
-    if not gpu:
-        return none("simulator: not a measurement")
-    from .ncu import profile_child
-
-    kernels, stderr = profile_child(METRICS, CHILD, [], ("--kernel-name", "regex:l1_reuse"), timeout=600)
-    if kernels is None:
-        return none(stderr)
-    if len(kernels) != len(runs()) or any("local_ld_hit_sectors" not in k for k in kernels):
-        return none(f"ncu gave {len(kernels)} readings of {len(runs())}: {stderr.strip()[-200:]}")
-    return rows_from(kernels)
+    return ncu_rows(gpu, "l1_local_reuse_hit_rate", "fraction", MEASURED_BY, METRICS, CHILD,
+                    "l1_reuse", len(runs()), "local_ld_hit_sectors", rows_from)

@@ -35,7 +35,7 @@ from numba import cuda, float32, int32
 
 from simulator.hardware import H200
 
-from .microbench import Measurement
+from .microbench import Measurement, ncu_rows
 
 THREADS = 256
 #: Units (heads' K and V) and blocks reading each unit.
@@ -120,19 +120,8 @@ def rows_from(kernels: list[dict]) -> list[Measurement]:
 
 def measure(gpu: bool) -> list[Measurement]:
     """One row per launch, or one row saying why nothing was measured."""
-    def none(note: str) -> list[Measurement]:
-        return [Measurement("l2_reread_hit_rate", None, "fraction", MEASURED_BY, note=note)]
-
-    if not gpu:
-        return none("simulator: not a measurement")
-    from .ncu import profile_child
-
-    kernels, stderr = profile_child(METRICS, CHILD, [], ("--kernel-name", "regex:l2_reuse"), timeout=600)
-    if kernels is None:
-        return none(stderr)
-    if len(kernels) != len(runs()):
-        return none(f"ncu gave {len(kernels)} readings of {len(runs())}: {stderr.strip()[-200:]}")
-    return rows_from(kernels)
+    return ncu_rows(gpu, "l2_reread_hit_rate", "fraction", MEASURED_BY, METRICS, CHILD, "l2_reuse",
+                    len(runs()), "dram_read_bytes", rows_from)
 
 
 if __name__ == "__main__":

@@ -846,6 +846,27 @@ class Measurement:
     note: str = ""
 
 
+def ncu_rows(gpu: bool, quantity: str, unit: str, measured_by: str, metrics: str, child: str,
+             kernel: str, launches: int, required: str, rows_from) -> list[Measurement]:
+    """Rows of a microbenchmark that ncu profiles in a child process (``child``: Python code
+    launching ``launches`` kernels named ``kernel``, each reading must have ``required``):
+    ``rows_from(kernels)``, or one row saying why nothing was measured (no GPU, no ncu, or a
+    reading missing)."""
+    def none(note: str) -> list[Measurement]:
+        return [Measurement(quantity, None, unit, measured_by, note=note)]
+
+    if not gpu:
+        return none("simulator: not a measurement")
+    from .ncu import profile_child
+
+    kernels, stderr = profile_child(metrics, child, [], ("--kernel-name", f"regex:{kernel}"), timeout=600)
+    if kernels is None:
+        return none(stderr)
+    if len(kernels) != launches or any(required not in k for k in kernels):
+        return none(f"ncu gave {len(kernels)} readings of {launches}: {stderr.strip()[-200:]}")
+    return rows_from(kernels)
+
+
 @dataclass
 class Runs:
     """Repeated launches of one configuration: iterations (or steps) each, event seconds, timing tables."""
