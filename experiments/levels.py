@@ -17,6 +17,7 @@ run's ``levels_kernels.csv``, that run's counters beside this model's prediction
 """
 from __future__ import annotations
 
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -397,6 +398,20 @@ def format_per_launch(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def per_kernel_errors(rows: list[dict], quantity: str = "time_s") -> list[dict]:
+    """``per_launch``'s rows of one level summed up by kernel (ncu's name): launches, MAPE,
+    median and range of the signed error (predicted - measured) / measured, in %; launches
+    without a measured or predicted value (0, NaN) left out."""
+    errors: dict[str, list[float]] = {}
+    for r in rows:
+        m, p = r["measured"], r["predicted"]
+        if r["quantity"] == quantity and m and p == p:
+            errors.setdefault(r["kernel"], []).append(100.0 * (p - m) / m)
+    return [{"kernel": k, "launches": len(e), "mape": sum(map(abs, e)) / len(e),
+             "median": statistics.median(e),
+             "min": min(e), "max": max(e)} for k, e in errors.items()]
+
+
 def measure_alone(cases, split: str, out: Path, csv_name: str, command: str) -> None:
     """A few cases measured on their own (a split measured after a model change, cases whose
     kernels changed): their kernels built first, then their ncu counters; each level printed
@@ -475,6 +490,10 @@ if __name__ == "__main__":
 
         launch_rows = per_launch(Path(sys.argv[2]))
         print(format_per_launch(launch_rows))
+        print("\ntime per kernel, (predicted - measured) / measured:")
+        for e in per_kernel_errors(launch_rows):
+            print(f"  {e['kernel']:24s} {e['launches']:4d} launches  MAPE {e['mape']:6.1f} %  median "
+                  f"{e['median']:+6.1f} %  range {e['min']:+.0f} .. {e['max']:+.0f} %")
         write_rows(Path(sys.argv[3]), launch_rows, run_metadata(
             "levels", "cpu", f"python -m experiments.levels per-launch {sys.argv[2]} {sys.argv[3]}"))
     else:

@@ -93,6 +93,13 @@ def test_each_launch_is_read_beside_its_own_prediction(tmp_path):
         assert sum(r["predicted"] for r in mine) == pytest.approx(report.levels.sm_l2_read_bytes)
         assert [r["phase"] for r in mine] == [p.name for p in report.phases]
     assert "k2" in levels.format_per_launch(rows)
+    times = {r["kernel"]: r for r in rows if r["quantity"] == "time_s"}
+    summary = {e["kernel"]: e for e in levels.per_kernel_errors(rows)}
+    for name, r in times.items():                               # one launch a kernel name here
+        error = 100 * (r["predicted"] - r["measured"]) / r["measured"]
+        assert summary[name]["launches"] == 1
+        assert summary[name]["median"] == pytest.approx(error) == summary[name]["min"]
+        assert summary[name]["mape"] == pytest.approx(abs(error))
     kernels[2]["launch"] = 2                                      # a launch the plan lacks
     write_rows(tmp_path / "k.csv", kernels, {})
     with pytest.raises(ValueError, match="launch 2, but the model's plan has 2 launches"):
