@@ -17,7 +17,9 @@ kernels of experiments/common/microbench.py (which says how each is timed):
   into lines of the block's own or lines every SM adds into (experiments/common/atomic_latency.py:
   the wait of a backward's first loads of a step, after its dQ_i adds);
 - __syncthreads() cycles, blocks of 4, 8, 16 warps; launch overhead: GPU seconds between queued
-  empty kernels, host seconds a numba launch (and per extra array argument);
+  empty kernels, host seconds a numba launch (and per extra array argument); how fast an SM
+  starts blocks that do nothing (ns between consecutive starts past its first wave) and such a
+  block's life (ns), what the row kernels' thousands of short blocks cost beside their bytes;
 - the dirty bytes L2 still holds when a streaming kernel ends (ncu; experiments/common/l2_residue.py):
   torch's copy, and torch's writes of 4-256 MiB with 0, 1 or 3 bytes read a byte written, for
   the record; and a numba kernel's with 1 or 3 words read a word written beside a re-read hot

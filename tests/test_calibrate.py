@@ -112,7 +112,8 @@ def test_the_gpu_branch_host_code_on_simulated_kernels(monkeypatch, tmp_path):
     monkeypatch.setattr(calibrate.microbench, "Bench", _HostPathBench)
     monkeypatch.setattr("experiments.common.metadata.device_name", lambda device: "fake GPU")
     for name, value in (("LAUNCHES", 3), ("PLACEMENT_THREADS", 32), ("PLACEMENT_SPIN_NS", 1000),
-                        ("GLOBAL_THREADS", 32), ("L2_BYTES_READ", 8192), ("DRAM_BYTES", 8192)):
+                        ("GLOBAL_THREADS", 32), ("L2_BYTES_READ", 8192), ("DRAM_BYTES", 8192),
+                        ("LAUNCH_BLOCKS", 40)):     # (the simulator's blocks all on SM 0)
         monkeypatch.setattr(mb, name, value)
     ctx = RunContext(device="gpu", quick=True, out=tmp_path, command="test")
     rows = calibrate.run(ctx)
@@ -478,6 +479,14 @@ def test_the_l1_reuse_kernel_loads_every_slot_and_streamed_word():
     for (_, frame, stream, trips), out in zip(l1_reuse.runs(simulated=True), outs):
         expect = [l1_reuse.expected_sum(t % l1_reuse.THREADS, frame, stream, trips) for t in range(out.size)]
         np.testing.assert_array_equal(out, np.array(expect, np.float32))
+
+
+def test_launch_intervals_skip_each_sms_first_wave():
+    """Starts past an SM's first ``resident`` blocks, differenced in order, SM by SM."""
+    smid = np.array([0, 1, 0, 1, 0, 1, 0])
+    start = np.array([0, 5, 0, 5, 100, 300, 400])
+    assert mb.launch_intervals(smid, start, 2) == [300.0]          # SM 0: 100, 400; SM 1: 300
+    assert sorted(mb.launch_intervals(smid, start, 1)) == [100.0, 295.0, 300.0]
 
 
 def test_the_l2_reuse_kernel_sums_its_blocks_unit():

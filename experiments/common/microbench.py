@@ -102,6 +102,9 @@ PLACEMENT_UNITS = {"placement_first_wave_blocks": "blocks", "placement_blocks_pe
                    "placement_in_order": "bool", "placement_coresident_stride": "blocks",
                    "placement_repeatable": "bool"}
 LAUNCHES = 1000
+#: Blocks an SM of the block-launch benchmark's grid: many times what fits at once, so that for
+#: most of the launch each SM starts blocks as fast as it can.
+LAUNCH_BLOCKS = 64
 
 
 # ---- primitives: one PTX instruction each on the GPU, stand-ins under the simulator ----------
@@ -1304,5 +1307,49 @@ def measure_placement(bench: Bench) -> tuple[list[Measurement], list[dict]]:
 
 
 #: The rate measurements, in the order the experiment runs them (placement apart: it has raw rows).
+def launch_intervals(smid: np.ndarray, ns_start: np.ndarray, resident: int) -> list[float]:
+    """Per SM, the ns between consecutive block starts after its first ``resident`` blocks (the
+    blocks that start as others end), all SMs' together."""
+    out: list[float] = []
+    for sm in np.unique(smid):
+        starts = np.sort(np.asarray(ns_start)[np.asarray(smid) == sm])[resident:]
+        out += [float(x) for x in np.diff(starts)]
+    return out
+
+
+def measure_block_launch(bench: Bench) -> list[Measurement]:
+    """How fast an SM starts blocks that do (almost) nothing: ``LAUNCH_BLOCKS`` blocks an SM of
+    ``placement``'s kernel without its spin, ``PLACEMENT_THREADS`` threads (so 2048 / that many
+    resident an SM); per repeat, the median interval between consecutive starts of an SM's
+    blocks past its first wave (``block_launch_interval_ns``), and the median time from a
+    block's first mark to its last (``block_life_ns``). What the row kernels' time, thousands of
+    short blocks, is made of beside their bytes (README, the cost model's per-launch errors)."""
+    kernel = placement_kernel()
+    threads = bench.threads(PLACEMENT_THREADS // WARP)
+    grid = LAUNCH_BLOCKS * bench.sm_count
+    resident = min(2048 // threads, 32)
+    table = bench.table(grid)
+    by = (f"%smid and %globaltimer of every block of {LAUNCH_BLOCKS} an SM, {threads} threads, no "
+          "work: consecutive starts on an SM past its first wave, median")
+    common = dict(blocks_per_sm=resident, warps_per_sm=resident * threads // WARP)
+    if bench.simulated:
+        launch(kernel, grid, threads, 0, 0, table)
+        return [bench.measurement("block_launch_interval_ns", "ns", by, None, [], **common),
+                bench.measurement("block_life_ns", "ns", by, None, [], **common)]
+    intervals, lives = [], []
+    for _ in range(bench.repeats):
+        launch(kernel, grid, threads, 0, 0, table)
+        t = table.copy_to_host()
+        gaps = launch_intervals(t[:, SMID], t[:, NS_START], resident)
+        if not gaps:
+            return [Measurement(q, None, "ns", by, note="no SM started a block past its first wave", **common)
+                    for q in ("block_launch_interval_ns", "block_life_ns")]
+        intervals.append(float(np.median(gaps)))
+        lives.append(float(np.median(t[:, NS_END] - t[:, NS_START])))
+    return [bench.measurement("block_launch_interval_ns", "ns", by, None, intervals, **common),
+            bench.measurement("block_life_ns", "ns", by, None, lives, **common)]
+
+
 MEASUREMENTS = (measure_device, measure_clock, measure_mma, measure_mma_half, measure_mma_lds, measure_pipes, measure_shared,
-                measure_chase, measure_memory_latency, measure_global, measure_barrier, measure_launch)
+                measure_chase, measure_memory_latency, measure_global, measure_barrier, measure_launch,
+                measure_block_launch)
