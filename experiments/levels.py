@@ -335,9 +335,11 @@ def repredict(kernels_csv: Path) -> list[dict]:
 
 def per_launch(kernels_csv: Path) -> list[dict]:
     """Each kernel launch of a GPU run's raw counters (its ``levels_kernels*.csv``) beside the
-    model's prediction for that launch (``report.launch_levels``): a row per case, algorithm,
-    launch and level, with the launch's phase (the model's name) and kernel (ncu's, without its
-    signature), and the measurement's device, date and commit in ``measured_*`` columns."""
+    model's prediction for that launch (``report.launch_levels``) on the GPU measured
+    (``model.gpu_of_device``: an H100 by its datasheet, without machine rates, so no time): a
+    row per case, algorithm, launch and level, with the launch's phase (the model's name),
+    kernel (ncu's, without its signature) and ``predicted_for`` (the Hardware), and the
+    measurement's device, date and commit in ``measured_*`` columns."""
     from experiments.common.metadata import METADATA_COLUMNS
     from experiments.common.repredict import measurement
     from experiments.common.results import number, read_rows
@@ -348,7 +350,8 @@ def per_launch(kernels_csv: Path) -> list[dict]:
     rows = []
     for label, raw in by_case.items():
         case = Case.from_label(label)
-        reports = dict(zip(case.simulator_algorithms(), model.reports(case)))
+        gpu = model.gpu_of_device(measurement(raw[0])["measured_device"])
+        reports = dict(zip(case.simulator_algorithms(), model.reports(case, gpu=gpu)))
         for r in raw:
             report = reports[r["algorithm"]]
             launch = int(r["launch"])
@@ -364,7 +367,7 @@ def per_launch(kernels_csv: Path) -> list[dict]:
                              "phase": report.phases[launch].name, "kernel": short_name(r["name"]),
                              "quantity": level, "unit": UNITS.get(level, "bytes"),
                              "measured": got[level], "predicted": predicted[level],
-                             **measurement(r)})
+                             "predicted_for": gpu, **measurement(r)})
     return rows
 
 
@@ -491,6 +494,8 @@ if __name__ == "__main__":
         launch_rows = per_launch(Path(sys.argv[2]))
         print(format_per_launch(launch_rows))
         print("\ntime per kernel, (predicted - measured) / measured:")
+        if not per_kernel_errors(launch_rows):
+            print("  none predicted (no machine rates for this GPU: simulator.runtime.rates_for)")
         for e in per_kernel_errors(launch_rows):
             print(f"  {e['kernel']:24s} {e['launches']:4d} launches  MAPE {e['mape']:6.1f} %  median "
                   f"{e['median']:+6.1f} %  range {e['min']:+.0f} .. {e['max']:+.0f} %")

@@ -100,7 +100,17 @@ def test_each_launch_is_read_beside_its_own_prediction(tmp_path):
         assert summary[name]["launches"] == 1
         assert summary[name]["median"] == pytest.approx(error) == summary[name]["min"]
         assert summary[name]["mape"] == pytest.approx(abs(error))
+    assert {r["predicted_for"] for r in rows} == {"H200_MEASURED"}
     kernels[2]["launch"] = 2                                      # a launch the plan lacks
-    write_rows(tmp_path / "k.csv", kernels, {})
+    write_rows(tmp_path / "k.csv", kernels, {"device": "NVIDIA H200"})
     with pytest.raises(ValueError, match="launch 2, but the model's plan has 2 launches"):
+        levels.per_launch(tmp_path / "k.csv")
+    # measured on an H100: predicted for its datasheet (50 MB of L2), no machine rates, no time
+    kernels[2]["launch"] = 1
+    write_rows(tmp_path / "k.csv", kernels, {"device": "NVIDIA H100 80GB HBM3"})
+    h100 = levels.per_launch(tmp_path / "k.csv")
+    assert {r["predicted_for"] for r in h100} == {"H100_SXM"}
+    assert all(r["predicted"] != r["predicted"] for r in h100 if r["quantity"] == "time_s")
+    with pytest.raises(ValueError, match="no Hardware for device 'NVIDIA A40'"):
+        write_rows(tmp_path / "k.csv", kernels, {"device": "NVIDIA A40"})
         levels.per_launch(tmp_path / "k.csv")

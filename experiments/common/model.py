@@ -56,6 +56,21 @@ class Prediction:
         return self.read_bytes + self.write_bytes
 
 
+#: The Hardware each GPU a measurement names (CUDA's device name) is predicted as: our H200 with
+#: its measured bandwidth and fp32 peak; an H100 by its datasheet (L2 50 MB, 3.35 TB/s), whose
+#: machine rates were never calibrated (time NaN, ``simulator.runtime.rates_for``).
+GPU_OF_DEVICE = {"H200": MEASURED_GPU, "H100": "H100_SXM"}
+
+
+def gpu_of_device(device: str) -> str:
+    """The Hardware name a measurement's ``device`` is predicted as (``GPU_OF_DEVICE``, by the
+    model it names); ValueError for a GPU the model has no datasheet of."""
+    for model_name, gpu in GPU_OF_DEVICE.items():
+        if model_name in device.upper():
+            return gpu
+    raise ValueError(f"no Hardware for device {device!r}: known {sorted(GPU_OF_DEVICE)}")
+
+
 def hardware(name: str = MEASURED_GPU):
     from simulator.hardware import by_name
 
