@@ -3,7 +3,8 @@ runtime model of our kernels: how fast each pipe (tensor core, FMA, MUFU, ALU, s
 shuffles, global memory) goes, what a barrier and a launch cost.
 
 ``load_rates(path)`` reads the CSV that ``python -m experiments run calibrate --device gpu``
-writes (``<out>/calibrate/calibrate.csv``; the H200's is committed as ``RATES_CSV``): one row a
+writes (``<out>/calibrate/calibrate.csv``; the H200's is committed as ``RATES_CSV``, another card's
+beside it as ``simulator.runtime.RATES_OF`` names it, e.g. rates_h100.csv): one row a
 quantity, its ``value`` and its configuration (``warps_per_sm``, ``ilp``). Units: per-SM rates
 are *warp instructions* (or 128-byte shared-memory wavefronts, or bytes) per SM clock cycle;
 latencies and barriers in cycles; launch costs in seconds; ``clock_hz`` converts cycles to

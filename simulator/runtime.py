@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import heapq
 import os
+from pathlib import Path
 from functools import lru_cache
 
 from .hardware import Hardware
@@ -98,9 +99,24 @@ def h200_rates() -> MachineRates:
     return load_rates(os.environ.get(RATES_ENV) or RATES_CSV)
 
 
+#: The committed calibrate CSV of each GPU family (a Hardware name's prefix); a family whose
+#: file is absent was never calibrated (no time). The H200's may be overridden (``RATES_ENV``).
+RATES_OF = {"H200": RATES_CSV, "H100": RATES_CSV.with_name("rates_h100.csv")}
+
+
+@lru_cache(maxsize=None)
+def committed_rates(path: Path) -> MachineRates | None:
+    """The rates in a committed calibrate CSV, None where there is none."""
+    return load_rates(path) if path.exists() else None
+
+
 def rates_for(hardware: Hardware) -> MachineRates | None:
-    """The measured rates of ``hardware``, or None where none were measured (then no time)."""
-    return h200_rates() if hardware.name.upper().startswith("H200") else None
+    """The measured rates of ``hardware``'s family (``RATES_OF``), or None where none were
+    measured (then no time)."""
+    family = next((f for f in RATES_OF if hardware.name.upper().startswith(f)), None)
+    if family == "H200":
+        return h200_rates()
+    return committed_rates(RATES_OF[family]) if family else None
 
 
 def _pipe_cycles(c: dict[str, float], warps_on_sm: float, r: MachineRates, fmt: str) -> float:

@@ -358,3 +358,25 @@ def test_spill_reloads_in_nested_loops_hit_unless_their_own_lines_overflow_l1():
     w80 = Workload(2, 10, 2560, 2560, 80)
     kv80 = next(p for p in flash_backward(w80, t).phases if p.block_trips)
     assert local_traffic(kv80, w80, t, H200).missed_bytes == 0 < local_traffic(kv80, w80, t, H200).load_bytes
+
+
+def test_a_card_gets_time_once_its_calibrate_csv_is_committed(monkeypatch, tmp_path):
+    """An H100 has no committed rates: no time; with a calibrate CSV in RATES_OF's place (here
+    the H200's, copied), its launches are timed from that file."""
+    import shutil
+
+    from simulator import runtime
+    from simulator.hardware import H100_SXM
+
+    w = Workload(1, 4, 512, 512, 64)
+    assert runtime.rates_for(H100_SXM) is None or runtime.RATES_OF["H100"].exists()
+    path = tmp_path / "rates_h100.csv"
+    monkeypatch.setitem(runtime.RATES_OF, "H100", path)
+    assert math.isnan(predict("flash_forward_tc", w, hardware=H100_SXM).time_s)
+    shutil.copy(runtime.RATES_CSV, path)
+    runtime.committed_rates.cache_clear()
+    try:
+        t = predict("flash_forward_tc", w, hardware=H100_SXM).time_s
+    finally:
+        runtime.committed_rates.cache_clear()
+    assert math.isfinite(t) and t > 0

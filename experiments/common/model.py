@@ -58,7 +58,8 @@ class Prediction:
 
 #: The Hardware each GPU a measurement names (CUDA's device name) is predicted as: our H200 with
 #: its measured bandwidth and fp32 peak; an H100 by its datasheet (L2 50 MB, 3.35 TB/s), whose
-#: machine rates were never calibrated (time NaN, ``simulator.runtime.rates_for``).
+#: machine rates were never calibrated: no time until a calibrate CSV of an H100 is committed as
+#: simulator/rates_h100.csv (``simulator.runtime.RATES_OF``).
 GPU_OF_DEVICE = {"H200": MEASURED_GPU, "H100": "H100_SXM"}
 
 
