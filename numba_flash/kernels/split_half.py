@@ -51,7 +51,7 @@ VERSION = 5
 #         kernels; 8 took 47-70; chosen for registers, other LOADS not timed by ncu): H100
 #         (2026-12-06) head_amax 23.2 us, split_half 45.4 us (v1 35.7 / 49.2 on the same card;
 #         faster than v1 at all 8 held-out shapes of experiments.levels.FP16X3, head_amax by
-#         13-50 %, split_half by 7-25 %); still 1.5-1.8x the H100's bandwidth bound.
+#         14-50 %, split_half by 7-25 %); still 1.5-1.8x the H100's bandwidth bound.
 
 #: Elements a thread loads before it uses any (the kernels' ``loads``): the loads of a step are
 #: in flight together. One at a time (v1, v2), a thread waited a DRAM latency per element:
