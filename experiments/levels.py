@@ -308,29 +308,33 @@ def repredict(kernels_csv: Path) -> list[dict]:
     """Level rows of a GPU run's raw counters (its ``levels_kernels.csv``) beside this model's
     predictions: the model can change without a GPU and its errors be read again. The
     measurement's device, date and commit go in ``measured_*`` columns."""
-    from experiments.common.metadata import METADATA_COLUMNS
     from experiments.common.repredict import measurement
-    from experiments.common.results import number, read_rows
 
     splits = {c.label: name for name, cases in SPLITS.items() for c in cases}
-    raw = read_rows(kernels_csv)
-    by_case: dict[str, list[dict]] = {}
-    for r in raw:
-        kernel = {k: (v if k == "name" else number(v)) for k, v in r.items()
-                  if k not in ("case", "algorithm", "launch") and k not in METADATA_COLUMNS}
-        by_case.setdefault(r["case"], []).append(kernel)
     rows = []
-    for label, kernels in by_case.items():
+    for label, launches in read_kernels(kernels_csv).items():
         case = Case.from_label(label)
-        counters = Counters(0, 0, 0, 0, 0, len(kernels), tuple(
-            {k: v for k, v in kernel.items() if v is not None} for kernel in kernels))
+        counters = Counters(0, 0, 0, 0, 0, len(launches), tuple(k for _, k in launches))
         case_rows, _ = rows_for(case, splits.get(label, "other"), counters)
-        first = next(r for r in raw if r["case"] == label)
         for row in case_rows:
-            row.update(measurement(first))
+            row.update(measurement(launches[0][0]))
         rows += case_rows
     _print(rows)
     return rows
+
+
+def read_kernels(kernels_csv: Path) -> dict[str, list[tuple[dict, dict]]]:
+    """A GPU run's raw counters (its ``levels_kernels*.csv``) by case label, each launch as (its
+    CSV row, its ncu reading: the kernel's name and every counter the row has, as numbers)."""
+    from experiments.common.metadata import METADATA_COLUMNS
+    from experiments.common.results import number, read_rows
+
+    by_case: dict[str, list[tuple[dict, dict]]] = {}
+    for r in read_rows(kernels_csv):
+        kernel = {k: (v if k == "name" else number(v)) for k, v in r.items()
+                  if k not in ("case", "algorithm", "launch") and k not in METADATA_COLUMNS}
+        by_case.setdefault(r["case"], []).append((r, {k: v for k, v in kernel.items() if v is not None}))
+    return by_case
 
 
 def per_launch(kernels_csv: Path) -> list[dict]:
@@ -340,26 +344,19 @@ def per_launch(kernels_csv: Path) -> list[dict]:
     row per case, algorithm, launch and level, with the launch's phase (the model's name),
     kernel (ncu's, without its signature) and ``predicted_for`` (the Hardware), and the
     measurement's device, date and commit in ``measured_*`` columns."""
-    from experiments.common.metadata import METADATA_COLUMNS
     from experiments.common.repredict import measurement
-    from experiments.common.results import number, read_rows
 
-    by_case: dict[str, list[dict]] = {}
-    for r in read_rows(kernels_csv):
-        by_case.setdefault(r["case"], []).append(r)
     rows = []
-    for label, raw in by_case.items():
+    for label, launches in read_kernels(kernels_csv).items():
         case = Case.from_label(label)
-        gpu = model.gpu_of_device(measurement(raw[0])["measured_device"])
+        gpu = model.gpu_of_device(measurement(launches[0][0])["measured_device"])
         reports = dict(zip(case.simulator_algorithms(), model.reports(case, gpu=gpu)))
-        for r in raw:
+        for r, kernel in launches:
             report = reports[r["algorithm"]]
             launch = int(r["launch"])
             if launch >= len(report.launch_levels):
                 raise ValueError(f"{kernels_csv}: {label} {r['algorithm']} launch {launch}, but "
                                  f"the model's plan has {len(report.launch_levels)} launches")
-            kernel = {k: number(v) for k, v in r.items() if k not in METADATA_COLUMNS
-                      and k not in ("case", "algorithm", "launch", "name") and number(v) is not None}
             got = measured_levels([kernel]).as_dict()
             predicted = report.launch_levels[launch].as_dict()
             for level in LEVEL_NAMES:
@@ -494,9 +491,10 @@ if __name__ == "__main__":
         launch_rows = per_launch(Path(sys.argv[2]))
         print(format_per_launch(launch_rows))
         print("\ntime per kernel, (predicted - measured) / measured:")
-        if not per_kernel_errors(launch_rows):
+        errors = per_kernel_errors(launch_rows)
+        if not errors:
             print("  none predicted (no machine rates for this GPU: simulator.runtime.rates_for)")
-        for e in per_kernel_errors(launch_rows):
+        for e in errors:
             print(f"  {e['kernel']:24s} {e['launches']:4d} launches  MAPE {e['mape']:6.1f} %  median "
                   f"{e['median']:+6.1f} %  range {e['min']:+.0f} .. {e['max']:+.0f} %")
         write_rows(Path(sys.argv[3]), launch_rows, run_metadata(

@@ -29,6 +29,8 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from .banks import WARP
+from .blocks import ceil_div
 from .phases import Plan, phase
 from .tiling import HALF_K, Tiling
 from .workload import Workload
@@ -75,7 +77,7 @@ def prep_launch(simulated: bool) -> tuple[int, int]:
 def split_threads(d: int, threads: int) -> int:
     """Threads a block of split_half at head dim d, where ``prep_launch`` gives ``threads``:
     whole rows of D16 columns (a thread a column), as many as fit (at least one)."""
-    d16 = -(-d // HALF_K) * HALF_K
+    d16 = parts_width(d) // 2
     return d16 * max(1, threads // d16)
 
 
@@ -84,12 +86,11 @@ def amax_wavefronts(threads: int) -> int:
     kernels/split_half.py, v4): every warp stores its threads' maxima, then each step of the
     tree halves the active threads, whose warps load two words and store one each, and thread 0
     loads the block's maximum (a wavefront a warp instruction: consecutive words)."""
-    warps = lambda n: -(-n // 32)                    # noqa: E731
     steps, half = 0, threads // 2
     while half:
-        steps += 3 * warps(half)
+        steps += 3 * ceil_div(half, WARP)
         half //= 2
-    return warps(threads) + steps + 1
+    return ceil_div(threads, WARP) + steps + 1
 
 
 def cuda_simulated() -> bool:

@@ -72,8 +72,7 @@ ATOMIC = {"flash_backward_tc": ("dQ",), "flash_backward": ("dQ",),
           "flash_backward_half": ("dQ_accum",)}
 RED_SECTORS = {"flash_backward_tc": 2, "flash_backward_half": 2}
 #: Tensors a kernel stores one element a block (its one result, by one thread): each store is
-#: its own request, a sector sent to L2 for 4 bytes (``Phase.code``'s kernel: the row kernels
-#: have no Tiling kernel). fa2_fp16x3's head_amax: 1536 sectors for 1536 partial maxima at
+#: its own request, a sector sent to L2 for 4 bytes. fa2_fp16x3's head_amax: 1536 sectors for 1536 partial maxima at
 #: (2, 16, 2048, 64) (ncu, H200 and H100, 2026-12-06).
 SINGLE_STORES = {"head_amax": ("head maxima",)}
 #: Tensors a kernel copies by 16-byte cp.async chunks into padded tiles (where d % 8 == 0).
@@ -143,13 +142,14 @@ class SectorTraffic:
 
 
 def sector_kernel(p: Phase) -> str | None:
-    """The key of launch ``p``'s code in the tables above: its kernel, but
+    """The key of launch ``p``'s code in the tables above: its kernel (a row kernel, which has
+    no Tiling kernel, by its compiled function's name, ``Phase.code``), but
     "flash_forward_fp16x3" for the fp16 forward compiled in its fp32 mode
     (``simulator.fp16x3.VARIANT``: fp32 O, stored as the tensor-core kernel's, and the parts
     of q, k, v copied by cp.async)."""
     from .fp16x3 import VARIANT
 
-    return "flash_forward_fp16x3" if VARIANT in p.code[1].split("+") else p.kernel
+    return "flash_forward_fp16x3" if VARIANT in p.code[1].split("+") else p.kernel or p.code[0]
 
 
 def sector_traffic(p: Phase, w: Workload) -> SectorTraffic:
@@ -175,7 +175,7 @@ def sector_traffic(p: Phase, w: Workload) -> SectorTraffic:
         missed += s
         requested += s * factors.get(name, 1)
     for name, n in p.hbm_writes.items():
-        s = n if name in SINGLE_STORES.get(p.code[0], ()) else tensor_sectors(name, n, w)
+        s = n if name in SINGLE_STORES.get(kernel, ()) else tensor_sectors(name, n, w)
         if name in atomic:
             reduced += s * RED_SECTORS.get(kernel, 1)
         else:

@@ -77,14 +77,18 @@ def runs(simulated: bool = False) -> list[tuple[int, int, int]]:
     return [(UNITS, READERS, unit_words_of(r)) for r in RATIOS]
 
 
+def source(words: int) -> np.ndarray:
+    """What the units are made of: word i is i % 7 + 1, so that each unit's sum is known."""
+    return (np.arange(words) % 7 + 1).astype(np.float32)
+
+
 def run_all(simulated: bool = False) -> list[np.ndarray]:
-    """Launch each of ``runs(simulated)`` (the child ncu profiles; tiny under the simulator);
-    returns each launch's ``out``. src[i] = i % 7 + 1, so that each unit's sum is known."""
+    """Launch each of ``runs(simulated)`` (the child ncu profiles; tiny under the simulator) on
+    ``source``'s words; returns each launch's ``out``."""
     from numba_flash.launch import launch
 
     plan = runs(simulated)
-    largest = max(units * words for units, _, words in plan)
-    src = cuda.to_device((np.arange(largest) % 7 + 1).astype(np.float32))
+    src = cuda.to_device(source(max(units * words for units, _, words in plan)))
     outs = []
     for units, readers, words in plan:
         out = cuda.device_array(units * readers * THREADS, np.float32)
@@ -95,9 +99,8 @@ def run_all(simulated: bool = False) -> list[np.ndarray]:
 
 
 def unit_sums(units: int, unit_words: int) -> np.ndarray:
-    """What the blocks reading each unit sum (src as ``run_all`` fills it), per unit."""
-    values = (np.arange(units * unit_words) % 7 + 1).astype(np.float64)
-    return values.reshape(units, unit_words).sum(axis=1)
+    """What the blocks reading each unit sum (``source``'s words), per unit."""
+    return source(units * unit_words).astype(np.float64).reshape(units, unit_words).sum(axis=1)
 
 
 def rows_from(kernels: list[dict]) -> list[Measurement]:
