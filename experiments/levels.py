@@ -246,10 +246,12 @@ def _case_columns(case: Case, report, split: str) -> dict:
             "Br": t.Br if t else None, "Bc": t.Bc if t else None}
 
 
-def rows_for(case: Case, split: str, counters: Counters | str | None) -> tuple[list[dict], list[dict]]:
+def rows_for(case: Case, split: str, counters: Counters | str | None,
+             gpu: str = model.MEASURED_GPU) -> tuple[list[dict], list[dict]]:
     """(level rows, kernel rows) of one case: per algorithm and level, measured beside
-    predicted; per kernel launch, every raw counter."""
-    reports = model.reports(case)
+    predicted (for Hardware ``gpu``, the GPU measured: ``model.gpu_of_device``); per kernel
+    launch, every raw counter."""
+    reports = model.reports(case, gpu=gpu)
     measured, note = {}, ""
     kernel_rows = []
     if isinstance(counters, Counters):
@@ -271,7 +273,8 @@ def rows_for(case: Case, split: str, counters: Counters | str | None) -> tuple[l
         for level in LEVEL_NAMES:
             rows.append({"kernel": algorithm, "quantity": level, "unit": UNITS.get(level, "bytes"),
                          "measured": got.get(level), "measured_by": MEASURED_BY if got else "",
-                         "predicted": predicted.get(level), **_case_columns(case, report, split),
+                         "predicted": predicted.get(level), "predicted_for": gpu,
+                         **_case_columns(case, report, split),
                          "note": "" if got else note})
     return rows, kernel_rows
 
@@ -306,8 +309,10 @@ def collect(ctx: RunContext, cases_by_split: dict[str, tuple[Case, ...]]) -> lis
 
 def repredict(kernels_csv: Path) -> list[dict]:
     """Level rows of a GPU run's raw counters (its ``levels_kernels.csv``) beside this model's
-    predictions: the model can change without a GPU and its errors be read again. The
-    measurement's device, date and commit go in ``measured_*`` columns."""
+    predictions for the GPU measured (``model.gpu_of_device``: an H100's by its datasheet and
+    its own calibrate rates, ``simulator.runtime.RATES_OF``): the model can change without a
+    GPU and its errors be read again. The measurement's device, date and commit go in
+    ``measured_*`` columns."""
     from experiments.common.repredict import measurement
 
     splits = {c.label: name for name, cases in SPLITS.items() for c in cases}
@@ -315,7 +320,8 @@ def repredict(kernels_csv: Path) -> list[dict]:
     for label, launches in read_kernels(kernels_csv).items():
         case = Case.from_label(label)
         counters = Counters(0, 0, 0, 0, 0, len(launches), tuple(k for _, k in launches))
-        case_rows, _ = rows_for(case, splits.get(label, "other"), counters)
+        gpu = model.gpu_of_device(measurement(launches[0][0])["measured_device"])
+        case_rows, _ = rows_for(case, splits.get(label, "other"), counters, gpu)
         for row in case_rows:
             row.update(measurement(launches[0][0]))
         rows += case_rows

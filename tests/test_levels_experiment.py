@@ -105,12 +105,20 @@ def test_each_launch_is_read_beside_its_own_prediction(tmp_path):
     write_rows(tmp_path / "k.csv", kernels, {"device": "NVIDIA H200"})
     with pytest.raises(ValueError, match="launch 2, but the model's plan has 2 launches"):
         levels.per_launch(tmp_path / "k.csv")
-    # measured on an H100: predicted for its datasheet (50 MB of L2), no machine rates, no time
+    # measured on an H100: predicted for its datasheet (50 MB of L2) and timed by its own
+    # calibrate rates (simulator/rates_h100.csv), by repredict as by per_launch
     kernels[2]["launch"] = 1
     write_rows(tmp_path / "k.csv", kernels, {"device": "NVIDIA H100 80GB HBM3"})
     h100 = levels.per_launch(tmp_path / "k.csv")
     assert {r["predicted_for"] for r in h100} == {"H100_SXM"}
-    assert all(r["predicted"] != r["predicted"] for r in h100 if r["quantity"] == "time_s")
+    h100_times = [r["predicted"] for r in h100 if r["quantity"] == "time_s"]
+    assert all(t > 0 for t in h100_times) and h100_times != [r["predicted"] for r in rows
+                                                              if r["quantity"] == "time_s"]
+    again = levels.repredict(tmp_path / "k.csv")
+    assert {r["predicted_for"] for r in again} == {"H100_SXM"}
+    for report, algorithm in zip(model.reports(case, gpu="H100_SXM"), case.simulator_algorithms()):
+        time_row = next(r for r in again if r["kernel"] == algorithm and r["quantity"] == "time_s")
+        assert time_row["predicted"] == pytest.approx(report.levels.time_s)
     with pytest.raises(ValueError, match="no Hardware for device 'NVIDIA A40'"):
         write_rows(tmp_path / "k.csv", kernels, {"device": "NVIDIA A40"})
         levels.per_launch(tmp_path / "k.csv")
