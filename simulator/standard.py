@@ -57,13 +57,15 @@ def chunk_wavefronts(tiling: Tiling, variant: str) -> int:
 
 def row_kernel_wavefronts(kernel: str, threads: int = ROW_THREADS) -> int:
     """Shared-memory wavefronts of one row (block) of the softmax or dS kernel
-    (kernels/standard.py): softmax -- every thread stores its partial (m, l), thread 0 reads
-    the others' and stores the row's, every thread reads it back (one wavefront a warp
-    instruction: a word each, or one broadcast word); dS -- thread 0 stores D, every warp
-    reads it."""
+    (kernels/standard.py), one a warp instruction (a word a lane, or one broadcast word):
+    softmax -- every thread stores its partial (m, l); at each step h = threads / 2, ..., 1 of
+    the tree the threads below h load the pair h above and store the merged one (the warps
+    holding them: ceil(h / 32)); every thread reads the row's back; dS -- thread 0 stores D,
+    every warp reads it."""
     warps = ceil_div(threads, WARP)
     if kernel == "softmax":
-        return 2 * warps + 2 * (threads - 1) + 2 + 2 * warps
+        steps = [threads >> k for k in range(1, threads.bit_length())]
+        return 2 * warps + 4 * sum(ceil_div(h, WARP) for h in steps) + 2 * warps
     if kernel == "ds":
         return 1 + warps
     raise ValueError(f"no shared-memory pattern for row kernel {kernel!r}")

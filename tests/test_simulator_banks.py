@@ -52,9 +52,11 @@ def test_standard_matmul_chunk_by_hand():
 
 
 def test_row_kernels_by_hand():
-    # softmax, 4 warps: partial (m, l) stores 2 a warp, thread 0's 2 x 127 loads and 2 stores,
-    # the row's (m, l) read back 2 a warp
-    assert row_kernel_wavefronts("softmax", 128) == 8 + 254 + 2 + 8
+    # softmax, 4 warps: partial (m, l) stores 2 a warp; the tree's 7 steps, h = 64 (2 warps
+    # load 2 and store 2), then 32, 16, ..., 1 (one warp each); the row's (m, l) read back 2
+    # a warp
+    assert row_kernel_wavefronts("softmax", 128) == 8 + 4 * 2 + 4 * 6 + 8
+    assert row_kernel_wavefronts("softmax", 16) == 2 + 4 * 4 + 2     # the CUDA simulator's
     assert row_kernel_wavefronts("ds", 128) == 1 + 4
     with pytest.raises(ValueError, match="row kernel"):
         row_kernel_wavefronts("row_dot")

@@ -30,6 +30,9 @@ Versions (H200, fp32, B=4 H=16 N=4096 d=64, `python -m experiments bench`, 2026-
         on load and store, fp32 arithmetic and SRAM; dS rounds D like dP); fp32 PTX: softmax
         and dS the same, the matmul's blocks laid out otherwise (ptxas at sm_90: 122 registers,
         v1 124) (not timed yet).
+    v3  softmax: the threads' (m, l) merged by a tree in shared memory (log2(threads) steps)
+        instead of thread 0 merging the 127 others one after another (a chain of 127
+        dependent shared loads and exponentials a row). Not timed yet.
 """
 from __future__ import annotations
 
@@ -127,15 +130,28 @@ def make_matmul(tiling: Tiling, trans_a: bool, trans_b: bool, dtype: str):
 def make_softmax(threads: int, causal: bool, dtype: str):
     """Kernel ``(s, p, n_k, diagonal)``: p[bh, r, :] = softmax(s[bh, r, :]), with
     ``causal`` over the keys c <= r + ``diagonal`` only; s and p stored as ``dtype``, the
-    softmax in fp32; one block of ``threads`` threads per row, grid (N_q, B*H), no dynamic smem.
-    Pass 1 reads each visible score once (online max and sum per thread, then combined);
-    pass 2 reads it again and writes P. Masked entries are written 0 and never read."""
+    softmax in fp32; one block of ``threads`` threads (a power of two) per row, grid (N_q,
+    B*H), no dynamic smem. Pass 1 reads each visible score once (online max and sum per
+    thread); the threads' (m, l) are combined by a tree in shared memory; pass 2 reads each
+    score again and writes P. Masked entries are written 0 and never read."""
+    if threads < 1 or threads & (threads - 1):
+        raise ValueError(f"make_softmax: threads must be a power of two, got {threads}")
     load, store = storage_ops(dtype).load, storage_ops(dtype).store
+
+    @cuda.jit(device=True)
+    def merged(m, l, mt, lt):
+        """(m, l) of two parts of a row: (m, l) and (mt, lt), each a running max and its sum of
+        exp(x - max)."""
+        if mt > m:
+            return mt, l * math.exp(m - mt) + lt
+        if lt != 0.0:                 # includes a NaN partial sum, whatever its max
+            return m, l + lt * math.exp(mt - m)
+        return m, l
 
     @cuda.jit
     def softmax(s, p, n_k, diagonal):
         part_m = cuda.shared.array(threads, float32)   # SRAM: each thread's running max ...
-        part_l = cuda.shared.array(threads, float32)   # ... and sum, then the row's (m, l)
+        part_l = cuda.shared.array(threads, float32)   # ... and sum, then merged pairwise
         row = cuda.blockIdx.x
         bh = cuda.blockIdx.y
         tid = cuda.threadIdx.x
@@ -153,20 +169,19 @@ def make_softmax(threads: int, causal: bool, dtype: str):
                 l += math.exp(x - m)
         part_m[tid] = m
         part_l[tid] = l
-        # barrier: all partial (m, l) written before thread 0 combines them
-        cuda.syncthreads()
-        if tid == 0:
-            for t in range(1, threads):
-                mt = part_m[t]
-                lt = part_l[t]
-                if mt > m:
-                    l = l * math.exp(m - mt) + lt
-                    m = mt
-                elif lt != 0.0:       # includes a NaN partial sum, whatever its max
-                    l += lt * math.exp(mt - m)
-            part_m[0] = m
-            part_l[0] = l
-        # barrier: the row's (m, l) is ready
+        # the tree: at stride h, thread t < h merges thread t + h's (m, l) into its own, so
+        # that thread 0 holds the row's after log2(threads) steps (v2: thread 0 merged the
+        # others' one after another)
+        h = threads // 2
+        while h > 0:
+            # barrier: every (m, l) of the previous step written before it is read
+            cuda.syncthreads()
+            if tid < h:
+                m, l = merged(m, l, part_m[tid + h], part_l[tid + h])
+                part_m[tid] = m
+                part_l[tid] = l
+            h //= 2
+        # barrier: the row's (m, l) is ready in slot 0
         cuda.syncthreads()
         m = part_m[0]
         l = part_l[0]
