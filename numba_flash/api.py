@@ -725,7 +725,8 @@ def standard_attention(q, k, v, *, causal=False, softmax_scale=None, return_prob
     fp = _flat(P, n_q, n_k)
     _matmul(tiling, fmt, _flat(Q, n_q, d), _flat(K, n_k, d), S, scale, n_q, n_k, d, bh, trans_b=True)
     threads = _row_threads()
-    launch(make_softmax(threads, causal, fmt), (n_q, bh), threads, 0, S, fp, n_k, diagonal)
+    launch(make_softmax(threads, causal, fmt), (n_q, bh), threads, 0, S.reshape(S.size), P.reshape(P.size),
+           n_k, diagonal)
     _matmul(tiling, fmt, fp, _flat(V, n_k, d), _flat(O, n_q, d), 1.0, n_q, d, n_k, bh)
     results = (O, P) if return_probs else (O,)
     results = tuple(precision.as_format(mem.result(x, shp.on_host), fmt) for x in results)

@@ -42,11 +42,11 @@ SIGS = {
     "bwd_dq": f"({A3}, {A3}, {A3}, {A3}, {A2}, {A2}, {A3}, float32, float32, int64, int64, int64)",
     "row_dot": "(" + ", ".join(["float32[::1]"] * 4) + ", int64)",
     "matmul": f"({A3}, {A3}, {A3}, float32, int64, int64, int64)",
-    "softmax": f"({A3}, {A3}, int64, int64)",
+    "softmax": "(float32[::1], float32[::1], int64, int64)",
     "ds": f"({A3}, {A3}, {A2}, {A3}, int64)",
     "alg1_half": f"({H3}, {H3}, {H3}, {H3}, {A2}, {A2}, {A2}, float32, int64, int64, int64)",
     "matmul_half": f"({H3}, {H3}, {H3}, float32, int64, int64, int64)",
-    "softmax_half": f"({H3}, {H3}, int64, int64)",
+    "softmax_half": "(uint16[::1], uint16[::1], int64, int64)",
     "ds_half": f"({H3}, {H3}, {A2}, {H3}, int64)",
     # the tensor-core fp16 / bf16 kernels (flat views: 16-bit patterns, fp32 statistics)
     "fwd_half": "(" + ", ".join(["uint16[::1]"] * 4) + ", float32[::1], float32, int64, int64, int64, int64, "
