@@ -32,8 +32,8 @@ kernels of experiments/common/microbench.py (which says how each is timed):
   ``simulator.local`` counts spill misses);
 - the L2 hit fraction of re-reads by the next waves of blocks, each wave's blocks reading every
   one of 32 units (as a causal forward's read every head's K and V), against the working set over
-  L2's capacity (ncu; experiments/common/l2_reuse.py: what ``simulator.l2``'s assumption 4
-  supposes, measured; not used by the model yet);
+  L2's capacity (ncu; experiments/common/l2_reuse.py: what ``simulator.l2``'s assumption 4b
+  takes from it: the wave's other readers hit, the next waves' only within half of L2);
 - block placement for grids of 1, 2, 4 blocks an SM: summary rows here, and the block -> SM map
   of every block in ``<out>/calibrate/placement.csv`` (``block``, ``smid``, ``start_rank``,
   ``start_ns``, ``end_ns``, ``first_wave``).

@@ -31,6 +31,21 @@ Assumptions (a model, not a cache simulation):
    touched its whole unit, the working set: under LRU none survive once that exceeds L2,
    hit 0. (H200, 2026-12-02, ncu, fig2_middle: Algorithm 1 in fp32 at Bc = 64, 128, 256, a
    70 MB working set on the 60 MiB L2, read 99-105 % of its SM->L2 global bytes from DRAM.)
+4b. Tile by tile (``Phase.tile_major``: the causal tensor-core and half kernels start the
+   heaviest row / column block of every head first): the blocks in flight span every unit, so
+   the working set is every unit's re-read data, and each unit has k = resident blocks / units
+   of them in flight, reading the same lines near in time: of a unit's re-reads, those of the
+   wave's other blocks hit (1 - 1/k of them); the wave's first reads hit only while the
+   working set fits in half of L2 (``reread_hit``). Measured: calibrate's
+   ``l2_reread_hit_rate`` (experiments/common/l2_reuse.py, H100, 2026-12-06: 32 units read by
+   16 blocks each, about 4 of them in flight a wave) hit 1.00 at a working set of 0.31 x L2,
+   0.83 at 0.63 and 0.80 from 0.94 to 3.8 x L2: the wave's other readers always hit (12 of a
+   unit's 15 re-reads: 0.80), the next waves' first readers only in the smallest (the H100's L2 is two
+   partitions; a line every SM reads is held in both). This replaced assumption 4's
+   min(1, L2 / working set) for these launches, which had counted the units of the first
+   blocks head by head: causal forwards at 0.5-1.2 x L2 were then predicted all hits and read
+   19-46 % more from DRAM; at 1.5-3.2 x L2 the backwards read 22-73 % less, fa2_fp16x3's
+   forward up to 3.4x less (H200 and H100 levels, 2026-12-03..06).
 5. Compulsory traffic per tensor and launch = min(count, tensor size): every distinct element
    read once and written back once (K, V, dK, dV of B*H_kv heads under GQA), in the tensor's
    own element size (``simulator.report.element_bytes``: L, D, dQ_accum are fp32 in every
@@ -135,14 +150,24 @@ def resident_blocks(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> int:
     return concurrent_blocks(p.kernel, tiling, w, hw)
 
 
+def reread_hit(p: Phase, blocks: int, working_set: int, hw: Hardware) -> float:
+    """The fraction of launch ``p``'s re-reads that hit in L2 (assumptions 4 and 4b), with
+    ``blocks`` resident blocks whose units re-read ``working_set`` bytes."""
+    if p.inner_trips:       # a block re-reading its own unit cyclically keeps none beyond L2
+        return 1.0 if working_set <= hw.l2_bytes else 0.0
+    if p.tile_major:        # 4b: the wave's blocks of a unit share; later waves' re-reads hit
+        # only while every unit's data fits in half of L2
+        later = 1.0 if working_set <= hw.l2_bytes / 2 else 0.0
+        return 1.0 - (1.0 - later) / max(1.0, blocks / p.units)
+    return min(1.0, hw.l2_bytes / working_set) if working_set else 1.0
+
+
 def _phase_l2(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> tuple[L2Phase, list[int]]:
     blocks = resident_blocks(p, tiling, w, hw)
-    units = min(p.units, -(-blocks // p.blocks_per_unit))
+    # in flight: the units the first blocks cover, head by head; tile by tile (4b) every unit
+    units = p.units if p.tile_major else min(p.units, -(-blocks // p.blocks_per_unit))
     working_set = -(-units // p.unit_share) * p.unit_reread_elements * w.dtype_bytes
-    if working_set <= hw.l2_bytes:
-        hit = 1.0
-    else:                   # assumption 4: a block re-reading its own unit cyclically keeps none
-        hit = 0.0 if p.inner_trips else hw.l2_bytes / working_set
+    hit = reread_hit(p, blocks, working_set, hw)
     totals = [0, 0, 0, 0]   # bytes: compulsory reads, compulsory writes, DRAM reads, DRAM writes
     for k, counts in enumerate((p.hbm_reads, p.hbm_writes)):
         for name, n in counts.items():

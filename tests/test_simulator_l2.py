@@ -1,4 +1,5 @@
 """The L2 model: DRAM bytes between the compulsory minimum and the tiled (SM<->L2) count."""
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -118,3 +119,21 @@ def test_fp32_tensors_count_four_bytes_in_a_half_precision_run():
     assert pre.compulsory_write_bytes == 4 * elements + 4 * w.tensor_elements("D")
     assert (convert.compulsory_read_bytes, convert.compulsory_write_bytes) == (4 * elements, 2 * elements)
     assert main.compulsory_write_bytes == 2 * 2 * w.tensor_elements("K") + 4 * elements
+
+
+def test_tile_by_tile_launches_share_within_a_wave_and_miss_across_past_half_of_l2():
+    # the causal tensor-core forward starts the last row block of all 64 heads first: every
+    # head in flight, 132 resident blocks (one an SM), k = 132 / 64 of a head's; the K and V of
+    # all 64 heads (134 MB) exceed half of L2, so each wave's first reads miss and the rest hit
+    w = Workload(4, 16, 4096, 4096, 64, causal=True)
+    view = predict("flash_forward_tc", w).l2.phases[0]
+    assert (view.concurrent_blocks, view.working_set_bytes) == (132, 64 * 2 * 4096 * 64 * 4)
+    assert view.hit_fraction == pytest.approx(1 - 64 / 132)
+    # one head: its K and V (2 MiB) fit in half of L2, every re-read hits
+    one = predict("flash_forward_tc", Workload(1, 1, 4096, 4096, 64, causal=True)).l2
+    assert one.phases[0].hit_fraction == 1.0
+    assert one.dram_read_bytes == one.compulsory_read_bytes
+    # past half of L2 but more blocks than heads in flight: the same 1 - 1/k, whatever the
+    # working set (no min(1, L2 / working set) left for these launches)
+    small = H200.with_measured(l2_bytes=view.working_set_bytes // 4, source="test")
+    assert predict("flash_forward_tc", w, hardware=small).l2.phases[0].hit_fraction == pytest.approx(1 - 64 / 132)

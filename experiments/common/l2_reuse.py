@@ -9,7 +9,11 @@ read 20-46 % more from DRAM than that model predicts on the H200 (``results/h200
 validation configurations). LRU would give every re-read a hit while the working set fits and
 none beyond; an L2 that keeps a line in the partition near each SM that reads it would hold
 about half as many lines that every SM reads. Which the H200 does is a property of the hardware,
-measured here on a kernel that does nothing else:
+measured here on a kernel that does nothing else. On an H100 (2026-12-06,
+``results/h100/calibrate``): 1.00 at 0.31 x L2, 0.83 at 0.63, 0.80 from 0.94 to 3.8: a wave's
+other readers of a unit always hit, the next waves' first readers only while the units fit in
+about half of L2 -- ``simulator.l2``'s assumption 4b since, for the launches that run tile by
+tile:
 
 - ``UNITS`` units of ``unit_words`` 4-byte words (the working set W = UNITS x unit bytes, as the
   K and V of as many heads); a grid of ``UNITS x READERS`` blocks of ``THREADS`` threads, one
