@@ -33,14 +33,15 @@ Assumptions (a model, not a cache simulation):
    70 MB working set on the 60 MiB L2, read 99-105 % of its SM->L2 global bytes from DRAM.)
 4b. Tile by tile (``Phase.tile_major``: the causal tensor-core and half kernels start the
    heaviest row / column block of every head first): the blocks in flight span every unit, so
-   the working set is every unit's re-read data, and each unit has k = resident blocks / units
-   of them in flight, reading the same lines near in time: of a unit's re-reads, those of the
-   wave's other blocks hit (1 - 1/k of them); the wave's first reads hit only while the
-   working set fits in half of L2 (``reread_hit``). Measured: calibrate's
-   ``l2_reread_hit_rate`` (experiments/common/l2_reuse.py, H100, 2026-12-06: 32 units read by
-   16 blocks each, about 4 of them in flight a wave) hit 1.00 at a working set of 0.31 x L2,
-   0.83 at 0.63 and 0.80 from 0.94 to 3.8 x L2: the wave's other readers always hit (12 of a
-   unit's 15 re-reads: 0.80), the next waves' first readers only in the smallest (the H100's L2 is two
+   the working set is every unit's re-read data, and each unit (under GQA the query heads of
+   one K/V head, ``Phase.unit_share``) has k = resident blocks / units of them in flight,
+   reading the same lines near in time: of its re-reads, those of the wave's other blocks hit
+   (1 - 1/k of them); the wave's first reads hit only while the working set fits in half of
+   L2 (``reread_hit``). Measured: calibrate's ``l2_reread_hit_rate``
+   (experiments/common/l2_reuse.py, H100, 2026-12-06: 32 units read by 16 blocks each, about
+   4 of them in flight a wave) hit 1.00 at a working set of 0.31 x L2, 0.83 at 0.63 and 0.80
+   from 0.94 to 3.8 x L2: the wave's other readers always hit (12 of a unit's 15 re-reads:
+   0.80), the next waves' first readers only in the smallest (the H100's L2 is two
    partitions; a line every SM reads is held in both). This replaced assumption 4's
    min(1, L2 / working set) for these launches, which had counted the units of the first
    blocks head by head: causal forwards at 0.5-1.2 x L2 were then predicted all hits and read
@@ -155,10 +156,11 @@ def reread_hit(p: Phase, blocks: int, working_set: int, hw: Hardware) -> float:
     ``blocks`` resident blocks whose units re-read ``working_set`` bytes."""
     if p.inner_trips:       # a block re-reading its own unit cyclically keeps none beyond L2
         return 1.0 if working_set <= hw.l2_bytes else 0.0
-    if p.tile_major:        # 4b: the wave's blocks of a unit share; later waves' re-reads hit
-        # only while every unit's data fits in half of L2
+    if p.tile_major:        # 4b: the wave's blocks of a unit share (GQA: of the query heads
+        # that re-read one K/V head); later waves' re-reads hit only while every unit's data
+        # fits in half of L2
         later = 1.0 if working_set <= hw.l2_bytes / 2 else 0.0
-        return 1.0 - (1.0 - later) / max(1.0, blocks / p.units)
+        return 1.0 - (1.0 - later) / max(1.0, blocks / -(-p.units // p.unit_share))
     return min(1.0, hw.l2_bytes / working_set) if working_set else 1.0
 
 

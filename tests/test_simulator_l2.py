@@ -137,3 +137,8 @@ def test_tile_by_tile_launches_share_within_a_wave_and_miss_across_past_half_of_
     # working set (no min(1, L2 / working set) left for these launches)
     small = H200.with_measured(l2_bytes=view.working_set_bytes // 4, source="test")
     assert predict("flash_forward_tc", w, hardware=small).l2.phases[0].hit_fraction == pytest.approx(1 - 64 / 132)
+    # GQA, 4 query heads a K/V head: 16 K/V heads (34 MB, past half of the 60 MiB L2), each
+    # read by 132 / 16 blocks a wave
+    gqa = predict("flash_forward_tc", Workload(4, 16, 4096, 4096, 64, causal=True, kv_heads=4)).l2
+    assert gqa.phases[0].working_set_bytes == 16 * 2 * 4096 * 64 * 4 > H200.l2_bytes / 2
+    assert gqa.phases[0].hit_fraction == pytest.approx(1 - 16 / 132)
