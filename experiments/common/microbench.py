@@ -367,6 +367,47 @@ def mma_lds_kernel(loads: int):
 
 
 @lru_cache(maxsize=None)
+def mma_ffma_kernel(ffmas: int):
+    """mma_ffma(x, iterations, out, timing): every warp runs 4 independent fp16 m16n8k16 mma
+    chains (the half kernels' mma, ``half.half_ops``), ``OPS_PER_ITERATION["mma"]`` mma an
+    iteration, and beside them, independent of them, ``ffmas`` FFMA an mma in 4 chains of
+    their own (v <- v a + b; 0: the mma alone); ``x``: ``mma_inputs("float16")``, whose
+    words 6 and 7 (as float32 bits) are a and b."""
+    from numba_flash.kernels.half import half_ops
+    product, mark = half_ops("float16").mma, _mark()
+    chains, unroll = 4, OPS_PER_ITERATION["mma"] // 4
+
+    @cuda.jit
+    def mma_ffma(x, iterations, out, timing):
+        lane = cuda.threadIdx.x % WARP
+        a0, a1, a2, a3, b0, b1 = x[lane % 4], x[1], x[2], x[3], x[4], x[5]
+        a = float32(0.5) + float32(x[6] & uint32(7)) * float32(0.0625)   # 0.5 .. 0.9375, unseen
+        b = float32(x[7] & uint32(3)) * float32(0.125)
+        acc = cuda.local.array((chains, 4), float32)
+        v = cuda.local.array(chains, float32)
+        for k in range(chains):
+            v[k] = float32(k)
+            for r in range(4):
+                acc[k, r] = float32(k) + float32(r) * float32(0.25)
+        mark(timing, 0)
+        for _ in range(iterations):
+            for _u in range(unroll):
+                for k in range(chains):
+                    acc[k, 0], acc[k, 1], acc[k, 2], acc[k, 3] = product(
+                        a0, a1, a2, a3, b0, b1, acc[k, 0], acc[k, 1], acc[k, 2], acc[k, 3])
+                    for j in range(ffmas):
+                        v[j % chains] = cuda.fma(v[j % chains], a, b)
+        mark(timing, 1)
+        total = float32(0)
+        for k in range(chains):
+            total += v[k]
+            for r in range(4):
+                total += acc[k, r]
+        out[cuda.grid(1)] = total
+    return mma_ffma
+
+
+@lru_cache(maxsize=None)
 def chase_kernel():
     """chase(mode, iterations, out, timing): one dependent chain a lane, 16 steps an iteration:
     mode LDS32, a shared-memory pointer chase (each load's value is the next load's index; the
@@ -703,6 +744,8 @@ def ptx_targets():
             yield f"mma {fmt} ilp={ilp}", mma_kernel(ilp, fmt).py_func, f"(uint32[::1], int64, {f32}, {table})"
     for loads in (0, 1, 2):
         yield f"mma_lds loads={loads}", mma_lds_kernel(loads).py_func, f"({f32}, int64, {f32}, {table})"
+    for ffmas in MMA_FFMAS:
+        yield f"mma_ffma ffmas={ffmas}", mma_ffma_kernel(ffmas).py_func, f"(uint32[::1], int64, {f32}, {table})"
     yield "chase", chase_kernel().py_func, f"(int64, int64, uint32[::1], {table})"
     yield "chase_memory", memory_chase_kernel().py_func, f"(int64, uint32[::1], int64, int64, int64, uint32[::1], {table})"
     for ilp in (1, 8):
@@ -1059,6 +1102,51 @@ def measure_mma_lds(bench: Bench) -> list[Measurement]:
     return rows
 
 
+#: FFMA an mma beside the fp16 mma chains (``mma_ffma_kernel``); warps an SM it runs at (the
+#: half kernels run 2 blocks of 4 warps an SM).
+MMA_FFMAS, MMA_FFMA_WARPS = (0, 2, 4, 8), (8, 16)
+
+
+def measure_mma_ffma(bench: Bench) -> list[Measurement]:
+    """Does an fp16 mma take issue or dispatch cycles from the FP32 instructions beside it (ncu
+    finds the half forward's FADD / FFMA / FMUL waiting at dispatch, 8.7 % of its samples on
+    the H100: results/h100/stalls)? 8 and 16 warps an SM, 4 m16n8k16 chains a warp, with 0,
+    2, 4, 8 independent FFMA an mma: mma a cycle an SM (``mma_f16_ffma_per_cycle_per_sm``);
+    ``mma_ffma_overlap``: (t(mma + FFMA) - max(t(mma), t(FFMA))) / min(t(mma), t(FFMA)), t(FFMA)
+    from the FFMA rate alone (timed here as ``measure_pipes`` times it, 32 warps an SM): 0
+    when one hides under the other, 1 when they serialise. Not used by the model yet."""
+    x, rows, cycles = mma_inputs("float16"), [], {}
+    for warps in MMA_FFMA_WARPS:
+        for ffmas in MMA_FFMAS:
+            runs, rates = _throughput(bench, mma_ffma_kernel(ffmas), warps, bench.sm_count,
+                                      lambda n: (x, n), OPS_PER_ITERATION["mma"], 1000)
+            rows.append(bench.measurement(
+                "mma_f16_ffma_per_cycle_per_sm", "mma/cycle/SM", "clock64, one block an SM", runs, rates,
+                warps_per_sm=warps, ilp=4, detail=f"{ffmas} FFMA an mma beside it"))
+            cycles[warps, ffmas] = None if rows[-1].value is None else 1 / rows[-1].value
+    ffma_rate = None
+    if not bench.simulated:             # the FFMA rate alone, as measure_pipes times it
+        _, rates = _throughput(bench, pipe_kernel(8), 32, bench.sm_count, lambda n: (FFMA, _x(), n),
+                               OPS_PER_ITERATION["pipe"], 100)
+        ffma_rate = float(np.median(rates))
+    for warps in MMA_FFMA_WARPS:
+        base = [m for m in rows if m.warps_per_sm == warps]
+        for ffmas in MMA_FFMAS[1:]:
+            value = None
+            if cycles[warps, 0] and cycles[warps, ffmas] and ffma_rate:
+                t_ffma = ffmas / ffma_rate               # cycles of FFMA an mma (SM-wide)
+                t_mma = cycles[warps, 0]
+                value = (cycles[warps, ffmas] - max(t_mma, t_ffma)) / min(t_mma, t_ffma)
+            sources = [base[0], next(m for m in base if m.detail.startswith(f"{ffmas} "))]
+            rows.append(Measurement("mma_ffma_overlap", value, "fraction", "from mma_f16_ffma_per_cycle_per_sm "
+                                    "and ffma_per_cycle_per_sm", warps_per_sm=warps, ilp=4,
+                                    spread=None if value is None else max(m.spread for m in sources),
+                                    repeats=None if value is None else min(m.repeats for m in sources),
+                                    detail=f"{ffmas} FFMA an mma",
+                                    note="" if value is not None else bench.SIMULATED_NOTE))
+    return rows
+
+
 def measure_shared_rate(bench: Bench) -> list[Measurement]:
     """The LDS.128 wavefront rate alone (as measure_shared measures it)."""
     if bench.simulated:
@@ -1350,6 +1438,6 @@ def measure_block_launch(bench: Bench) -> list[Measurement]:
             bench.measurement("block_life_ns", "ns", by, None, lives, **common)]
 
 
-MEASUREMENTS = (measure_device, measure_clock, measure_mma, measure_mma_half, measure_mma_lds, measure_pipes, measure_shared,
+MEASUREMENTS = (measure_device, measure_clock, measure_mma, measure_mma_half, measure_mma_lds, measure_mma_ffma, measure_pipes, measure_shared,
                 measure_chase, measure_memory_latency, measure_global, measure_barrier, measure_launch,
                 measure_block_launch)
