@@ -356,24 +356,25 @@ def test_the_half_mma_benchmarks_run_under_the_simulator():
     assert all(r.value is None for r in rows)
 
 
-def test_the_mma_ffma_kernel_adds_its_ffma_chains_beside_the_mma():
-    # one warp, one iteration: 16 mma a chain, and with 2 FFMA an mma chains 0 and 1 take 16
-    # steps v <- v a + b each (a = 0.625, b = 0.375 from mma_inputs' words 6 and 7: chain 1
-    # starts at their fixed point 1); the mma sums are the same in both, so the outputs differ
-    # by chain 0's growth alone (to the rounding of a total near 1063)
+def test_the_mma_kernel_adds_its_ffma_chains_beside_the_mma():
+    # one warp, one iteration: 16 mma a chain, and with 2 FFMA an mma chains 0 and 1 of each
+    # lane take 16 steps v <- v a + b (from k + lane / 8); the mma sums are the same in both, so
+    # the outputs differ by the two chains' growth alone (to the rounding of a total near 1e3)
     x, outs = mb.mma_inputs("float16"), {}
     bench = mb.Bench(simulated=True, quick=True)
     for ffmas in (0, 2):
         out = mb.cuda.device_array(32, np.float32)
-        mb.mma_ffma_kernel(ffmas)[1, 32](x, 1, out, bench.table(1))
+        mb.mma_kernel(4, "float16", ffmas)[1, 32](x, 1, out, bench.table(1))
         outs[ffmas] = out.copy_to_host()
-    grown = 0.0
-    for v in (0.0, 1.0):
-        w = np.float32(v)
-        for _ in range(16):
-            w = np.float32(w * np.float32(0.625) + np.float32(0.375))
-        grown += float(w) - v
-    assert np.allclose(outs[2] - outs[0], grown, rtol=0, atol=2e-3) and grown > 0.99
+    grown = np.zeros(32)
+    for lane in range(32):
+        for k in (0, 1):
+            w = start = np.float32(k + lane / 8)
+            for _ in range(16):
+                w = np.float32(w * mb.FFMA_A + mb.FFMA_B)
+            grown[lane] += float(w) - float(start)
+    assert np.allclose(outs[2] - outs[0], grown, rtol=0, atol=2e-3)
+    assert np.ptp(grown) > 1                                   # the lanes' chains differ
     rows = mb.measure_mma_ffma(bench)
     assert [r.quantity for r in rows].count("mma_f16_ffma_per_cycle_per_sm") == 8
     assert [r.quantity for r in rows].count("mma_ffma_overlap") == 6

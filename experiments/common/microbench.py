@@ -284,12 +284,18 @@ def mma_inputs(fmt: str):
     return cuda.to_device((halves << np.uint32(16)) | halves)
 
 
+#: The FFMA chains' v <- v a + b beside ``mma_kernel``'s mma.
+FFMA_A, FFMA_B = np.float32(0.625), np.float32(0.375)
+
+
 @lru_cache(maxsize=None)
-def mma_kernel(ilp: int, fmt: str = "tf32"):
+def mma_kernel(ilp: int, fmt: str = "tf32", ffmas: int = 0):
     """mma(x, iterations, out, timing): every warp runs ``ilp`` independent chains
     C_k <- C_k + A B of mma.sync, ``OPS_PER_ITERATION["mma"]`` mma an iteration: TF32 m16n8k8
     (``fmt`` "tf32"), or m16n8k16 of "float16" / "bfloat16" operands (``half.half_ops``, as the
-    half kernels issue it); fp32 accumulators; ``x``: ``mma_inputs(fmt)``."""
+    half kernels issue it); fp32 accumulators; ``x``: ``mma_inputs(fmt)``. Beside them,
+    independent of them, ``ffmas`` FFMA an mma in ``ilp`` chains of their own (v <- v
+    ``FFMA_A`` + ``FFMA_B``, chain k from k + lane / 8; 0: the mma alone)."""
     if fmt == "tf32":
         product = primitives().mma_tf32
     else:
@@ -303,7 +309,9 @@ def mma_kernel(ilp: int, fmt: str = "tf32"):
         lane = cuda.threadIdx.x % WARP
         a0, a1, a2, a3, b0, b1 = x[lane % 4], x[1], x[2], x[3], x[4], x[5]
         acc = cuda.local.array((ilp, 4), float32)
+        v = cuda.local.array(ilp, float32)
         for k in range(ilp):          # distinct starts: no two chains are the same computation
+            v[k] = float32(k) + float32(lane) * float32(0.125)   # (a lane's: none folds away)
             for r in range(4):
                 acc[k, r] = float32(k) + float32(r) * float32(0.25)
         mark(timing, 0)
@@ -312,9 +320,12 @@ def mma_kernel(ilp: int, fmt: str = "tf32"):
                 for k in range(ilp):
                     acc[k, 0], acc[k, 1], acc[k, 2], acc[k, 3] = product(
                         a0, a1, a2, a3, b0, b1, acc[k, 0], acc[k, 1], acc[k, 2], acc[k, 3])
+                    for j in range(ffmas):
+                        v[j % ilp] = cuda.fma(v[j % ilp], FFMA_A, FFMA_B)
         mark(timing, 1)
         total = float32(0)
         for k in range(ilp):
+            total += v[k]
             for r in range(4):
                 total += acc[k, r]
         out[cuda.grid(1)] = total
@@ -364,47 +375,6 @@ def mma_lds_kernel(loads: int):
                 total += acc[k, r]
         out[cuda.grid(1)] = total
     return mma_lds
-
-
-@lru_cache(maxsize=None)
-def mma_ffma_kernel(ffmas: int):
-    """mma_ffma(x, iterations, out, timing): every warp runs 4 independent fp16 m16n8k16 mma
-    chains (the half kernels' mma, ``half.half_ops``), ``OPS_PER_ITERATION["mma"]`` mma an
-    iteration, and beside them, independent of them, ``ffmas`` FFMA an mma in 4 chains of
-    their own (v <- v a + b; 0: the mma alone); ``x``: ``mma_inputs("float16")``, whose
-    words 6 and 7 (as float32 bits) are a and b."""
-    from numba_flash.kernels.half import half_ops
-    product, mark = half_ops("float16").mma, _mark()
-    chains, unroll = 4, OPS_PER_ITERATION["mma"] // 4
-
-    @cuda.jit
-    def mma_ffma(x, iterations, out, timing):
-        lane = cuda.threadIdx.x % WARP
-        a0, a1, a2, a3, b0, b1 = x[lane % 4], x[1], x[2], x[3], x[4], x[5]
-        a = float32(0.5) + float32(x[6] & uint32(7)) * float32(0.0625)   # 0.5 .. 0.9375, unseen
-        b = float32(x[7] & uint32(3)) * float32(0.125)
-        acc = cuda.local.array((chains, 4), float32)
-        v = cuda.local.array(chains, float32)
-        for k in range(chains):
-            v[k] = float32(k)
-            for r in range(4):
-                acc[k, r] = float32(k) + float32(r) * float32(0.25)
-        mark(timing, 0)
-        for _ in range(iterations):
-            for _u in range(unroll):
-                for k in range(chains):
-                    acc[k, 0], acc[k, 1], acc[k, 2], acc[k, 3] = product(
-                        a0, a1, a2, a3, b0, b1, acc[k, 0], acc[k, 1], acc[k, 2], acc[k, 3])
-                    for j in range(ffmas):
-                        v[j % chains] = cuda.fma(v[j % chains], a, b)
-        mark(timing, 1)
-        total = float32(0)
-        for k in range(chains):
-            total += v[k]
-            for r in range(4):
-                total += acc[k, r]
-        out[cuda.grid(1)] = total
-    return mma_ffma
 
 
 @lru_cache(maxsize=None)
@@ -744,8 +714,9 @@ def ptx_targets():
             yield f"mma {fmt} ilp={ilp}", mma_kernel(ilp, fmt).py_func, f"(uint32[::1], int64, {f32}, {table})"
     for loads in (0, 1, 2):
         yield f"mma_lds loads={loads}", mma_lds_kernel(loads).py_func, f"({f32}, int64, {f32}, {table})"
-    for ffmas in MMA_FFMAS:
-        yield f"mma_ffma ffmas={ffmas}", mma_ffma_kernel(ffmas).py_func, f"(uint32[::1], int64, {f32}, {table})"
+    for ffmas in MMA_FFMAS[1:]:
+        yield f"mma float16 ilp=4 ffmas={ffmas}", mma_kernel(4, "float16", ffmas).py_func, \
+            f"(uint32[::1], int64, {f32}, {table})"
     yield "chase", chase_kernel().py_func, f"(int64, int64, uint32[::1], {table})"
     yield "chase_memory", memory_chase_kernel().py_func, f"(int64, uint32[::1], int64, int64, int64, uint32[::1], {table})"
     for ilp in (1, 8):
@@ -1102,7 +1073,7 @@ def measure_mma_lds(bench: Bench) -> list[Measurement]:
     return rows
 
 
-#: FFMA an mma beside the fp16 mma chains (``mma_ffma_kernel``); warps an SM it runs at (the
+#: FFMA an mma beside 4 fp16 mma chains (``mma_kernel``); warps an SM they run at (the
 #: half kernels run 2 blocks of 4 warps an SM).
 MMA_FFMAS, MMA_FFMA_WARPS = (0, 2, 4, 8), (8, 16)
 
@@ -1118,7 +1089,7 @@ def measure_mma_ffma(bench: Bench) -> list[Measurement]:
     x, rows, cycles = mma_inputs("float16"), [], {}
     for warps in MMA_FFMA_WARPS:
         for ffmas in MMA_FFMAS:
-            runs, rates = _throughput(bench, mma_ffma_kernel(ffmas), warps, bench.sm_count,
+            runs, rates = _throughput(bench, mma_kernel(4, "float16", ffmas), warps, bench.sm_count,
                                       lambda n: (x, n), OPS_PER_ITERATION["mma"], 1000)
             rows.append(bench.measurement(
                 "mma_f16_ffma_per_cycle_per_sm", "mma/cycle/SM", "clock64, one block an SM", runs, rates,

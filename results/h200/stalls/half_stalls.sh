@@ -12,9 +12,12 @@
 #  - half_source_stalls.csv.gz / half_source_stalls.txt: the per-instruction warp-state
 #    samples (ncu's source page, SASS) and tools/stall_ledger.py's summary by opcode.
 # From the repository root on the GPU machine:
-#   source .whl/prefix.sh; bash results/h200/stalls/half_stalls.sh OUT
+#   source .whl/prefix.sh; [HALF_CASES=cases.json] bash results/h200/stalls/half_stalls.sh OUT
 out=${1:?out folder}
 mkdir -p "$out"
+if [ -n "$HALF_CASES" ]; then   # other cases: a JSON list of Case dicts, as below
+    cp "$HALF_CASES" "$out/half_cases.json"
+else
 cat > "$out/half_cases.json" <<'JSON'
 [{"method": "fa2", "passes": "fwd_bwd", "B": 4, "H": 16, "N": 4096, "d": 128, "causal": false,
   "tiling": null, "deterministic": false, "dtype": "float16", "window": null, "kv_heads": null},
@@ -25,6 +28,7 @@ cat > "$out/half_cases.json" <<'JSON'
  {"method": "fa2_fp16x3", "passes": "fwd", "B": 4, "H": 16, "N": 4096, "d": 128, "causal": false,
   "tiling": null, "deterministic": false, "dtype": "float32", "window": null, "kv_heads": null}]
 JSON
+fi
 python3 -c "
 import json, sys, numba_flash
 from experiments.common.cases import Case
