@@ -279,6 +279,19 @@ def rows_for(case: Case, split: str, counters: Counters | str | None,
     return rows, kernel_rows
 
 
+def card(device: str) -> str:
+    """The Hardware a run on ``device`` ("gpu" or "cpu") predicts for: this GPU's where the
+    model has its datasheet (``model.gpu_of_device``), else (a CPU run, another GPU) the H200's."""
+    from experiments.common.metadata import device_name
+
+    if device != "gpu":
+        return model.MEASURED_GPU
+    try:
+        return model.gpu_of_device(device_name(device))
+    except ValueError:
+        return model.MEASURED_GPU
+
+
 def collect(ctx: RunContext, cases_by_split: dict[str, tuple[Case, ...]]) -> list[dict]:
     """Level rows of every case (measured on the GPU, predicted always); writes the kernels'
     raw counters to ``levels_kernels.csv`` beside."""
@@ -291,11 +304,11 @@ def collect(ctx: RunContext, cases_by_split: dict[str, tuple[Case, ...]]) -> lis
             counters = profile_cases(everything, ctx.folder(NAME) / "ncu", progress=bar)
     else:
         ctx.skip(f"{NAME}: hardware counters ({NO_GPU})")
-    rows, kernel_rows = [], []
+    rows, kernel_rows, gpu = [], [], card("gpu" if ctx.gpu else "cpu")
     for split, cases in cases_by_split.items():
         for case in cases:
             got = counters.get(case, NO_GPU if not ctx.gpu else "not profiled")
-            case_rows, case_kernels = rows_for(case, split, got)
+            case_rows, case_kernels = rows_for(case, split, got, gpu)
             rows += case_rows
             kernel_rows += case_kernels
     if kernel_rows:
@@ -421,17 +434,18 @@ def per_kernel_errors(rows: list[dict], quantity: str = "time_s") -> list[dict]:
 def measure_alone(cases, split: str, out: Path, csv_name: str, command: str) -> None:
     """A few cases measured on their own (a split measured after a model change, cases whose
     kernels changed): their kernels built first, then their ncu counters; each level printed
-    measured beside predicted, and their per-kernel counters written to ``out / csv_name`` (the
-    rows ``levels_kernels.csv`` takes; ``command`` for the run's metadata)."""
+    measured beside predicted (for this GPU: ``card``), and their per-kernel counters written
+    to ``out / csv_name`` (the rows ``levels_kernels.csv`` takes; ``command`` for the run's
+    metadata)."""
     import numba_flash
     from experiments.common.kernels import kernel_config
     from experiments.common.metadata import run_metadata
 
     print(numba_flash.warmup([kernel_config(c) for c in cases]), flush=True)
     counters = profile_cases(list(cases), out / "ncu")
-    kernel_rows = []
+    kernel_rows, gpu = [], card("gpu")
     for c in cases:
-        rows, kernels = rows_for(c, split, counters[c])
+        rows, kernels = rows_for(c, split, counters[c], gpu)
         kernel_rows += kernels
         for r in rows:
             if r["measured"] is not None:

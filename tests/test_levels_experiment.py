@@ -122,3 +122,14 @@ def test_each_launch_is_read_beside_its_own_prediction(tmp_path):
     with pytest.raises(ValueError, match="no Hardware for device 'NVIDIA A40'"):
         write_rows(tmp_path / "k.csv", kernels, {"device": "NVIDIA A40"})
         levels.per_launch(tmp_path / "k.csv")
+
+
+def test_a_run_predicts_for_the_card_it_runs_on(monkeypatch):
+    import experiments.common.metadata as metadata
+    from experiments import levels
+
+    assert levels.card("cpu") == "H200_MEASURED"
+    for name, gpu in (("NVIDIA H100 80GB HBM3", "H100_SXM"), ("NVIDIA H200", "H200_MEASURED"),
+                      ("NVIDIA A40", "H200_MEASURED")):          # (no datasheet: the H200's)
+        monkeypatch.setattr(metadata, "device_name", lambda device, n=name: n)
+        assert levels.card("gpu") == gpu
