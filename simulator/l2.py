@@ -151,16 +151,16 @@ def resident_blocks(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> int:
     return concurrent_blocks(p.kernel, tiling, w, hw)
 
 
-def reread_hit(p: Phase, blocks: int, working_set: int, hw: Hardware) -> float:
-    """The fraction of launch ``p``'s re-reads that hit in L2 (assumptions 4 and 4b), with
-    ``blocks`` resident blocks whose units re-read ``working_set`` bytes."""
+def reread_hit(p: Phase, sharers: float, working_set: int, hw: Hardware) -> float:
+    """The fraction of launch ``p``'s re-reads that hit in L2 (assumptions 4 and 4b), where
+    ``sharers`` resident blocks re-read each group of units' data (a unit, or under GQA the
+    query heads of one K/V head) and the groups in flight re-read ``working_set`` bytes."""
     if p.inner_trips:       # a block re-reading its own unit cyclically keeps none beyond L2
         return 1.0 if working_set <= hw.l2_bytes else 0.0
-    if p.tile_major:        # 4b: the wave's blocks of a unit share (GQA: of the query heads
-        # that re-read one K/V head); later waves' re-reads hit only while every unit's data
-        # fits in half of L2
+    if p.tile_major:        # 4b: the wave's blocks of a group share; later waves' re-reads hit
+        # only while every group's data fits in half of L2
         later = 1.0 if working_set <= hw.l2_bytes / 2 else 0.0
-        return 1.0 - (1.0 - later) / max(1.0, blocks / -(-p.units // p.unit_share))
+        return 1.0 - (1.0 - later) / max(1.0, sharers)
     return min(1.0, hw.l2_bytes / working_set) if working_set else 1.0
 
 
@@ -168,8 +168,9 @@ def _phase_l2(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> tuple[L2Ph
     blocks = resident_blocks(p, tiling, w, hw)
     # in flight: the units the first blocks cover, head by head; tile by tile (4b) every unit
     units = p.units if p.tile_major else min(p.units, -(-blocks // p.blocks_per_unit))
-    working_set = -(-units // p.unit_share) * p.unit_reread_elements * w.dtype_bytes
-    hit = reread_hit(p, blocks, working_set, hw)
+    groups = -(-units // p.unit_share)
+    working_set = groups * p.unit_reread_elements * w.dtype_bytes
+    hit = reread_hit(p, blocks / groups, working_set, hw)
     totals = [0, 0, 0, 0]   # bytes: compulsory reads, compulsory writes, DRAM reads, DRAM writes
     for k, counts in enumerate((p.hbm_reads, p.hbm_writes)):
         for name, n in counts.items():

@@ -1043,6 +1043,21 @@ def measure_mma_half(bench: Bench) -> list[Measurement]:
     return _mma_rows(bench, "float16") + _mma_rows(bench, "bfloat16")
 
 
+def _overlap(bench: Bench, quantity: str, by: str, t_mixed, t_a, t_b, sources: list[Measurement],
+             warps: int, detail: str) -> Measurement:
+    """How far two kinds of work fail to overlap, from the cycles of both side by side
+    (``t_mixed``) and of each alone: (t_mixed - max(t_a, t_b)) / min(t_a, t_b), 0 when one
+    hides under the other, 1 when they serialise; None (the simulator's note) where a time is
+    missing. Spread and repeats are the worst of ``sources``, the rows it comes from."""
+    value = None
+    if t_mixed and t_a and t_b:
+        value = (t_mixed - max(t_a, t_b)) / min(t_a, t_b)
+    return Measurement(quantity, value, "fraction", by, warps_per_sm=warps, ilp=4,
+                       spread=None if value is None else max(m.spread for m in sources),
+                       repeats=None if value is None else min(m.repeats for m in sources),
+                       detail=detail, note="" if value is not None else bench.SIMULATED_NOTE)
+
+
 def measure_mma_lds(bench: Bench) -> list[Measurement]:
     """Do the tensor pipe and shared-memory loads overlap? 16 warps an SM, 4 mma chains a
     warp, with 0, 1 and 2 independent LDS.128 an mma: cycles an mma a warp. ``mma_lds_overlap``:
@@ -1059,17 +1074,10 @@ def measure_mma_lds(bench: Bench) -> list[Measurement]:
         cycles[loads] = None if rows[-1].value is None else 1 / rows[-1].value
     lds_rate = next((m.value for m in measure_shared_rate(bench)), None)
     for loads in (1, 2):
-        value = None
-        if cycles[0] and cycles[loads] and lds_rate:
-            t_lds = 4 * loads / lds_rate          # cycles of loads an mma (SM-wide)
-            value = (cycles[loads] - max(cycles[0], t_lds)) / min(cycles[0], t_lds)
-        sources = [rows[0], rows[loads]]
-        rows.append(Measurement("mma_lds_overlap", value, "fraction", "from mma_lds128_per_cycle_per_sm "
-                                "and lds128_wavefronts_per_cycle_per_sm", warps_per_sm=16, ilp=4,
-                                spread=None if value is None else max(m.spread for m in sources),
-                                repeats=None if value is None else min(m.repeats for m in sources),
-                                detail=f"{loads} LDS.128 an mma",
-                                note="" if value is not None else bench.SIMULATED_NOTE))
+        t_lds = 4 * loads / lds_rate if lds_rate else None     # cycles of loads an mma (SM-wide)
+        rows.append(_overlap(bench, "mma_lds_overlap", "from mma_lds128_per_cycle_per_sm and "
+                             "lds128_wavefronts_per_cycle_per_sm", cycles[loads], cycles[0], t_lds,
+                             [rows[0], rows[loads]], 16, f"{loads} LDS.128 an mma"))
     return rows
 
 
@@ -1103,18 +1111,11 @@ def measure_mma_ffma(bench: Bench) -> list[Measurement]:
     for warps in MMA_FFMA_WARPS:
         base = [m for m in rows if m.warps_per_sm == warps]
         for ffmas in MMA_FFMAS[1:]:
-            value = None
-            if cycles[warps, 0] and cycles[warps, ffmas] and ffma_rate:
-                t_ffma = ffmas / ffma_rate               # cycles of FFMA an mma (SM-wide)
-                t_mma = cycles[warps, 0]
-                value = (cycles[warps, ffmas] - max(t_mma, t_ffma)) / min(t_mma, t_ffma)
+            t_ffma = ffmas / ffma_rate if ffma_rate else None     # cycles of FFMA an mma (SM-wide)
             sources = [base[0], next(m for m in base if m.detail.startswith(f"{ffmas} "))]
-            rows.append(Measurement("mma_ffma_overlap", value, "fraction", "from mma_f16_ffma_per_cycle_per_sm "
-                                    "and ffma_per_cycle_per_sm", warps_per_sm=warps, ilp=4,
-                                    spread=None if value is None else max(m.spread for m in sources),
-                                    repeats=None if value is None else min(m.repeats for m in sources),
-                                    detail=f"{ffmas} FFMA an mma",
-                                    note="" if value is not None else bench.SIMULATED_NOTE))
+            rows.append(_overlap(bench, "mma_ffma_overlap", "from mma_f16_ffma_per_cycle_per_sm and "
+                                 "ffma_per_cycle_per_sm", cycles[warps, ffmas], cycles[warps, 0], t_ffma,
+                                 sources, warps, f"{ffmas} FFMA an mma"))
     return rows
 
 

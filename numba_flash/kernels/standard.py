@@ -33,7 +33,7 @@ Versions (H200, fp32, B=4 H=16 N=4096 d=64, `python -m experiments bench`, 2026-
     v3  softmax: the threads' (m, l) merged by a tree in shared memory (log2(threads) steps)
         instead of thread 0 merging the 127 others one after another (a chain of 127
         dependent shared loads and exponentials a row). H100, ncu, 2026-12-06, the 8 standard
-        cases of experiments.levels (results/h100/levels/standard_softmax_v3): 1.63-2.72x
+        cases of experiments.levels (results/h100/levels/standard_softmax): 1.63-2.72x
         faster than v2 (228.8 -> 111.3 us at (2, 10, 1024, 64)), warp instructions a row of
         1024 8439 -> 4371; 0.9-1.6 TB/s of DRAM, not yet memory-bound.
     v4  softmax on flat views with unsigned indices (as the flash kernels): warp instructions
@@ -138,9 +138,10 @@ def make_softmax(threads: int, causal: bool, dtype: str):
     """Kernel ``(s, p, n_k, diagonal)`` on flat (1-D) views of s, p: (B*H, N_q, N_k):
     p[bh, r, :] = softmax(s[bh, r, :]), with ``causal`` over the keys c <= r + ``diagonal``
     only; s and p stored as ``dtype``, the softmax in fp32; one block of ``threads`` threads
-    (a power of two) per row, grid (N_q, B*H), no dynamic smem. Pass 1 reads each visible score once (online max and sum per
-    thread); the threads' (m, l) are combined by a tree in shared memory; pass 2 reads each
-    score again and writes P. Masked entries are written 0 and never read."""
+    (a power of two) per row, grid (N_q, B*H), no dynamic smem. Pass 1 reads each visible
+    score once (online max and sum per thread); the threads' (m, l) are combined by a tree in
+    shared memory; pass 2 reads each score again and writes P. Masked entries are written 0
+    and never read."""
     if threads < 1 or threads & (threads - 1):
         raise ValueError(f"make_softmax: threads must be a power of two, got {threads}")
     load, store = storage_ops(dtype).load, storage_ops(dtype).store
