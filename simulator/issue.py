@@ -29,7 +29,13 @@ alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cy
   TF32 m16n8k8, or fp16 / bf16 m16n8k16); FP32 goes to either half of the FMA pipe (fmaheavy, fmalite: each a warp instruction every ``2 x 4 / ffma_per_cycle``), the
   integer part of the FMA class (IMAD, VIADD, ...) to fmaheavy only (ncu's assignment); ALU
   ``4 / alu_per_cycle``; XU ``4 / mufu_ex2_per_cycle``; FP64 at half the FP32 rate (assumed).
-  A dispatch waits for its pipe. Shared memory is a queue instead: a load or store of w
+  A dispatch waits for its pipe. An HMMA also holds the scheduler's FMA-pipe and ALU dispatch
+  for ``MachineRates.mma_dispatch_cycles`` after it issues (measured: calibrate's mma beside
+  independent FFMA or LOP3 + VIMNMX chains, fp16 and TF32 alike, run 20-33 % slower than the
+  pipes' rates allow, and shared-memory loads beside it do not (``mma_lds_overlap``); ncu's
+  "dispatch stall" of the half forward. Why -- operand collection, register-file ports -- is
+  not measured; MUFU and the other XU work beside an mma were not timed and are not held).
+  Shared memory is a queue instead: a load or store of w
   wavefronts (LDS.32 1, .64 2, .128 4; LDSM .x1/.x2/.x4 1/2/4) issues at once, is served by
   the SM's wavefront rate / 4 in order, and its data is ready ``latency`` after its service
   starts. Global and local accesses and atomics use that queue as well (assumed: the L1 data
@@ -567,6 +573,10 @@ def _latency(o: Op, r: MachineRates, memory: tuple[float, float], mma_format: st
     return r.alu_latency_cycles     # uniform datapath (assumed like the ALU), anything else
 
 
+#: The dispatch units an HMMA holds for ``MachineRates.mma_dispatch_cycles`` (what calibrate
+#: timed beside it: FFMA on both FMA halves, LOP3 + VIMNMX on the ALU).
+_HELD_BY_MMA = ("fmaheavy", "fmalite", "alu")
+
 _FP32_KEYS = {"FFMA", "FMUL", "FADD", "FFMA32I", "FMUL32I", "FADD32I", "FSWZADD"}
 
 
@@ -616,7 +626,7 @@ def _rates_key(r: MachineRates) -> tuple:
             tuple(sorted(r.lds_wavefronts_per_cycle.items())),
             tuple(sorted(r.sts_wavefronts_per_cycle.items())), tuple(sorted(r.barrier_cycles.items())),
             r.lds_latency_cycles, r.shfl_latency_cycles, r.l1_hit_latency_cycles,
-            r.l2_hit_latency_cycles, r.dram_latency_cycles, r.red_sectors_per_cycle,
+            r.l2_hit_latency_cycles, r.dram_latency_cycles, r.red_sectors_per_cycle, r.mma_dispatch_cycles,
             tuple(sorted((f, tuple(sorted(c.items()))) for f, c in r.mma_half_by_config.items())),
             tuple(sorted(r.mma_half_latency_cycles.items())))
 
@@ -713,6 +723,7 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
     interval = {"hmma": per / r.mma_per_cycle(mma_format), "alu": per / r.alu_per_cycle,
                 "xu": per / r.mufu_ex2_per_cycle, "fmaheavy": 2 * per / r.ffma_per_cycle,
                 "fmalite": 2 * per / r.ffma_per_cycle, "fp64": 2 * per / r.ffma_per_cycle}
+    hold = r.mma_dispatch_cycles or 0.0
     warps_per_block = warps // blocks
     barrier_cost = (r.barrier_cycles_at(SCHEDULERS * warps_per_block)
                     if any(o.barrier for body in per_warp for o in body) else 0.0)
@@ -790,6 +801,9 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
             unit = "fmaheavy" if unit_free["fmaheavy"] <= unit_free["fmalite"] else "fmalite"
         if unit is not None:
             unit_free[unit] = max(unit_free[unit], t) + interval[unit]
+        if unit == "hmma" and hold:     # the FMA pipe and the ALU wait while the mma dispatches
+            for held in _HELD_BY_MMA:
+                unit_free[held] = max(unit_free[held], t + hold)
         start = t
         queue = c.queues[k]
         if queue is not None:

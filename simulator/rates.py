@@ -120,6 +120,10 @@ class MachineRates:
     ``load_after_red_cycles`` (8 warps an SM, each k reductions of 8 sectors, then a dependent
     L2-hit load) at the largest k measured, warps x k x sectors / (cycles(k) - cycles(0))
     (``red_drain_rate``); None for CSVs without those rows (before 2026-12-05).
+    mma_dispatch_cycles: cycles after an mma issues during which its scheduler dispatches no
+    FMA-pipe (FFMA, FADD, FMUL, IMAD, ...) or ALU instruction (``MMA_DISPATCH``: calibrate's
+    mma-beside-FFMA / -ALU microbenchmarks, fitted through the issue simulator by
+    tools/mma_dispatch.py); None for CSVs without that row (before 2026-12-06: no such hold).
     launch_gap_s: GPU seconds from one queued empty kernel to the next (the launch overhead the
     GPU adds between back-to-back kernels).  host_launch_s: host seconds a numba launch of an
     empty kernel of one array argument; host_launch_per_array_arg_s: each further array argument.
@@ -162,6 +166,7 @@ class MachineRates:
     l2_hit_latency_cycles: float | None = None
     dram_latency_cycles: float | None = None
     red_sectors_per_cycle: float | None = None
+    mma_dispatch_cycles: float | None = None
 
     @property
     def ffma_flops_per_cycle(self) -> float:
@@ -267,6 +272,10 @@ def red_drain_rate(rows: list[dict[str, str]]) -> float | None:
     return warps[k] * k * sectors[k] / (cycles[k] - cycles[0])
 
 
+#: The row of ``MachineRates.mma_dispatch_cycles`` (written by tools/mma_dispatch.py).
+MMA_DISPATCH = "mma_dispatch_cycles"
+
+
 def load_rates(path: str | Path = RATES_CSV) -> MachineRates:
     """The MachineRates in a calibrate CSV; ValueError naming every quantity it lacks a value
     for (a CPU run's CSV has none: its rows say "simulator: not a measurement")."""
@@ -323,6 +332,7 @@ def load_rates(path: str | Path = RATES_CSV) -> MachineRates:
         l2_hit_latency_cycles=values.get("l2_hit_latency_cycles"),
         dram_latency_cycles=values.get("dram_latency_cycles"),
         red_sectors_per_cycle=red_drain_rate(rows),
+        mma_dispatch_cycles=values.get(MMA_DISPATCH),
         lds_wavefronts_per_cycle=shared["lds"], sts_wavefronts_per_cycle=shared["sts"],
         **{name: (int(values[q]) if name == "sm_count" else values[q]) for name, q in _SCALARS.items()})
 

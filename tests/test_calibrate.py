@@ -356,7 +356,7 @@ def test_the_half_mma_benchmarks_run_under_the_simulator():
     assert all(r.value is None for r in rows)
 
 
-def test_the_mma_kernel_adds_its_ffma_chains_beside_the_mma():
+def test_the_mma_kernel_adds_its_ffma_and_alu_chains_beside_the_mma():
     # one warp, one iteration: 16 mma a chain, and with 2 FFMA an mma chains 0 and 1 of each
     # lane take 16 steps v <- v a + b (from k + lane / 8); the mma sums are the same in both, so
     # the outputs differ by the two chains' growth alone (to the rounding of a total near 1e3)
@@ -375,9 +375,25 @@ def test_the_mma_kernel_adds_its_ffma_chains_beside_the_mma():
             grown[lane] += float(w) - float(start)
     assert np.allclose(outs[2] - outs[0], grown, rtol=0, atol=2e-3)
     assert np.ptp(grown) > 1                                   # the lanes' chains differ
-    rows = mb.measure_mma_ffma(bench)
-    assert [r.quantity for r in rows].count("mma_f16_ffma_per_cycle_per_sm") == 8
-    assert [r.quantity for r in rows].count("mma_ffma_overlap") == 6
+    # 2 ALU an mma: chain 0 of each thread takes 16 steps u <- max(u ^ a, b) from u = tid,
+    # a = tid x 40503, b = the iterations (1); the output adds the final u's lowest bit
+    out = mb.cuda.device_array(32, np.float32)
+    mb.mma_kernel(4, "float16", 2, "alu")[1, 32](x, 1, out, bench.table(1))
+    flips = np.zeros(32)
+    for tid in range(32):
+        u, a = np.uint32(tid), np.uint32(tid * 40503)
+        for _ in range(16):
+            u = max(np.uint32(u ^ a), np.uint32(1))
+        flips[tid] = float(u & 1) - float(tid & 1)
+    assert np.allclose(out.copy_to_host() - outs[0], flips, rtol=0, atol=2e-3)
+    with pytest.raises(ValueError, match="even count"):
+        mb.mma_kernel(4, "float16", 3, "alu")
+    rows = mb.measure_mma_beside(bench)
+    quantities = [r.quantity for r in rows]
+    for tag in ("f16", "tf32"):
+        assert quantities.count(f"mma_{tag}_ffma_per_cycle_per_sm") == 8      # 0, 2, 4, 8 x 2 warps
+        assert quantities.count(f"mma_{tag}_alu_per_cycle_per_sm") == 6       # 2, 4, 8 x 2 warps
+        assert quantities.count(f"mma_{tag}_ffma_overlap") == quantities.count(f"mma_{tag}_alu_overlap") == 6
     assert all(r.value is None for r in rows)
 
 

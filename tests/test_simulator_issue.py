@@ -1,6 +1,8 @@
 """The issue simulator (simulator/issue.py): operand decoding of nvdisasm lines, hand-built
 streams whose cycles follow from the measured rates by hand, and the recorded main loops
 (simulator/kernel_loops.json.gz) held to the kernel sources and to kernel_sass.csv."""
+import dataclasses
+
 import pytest
 
 from simulator.issue import (LOOPS_JSON, SCHEDULERS, decode_instruction, decode_loop,
@@ -541,3 +543,46 @@ def test_stall_counts_count_once_every_recorded_loop_has_them(tmp_path):
             json.dump({"format": 2, "loops": loops, "no_loop": []}, f)
         assert all_stall_counts(path) is expected
         assert [o.stall for o in stream_for("k", None, 0, False, path=path)] == [4 if expected else 1]
+
+
+# ---- the mma's hold on FMA-pipe and ALU dispatch -------------------------------------------
+def _beside_mma(kind: str, n: int, groups: int = 12):
+    """``groups`` x (an mma of one of 4 chains, then ``n`` independent ``kind`` instructions)."""
+    body = []
+    for g in range(groups):
+        body.append(_hmma(g % 4))
+        body += [op(kind, [f"R{100 + (g * n + i) % 40}"], []) for i in range(n)]
+    return body
+
+
+@pytest.mark.parametrize("kind", ["FFMA", "LOP3"])
+@pytest.mark.parametrize("hold", [2.0, 4.0])
+def test_an_mma_holds_fma_and_alu_dispatch_for_its_cycles(rates, kind, hold):
+    # one warp, 8 instructions an mma: they, not the tensor pipe, set the pace, and each
+    # mma's hold pushes the first of them back by up to hold - 1 cycles (the slot after the
+    # mma); FFMA issue one a cycle, so exactly that; an ALU instruction every other cycle may
+    # find part of the hold spent on its own pipe's interval
+    stream = _beside_mma(kind, 8)
+    free = loop_cycles(stream, 1, dataclasses.replace(rates, mma_dispatch_cycles=None))
+    held = loop_cycles(stream, 1, dataclasses.replace(rates, mma_dispatch_cycles=hold))
+    if kind == "FFMA":
+        assert held == pytest.approx(free + 12 * (hold - 1), rel=1e-9)
+    else:
+        assert free + 12 * (hold - 2) < held <= free + 12 * (hold - 1) + 1e-6
+    assert loop_cycles(stream, 1, dataclasses.replace(rates, mma_dispatch_cycles=0.0)) == pytest.approx(free)
+
+
+def test_the_hold_hides_under_the_tensor_pipe_and_spares_shared_loads(rates):
+    held = dataclasses.replace(rates, mma_dispatch_cycles=4.0)
+    free = dataclasses.replace(rates, mma_dispatch_cycles=None)
+    # 2 FFMA an mma: they fit in the gap before the tensor pipe takes the next mma
+    assert loop_cycles(_beside_mma("FFMA", 2), 1, held) == pytest.approx(loop_cycles(_beside_mma("FFMA", 2), 1, free))
+    loads = [_hmma(g % 4) if i == 0 else op("LDS.128", [f"R{100 + 4 * ((g + i) % 8) + k}" for k in range(4)], ["R3"])
+             for g in range(12) for i in range(2)]
+    assert loop_cycles(loads, 1, held) == pytest.approx(loop_cycles(loads, 1, free))
+
+
+def test_committed_rates_carry_the_fitted_hold():
+    from simulator.rates import RATES_CSV
+    for path in (RATES_CSV, RATES_CSV.with_name("rates_h100.csv")):
+        assert load_rates(path).mma_dispatch_cycles == 4.0

@@ -289,18 +289,24 @@ FFMA_A, FFMA_B = np.float32(0.625), np.float32(0.375)
 
 
 @lru_cache(maxsize=None)
-def mma_kernel(ilp: int, fmt: str = "tf32", ffmas: int = 0):
+def mma_kernel(ilp: int, fmt: str = "tf32", others: int = 0, other: str = "ffma"):
     """mma(x, iterations, out, timing): every warp runs ``ilp`` independent chains
     C_k <- C_k + A B of mma.sync, ``OPS_PER_ITERATION["mma"]`` mma an iteration: TF32 m16n8k8
     (``fmt`` "tf32"), or m16n8k16 of "float16" / "bfloat16" operands (``half.half_ops``, as the
     half kernels issue it); fp32 accumulators; ``x``: ``mma_inputs(fmt)``. Beside them,
-    independent of them, ``ffmas`` FFMA an mma in ``ilp`` chains of their own (v <- v
-    ``FFMA_A`` + ``FFMA_B``, chain k from k + lane / 8; 0: the mma alone)."""
+    independent of them, ``others`` instructions an mma in ``ilp`` chains of their own:
+    ``other`` "ffma", FFMA v <- v ``FFMA_A`` + ``FFMA_B`` (chain k from k + lane / 8), or "alu",
+    LOP3 + VIMNMX u <- max(u ^ a, b) on 32-bit integers (two ALU instructions a step, as
+    ``pipe_kernel`` times them; a, b from the thread and the iteration count; ``others`` even);
+    0: the mma alone."""
     if fmt == "tf32":
         product = primitives().mma_tf32
     else:
         from numba_flash.kernels.half import half_ops
         product = half_ops(fmt).mma
+    if other not in ("ffma", "alu") or (other == "alu" and others % 2):
+        raise ValueError(f"other {other!r} with {others} an mma: 'ffma', or 'alu' with an even count")
+    ffmas, steps = (others, 0) if other == "ffma" else (0, others // 2)
     mark = _mark()
     unroll = OPS_PER_ITERATION["mma"] // ilp
 
@@ -310,8 +316,11 @@ def mma_kernel(ilp: int, fmt: str = "tf32", ffmas: int = 0):
         a0, a1, a2, a3, b0, b1 = x[lane % 4], x[1], x[2], x[3], x[4], x[5]
         acc = cuda.local.array((ilp, 4), float32)
         v = cuda.local.array(ilp, float32)
+        u = cuda.local.array(ilp, uint32)
+        ua, ub = uint32(cuda.threadIdx.x) * uint32(40503), uint32(iterations)
         for k in range(ilp):          # distinct starts: no two chains are the same computation
             v[k] = float32(k) + float32(lane) * float32(0.125)   # (a lane's: none folds away)
+            u[k] = uint32(k) + uint32(cuda.threadIdx.x)
             for r in range(4):
                 acc[k, r] = float32(k) + float32(r) * float32(0.25)
         mark(timing, 0)
@@ -322,10 +331,12 @@ def mma_kernel(ilp: int, fmt: str = "tf32", ffmas: int = 0):
                         a0, a1, a2, a3, b0, b1, acc[k, 0], acc[k, 1], acc[k, 2], acc[k, 3])
                     for j in range(ffmas):
                         v[j % ilp] = cuda.fma(v[j % ilp], FFMA_A, FFMA_B)
+                    for j in range(steps):
+                        u[j % ilp] = max(uint32(u[j % ilp] ^ ua), ub)
         mark(timing, 1)
         total = float32(0)
         for k in range(ilp):
-            total += v[k]
+            total += v[k] + float32(u[k] & uint32(1))
             for r in range(4):
                 total += acc[k, r]
         out[cuda.grid(1)] = total
@@ -333,13 +344,19 @@ def mma_kernel(ilp: int, fmt: str = "tf32", ffmas: int = 0):
 
 
 @lru_cache(maxsize=None)
-def mma_lds_kernel(loads: int):
-    """mma_lds(x, iterations, out, timing): every warp runs 4 independent TF32 mma chains,
-    ``OPS_PER_ITERATION["mma"]`` mma an iteration, and beside them, independent of them,
-    ``loads`` conflict-free warp-wide LDS.128 an mma (loads = 0: the mma alone); a load's
-    words are XORed into an accumulator, so none is dropped."""
+def mma_lds_kernel(loads: int, fmt: str = "tf32"):
+    """mma_lds(x, iterations, out, timing): every warp runs 4 independent mma chains (TF32
+    m16n8k8, or fp16 / bf16 m16n8k16 for ``fmt`` "float16" / "bfloat16"; ``x``:
+    ``mma_inputs(fmt)``), ``OPS_PER_ITERATION["mma"]`` mma an iteration, and beside them,
+    independent of them, ``loads`` conflict-free warp-wide LDS.128 an mma (loads = 0: the mma
+    alone); a load's words are XORed into an accumulator, so none is dropped."""
     p, mark = primitives(), _mark()
-    mma_tf32, lds4 = p.mma_tf32, p.lds4
+    lds4 = p.lds4
+    if fmt == "tf32":
+        product = p.mma_tf32
+    else:
+        from numba_flash.kernels.half import half_ops
+        product = half_ops(fmt).mma
     chains, unroll = 4, OPS_PER_ITERATION["mma"] // 4
     mask, span = SHARED_WORDS - 1, WARP * 4
 
@@ -355,14 +372,14 @@ def mma_lds_kernel(loads: int):
         acc = cuda.local.array((chains, 4), float32)
         for k in range(chains):
             for r in range(4):
-                acc[k, r] = x[6 + r] + float32(k)
+                acc[k, r] = float32(k) + float32(r) * float32(0.25)
         bits = uint32(0)
         off = lane * 4
         mark(timing, 0)
         for _ in range(iterations):
             for _u in range(unroll):
                 for k in range(chains):
-                    acc[k, 0], acc[k, 1], acc[k, 2], acc[k, 3] = mma_tf32(
+                    acc[k, 0], acc[k, 1], acc[k, 2], acc[k, 3] = product(
                         a0, a1, a2, a3, b0, b1, acc[k, 0], acc[k, 1], acc[k, 2], acc[k, 3])
                     for _l in range(loads):
                         words = lds4(smem, off)
@@ -714,9 +731,13 @@ def ptx_targets():
             yield f"mma {fmt} ilp={ilp}", mma_kernel(ilp, fmt).py_func, f"(uint32[::1], int64, {f32}, {table})"
     for loads in (0, 1, 2):
         yield f"mma_lds loads={loads}", mma_lds_kernel(loads).py_func, f"({f32}, int64, {f32}, {table})"
-    for ffmas in MMA_FFMAS[1:]:
-        yield f"mma float16 ilp=4 ffmas={ffmas}", mma_kernel(4, "float16", ffmas).py_func, \
+        yield f"mma_lds float16 loads={loads}", mma_lds_kernel(loads, "float16").py_func, \
             f"(uint32[::1], int64, {f32}, {table})"
+    for fmt, other, n in mma_beside_cases():
+        if n:
+            x = f32 if fmt == "tf32" else "uint32[::1]"
+            yield f"mma {fmt} ilp=4 {n} {other}", mma_kernel(4, fmt, n, other).py_func, \
+                f"({x}, int64, {f32}, {table})"
     yield "chase", chase_kernel().py_func, f"(int64, int64, uint32[::1], {table})"
     yield "chase_memory", memory_chase_kernel().py_func, f"(int64, uint32[::1], int64, int64, int64, uint32[::1], {table})"
     for ilp in (1, 8):
@@ -1060,62 +1081,90 @@ def _overlap(bench: Bench, quantity: str, by: str, t_mixed, t_a, t_b, sources: l
 
 def measure_mma_lds(bench: Bench) -> list[Measurement]:
     """Do the tensor pipe and shared-memory loads overlap? 16 warps an SM, 4 mma chains a
-    warp, with 0, 1 and 2 independent LDS.128 an mma: cycles an mma a warp. ``mma_lds_overlap``:
+    warp (TF32 m16n8k8; fp16 m16n8k16: the ``mma_f16_`` rows), with 0, 1 and 2 independent
+    LDS.128 an mma: cycles an mma a warp. ``mma_lds_overlap`` (``mma_f16_lds_overlap``):
     (t(mma + loads) - max(t(mma), t(loads))) / min(t(mma), t(loads)), t(loads) from the
     LDS.128 rate alone: 0 when the loads hide under the mma (or the reverse), 1 when they
     serialise."""
-    x, rows, cycles = _x(), [], {}
-    for loads in (0, 1, 2):
-        runs, rates = _throughput(bench, mma_lds_kernel(loads), 16, bench.sm_count, lambda n: (x, n),
-                                  OPS_PER_ITERATION["mma"], 1000)
-        rows.append(bench.measurement(
-            "mma_lds128_per_cycle_per_sm", "mma/cycle/SM", "clock64, one block an SM", runs, rates,
-            warps_per_sm=16, ilp=4, detail=f"{loads} LDS.128 (4 wavefronts) an mma beside it"))
-        cycles[loads] = None if rows[-1].value is None else 1 / rows[-1].value
+    rows = []
     lds_rate = next((m.value for m in measure_shared_rate(bench)), None)
-    for loads in (1, 2):
-        t_lds = 4 * loads / lds_rate if lds_rate else None     # cycles of loads an mma (SM-wide)
-        rows.append(_overlap(bench, "mma_lds_overlap", "from mma_lds128_per_cycle_per_sm and "
-                             "lds128_wavefronts_per_cycle_per_sm", cycles[loads], cycles[0], t_lds,
-                             [rows[0], rows[loads]], 16, f"{loads} LDS.128 an mma"))
+    for fmt, prefix in (("tf32", "mma_"), ("float16", "mma_f16_")):
+        x, own, cycles = (_x() if fmt == "tf32" else mma_inputs(fmt)), [], {}
+        for loads in (0, 1, 2):
+            runs, rates = _throughput(bench, mma_lds_kernel(loads, fmt), 16, bench.sm_count,
+                                      lambda n, x=x: (x, n), OPS_PER_ITERATION["mma"], 1000)
+            own.append(bench.measurement(
+                f"{prefix}lds128_per_cycle_per_sm", "mma/cycle/SM", "clock64, one block an SM", runs,
+                rates, warps_per_sm=16, ilp=4, detail=f"{loads} LDS.128 (4 wavefronts) an mma beside it"))
+            cycles[loads] = None if own[-1].value is None else 1 / own[-1].value
+        for loads in (1, 2):
+            t_lds = 4 * loads / lds_rate if lds_rate else None     # cycles of loads an mma (SM-wide)
+            own.append(_overlap(bench, f"{prefix}lds_overlap", f"from {prefix}lds128_per_cycle_per_sm "
+                                "and lds128_wavefronts_per_cycle_per_sm", cycles[loads], cycles[0], t_lds,
+                                [own[0], own[loads]], 16, f"{loads} LDS.128 an mma"))
+        rows += own
     return rows
 
 
-#: FFMA an mma beside 4 fp16 mma chains (``mma_kernel``); warps an SM they run at (the
-#: half kernels run 2 blocks of 4 warps an SM).
-MMA_FFMAS, MMA_FFMA_WARPS = (0, 2, 4, 8), (8, 16)
+#: Instructions an mma beside ``measure_mma_beside``'s mma chains, and its warps an SM.
+MMA_BESIDE, MMA_BESIDE_WARPS = (0, 2, 4, 8), (8, 16)
+#: The formats and the other instruction kinds it pairs (``mma_kernel``'s fmt, other).
+MMA_BESIDE_KINDS = (("float16", "ffma"), ("float16", "alu"), ("tf32", "ffma"), ("tf32", "alu"))
+#: A format's short name in the rows' quantities.
+FORMAT_TAG = {"float16": "f16", "tf32": "tf32"}
 
 
-def measure_mma_ffma(bench: Bench) -> list[Measurement]:
-    """Does an fp16 mma take issue or dispatch cycles from the FP32 instructions beside it (ncu
-    finds the half forward's FADD / FFMA / FMUL waiting at dispatch, 8.7 % of its samples on
-    the H100: results/h100/stalls)? 8 and 16 warps an SM, 4 m16n8k16 chains a warp, with 0,
-    2, 4, 8 independent FFMA an mma: mma a cycle an SM (``mma_f16_ffma_per_cycle_per_sm``);
-    ``mma_ffma_overlap``: (t(mma + FFMA) - max(t(mma), t(FFMA))) / min(t(mma), t(FFMA)), t(FFMA)
-    from the FFMA rate alone (timed here as ``measure_pipes`` times it, 32 warps an SM): 0
-    when one hides under the other, 1 when they serialise. Not used by the model yet."""
-    x, rows, cycles = mma_inputs("float16"), [], {}
-    for warps in MMA_FFMA_WARPS:
-        for ffmas in MMA_FFMAS:
-            runs, rates = _throughput(bench, mma_kernel(4, "float16", ffmas), warps, bench.sm_count,
-                                      lambda n: (x, n), OPS_PER_ITERATION["mma"], 1000)
+def mma_beside_cases():
+    """(fmt, other, instructions an mma) of every ``measure_mma_beside`` kernel (0: the mma
+    alone, once a format)."""
+    for fmt, other in MMA_BESIDE_KINDS:
+        for n in MMA_BESIDE:
+            if n or other == "ffma":
+                yield fmt, other, n
+
+
+def measure_mma_beside(bench: Bench) -> list[Measurement]:
+    """Does an mma take issue or dispatch cycles from the FP32 or ALU instructions beside it
+    (ncu finds the half forward's FADD / FFMA / FMUL / IMAD / MUFU waiting at dispatch, 8.7 % of
+    its samples on the H100: results/h100/stalls)? 8 and 16 warps an SM, 4 mma chains a warp
+    (fp16 m16n8k16 and TF32 m16n8k8), with 0, 2, 4, 8 independent FFMA, or ALU instructions
+    (LOP3 + VIMNMX), an mma: mma a cycle an SM (``mma_<f16|tf32>_<ffma|alu>_per_cycle_per_sm``;
+    the mma alone is the 0 FFMA row); ``mma_<f16|tf32>_<ffma|alu>_overlap``: (t(mma + others)
+    - max(t(mma), t(others))) / min(t(mma), t(others)), t(others) from the pipe's rate alone
+    (timed here as ``measure_pipes`` times it, 32 warps an SM): 0 when one hides under the
+    other, 1 when they serialise. The issue simulator's ``mma_dispatch_cycles`` come from the
+    per-cycle rows (simulator.rates)."""
+    rows, cycles = [], {}
+    for fmt, other, n in mma_beside_cases():
+        x = _x() if fmt == "tf32" else mma_inputs(fmt)
+        tag = FORMAT_TAG[fmt]
+        for warps in MMA_BESIDE_WARPS:
+            runs, rates = _throughput(bench, mma_kernel(4, fmt, n, other), warps, bench.sm_count,
+                                      lambda k, x=x: (x, k), OPS_PER_ITERATION["mma"], 1000)
             rows.append(bench.measurement(
-                "mma_f16_ffma_per_cycle_per_sm", "mma/cycle/SM", "clock64, one block an SM", runs, rates,
-                warps_per_sm=warps, ilp=4, detail=f"{ffmas} FFMA an mma beside it"))
-            cycles[warps, ffmas] = None if rows[-1].value is None else 1 / rows[-1].value
-    ffma_rate = None
-    if not bench.simulated:             # the FFMA rate alone, as measure_pipes times it
-        _, rates = _throughput(bench, pipe_kernel(8), 32, bench.sm_count, lambda n: (FFMA, _x(), n),
-                               OPS_PER_ITERATION["pipe"], 100)
-        ffma_rate = float(np.median(rates))
-    for warps in MMA_FFMA_WARPS:
-        base = [m for m in rows if m.warps_per_sm == warps]
-        for ffmas in MMA_FFMAS[1:]:
-            t_ffma = ffmas / ffma_rate if ffma_rate else None     # cycles of FFMA an mma (SM-wide)
-            sources = [base[0], next(m for m in base if m.detail.startswith(f"{ffmas} "))]
-            rows.append(_overlap(bench, "mma_ffma_overlap", "from mma_f16_ffma_per_cycle_per_sm and "
-                                 "ffma_per_cycle_per_sm", cycles[warps, ffmas], cycles[warps, 0], t_ffma,
-                                 sources, warps, f"{ffmas} FFMA an mma"))
+                f"mma_{tag}_{other}_per_cycle_per_sm", "mma/cycle/SM", "clock64, one block an SM",
+                runs, rates, warps_per_sm=warps, ilp=4,
+                detail=f"{n} {other.upper()} an mma beside it"))
+            cycles[fmt, other, warps, n] = None if rows[-1].value is None else 1 / rows[-1].value
+    alone = {}
+    if not bench.simulated:             # each pipe's rate alone, as measure_pipes times it
+        for other, mode in (("ffma", FFMA), ("alu", ALU)):
+            _, rates = _throughput(bench, pipe_kernel(8), 32, bench.sm_count, lambda k, m=mode: (m, _x(), k),
+                                   OPS_PER_ITERATION["pipe"], 100)
+            alone[other] = float(np.median(rates))
+    for fmt, other, n in mma_beside_cases():
+        if not n:
+            continue
+        tag = FORMAT_TAG[fmt]
+        for warps in MMA_BESIDE_WARPS:
+            t_other = n / alone[other] if other in alone else None   # cycles of them an mma (SM-wide)
+            sources = [m for m in rows if m.warps_per_sm == warps and (
+                m.quantity == f"mma_{tag}_{other}_per_cycle_per_sm" and m.detail.startswith(f"{n} ")
+                or m.quantity == f"mma_{tag}_ffma_per_cycle_per_sm" and m.detail.startswith("0 "))]
+            rows.append(_overlap(bench, f"mma_{tag}_{other}_overlap",
+                                 f"from mma_{tag}_{other}_per_cycle_per_sm and the {other} rate alone",
+                                 cycles[fmt, other, warps, n], cycles[fmt, "ffma", warps, 0], t_other,
+                                 sources, warps, f"{n} {other.upper()} an mma"))
     return rows
 
 
@@ -1410,6 +1459,6 @@ def measure_block_launch(bench: Bench) -> list[Measurement]:
             bench.measurement("block_life_ns", "ns", by, None, lives, **common)]
 
 
-MEASUREMENTS = (measure_device, measure_clock, measure_mma, measure_mma_half, measure_mma_lds, measure_mma_ffma, measure_pipes, measure_shared,
+MEASUREMENTS = (measure_device, measure_clock, measure_mma, measure_mma_half, measure_mma_lds, measure_mma_beside, measure_pipes, measure_shared,
                 measure_chase, measure_memory_latency, measure_global, measure_barrier, measure_launch,
                 measure_block_launch)
