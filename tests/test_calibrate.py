@@ -620,3 +620,27 @@ def test_the_load_after_reductions_kernel_adds_where_it_should():
         np.testing.assert_array_equal(got, expected)
         starts = np.arange(2) * mb.CHASE_STRIDE_WORDS                       # one warp a block
         assert list(out.copy_to_host()[::32]) == list(starts + 3 * mb.CHASE_STRIDE_WORDS)
+
+
+def test_the_mio_burst_benchmark_runs_under_the_simulator():
+    bench = mb.Bench(simulated=True, quick=True)
+    # one warp, one iteration of 2 loads: the 4 FFMA chains take 64 steps each from
+    # k + lane / 8, and the loaded words (smem[i] = i) XOR to the output's lowest bit
+    out = mb.cuda.device_array(32, np.float32)
+    mb.mio_burst_kernel(2)[1, 32](1, out, bench.table(1))
+    expected = np.zeros(32)
+    for lane in range(32):
+        bits = 0
+        for b in range(2):
+            for k in range(4):
+                bits ^= (lane * 4 + b * 128 + k) & (mb.SHARED_WORDS - 1)
+        expected[lane] = bits & 1
+        for k in range(4):
+            v = np.float32(k + lane / 8)
+            for _ in range(mb.MIO_BURST_FFMAS // 4):
+                v = np.float32(v * mb.FFMA_A + mb.FFMA_B)
+            expected[lane] += float(v)
+    assert np.allclose(out.copy_to_host(), expected, rtol=1e-6)
+    rows = mb.measure_mio_burst(bench)
+    assert [r.ilp for r in rows] == list(mb.MIO_BURSTS)
+    assert all(r.quantity == "mio_burst_cycles" and r.value is None for r in rows)
