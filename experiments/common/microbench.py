@@ -255,6 +255,18 @@ def primitives() -> SimpleNamespace:
 
 
 @lru_cache(maxsize=None)
+def _numbered():
+    """numbered(smem): smem[i] = i for every word of a ``SHARED_WORDS`` shared array (the
+    block's threads striding), then a barrier: loads of known, distinct words."""
+    @cuda.jit(device=True)
+    def numbered(smem):
+        for i in range(cuda.threadIdx.x, SHARED_WORDS, cuda.blockDim.x):
+            smem[i] = uint32(i)
+        cuda.syncthreads()
+    return numbered
+
+
+@lru_cache(maxsize=None)
 def _mark():
     """mark(timing, end): barrier, then thread 0 records smid, clock64 and globaltimer in the
     block's row of ``timing`` (the start columns when end == 0, the end columns when 1)."""
@@ -356,7 +368,7 @@ def mio_burst_kernel(burst: int):
     the shared-memory (MIO) queue the FFMA can issue -- unless the queue is full, when the warp
     stalls at the load it cannot enqueue: the iteration's cycles against ``burst`` show the
     queue's depth."""
-    p, mark = primitives(), _mark()
+    p, mark, numbered = primitives(), _mark(), _numbered()
     lds4 = p.lds4
     mask, span = SHARED_WORDS - 1, WARP * 4
     chains, steps, held = 4, MIO_BURST_FFMAS // 4, max(burst, 1)
@@ -364,11 +376,8 @@ def mio_burst_kernel(burst: int):
     @cuda.jit
     def mio_burst(iterations, out, timing):
         smem = cuda.shared.array(SHARED_WORDS, uint32)
-        tid = cuda.threadIdx.x
-        for i in range(tid, SHARED_WORDS, cuda.blockDim.x):
-            smem[i] = uint32(i)
-        cuda.syncthreads()
-        lane = tid % WARP
+        numbered(smem)
+        lane = cuda.threadIdx.x % WARP
         v = cuda.local.array(chains, float32)
         for k in range(chains):
             v[k] = float32(k) + float32(lane) * float32(0.125)
@@ -401,7 +410,7 @@ def mma_lds_kernel(loads: int, fmt: str = "tf32"):
     ``mma_inputs(fmt)``), ``OPS_PER_ITERATION["mma"]`` mma an iteration, and beside them,
     independent of them, ``loads`` conflict-free warp-wide LDS.128 an mma (loads = 0: the mma
     alone); a load's words are XORed into an accumulator, so none is dropped."""
-    p, mark = primitives(), _mark()
+    p, mark, numbered = primitives(), _mark(), _numbered()
     lds4 = p.lds4
     if fmt == "tf32":
         product = p.mma_tf32
@@ -414,11 +423,8 @@ def mma_lds_kernel(loads: int, fmt: str = "tf32"):
     @cuda.jit
     def mma_lds(x, iterations, out, timing):
         smem = cuda.shared.array(SHARED_WORDS, uint32)
-        tid = cuda.threadIdx.x
-        for i in range(tid, SHARED_WORDS, cuda.blockDim.x):
-            smem[i] = uint32(i)
-        cuda.syncthreads()
-        lane = tid % WARP
+        numbered(smem)
+        lane = cuda.threadIdx.x % WARP
         a0, a1, a2, a3, b0, b1 = x[lane % 4], x[1], x[2], x[3], x[4], x[5]
         acc = cuda.local.array((chains, 4), float32)
         for k in range(chains):
