@@ -636,7 +636,8 @@ _CACHE: dict = {}
 
 def loop_cycles(stream, warps_per_scheduler: int, rates: MachineRates, trips: int = 3,
                 global_latency: float | None = None, local_latency: float | None = None, blocks: int = 1,
-                policy: str = "oldest", mma_format: str = "tf32", red_sectors: float | None = None) -> float:
+                policy: str = "oldest", mma_format: str = "tf32", red_sectors: float | None = None,
+                account: dict | None = None) -> float:
     """Cycles one scheduler needs a trip of the loop ``stream`` (a sequence of ``Op``) when
     ``warps_per_scheduler`` warps run it, in steady state over ``trips`` trips (module
     docstring); ``stream`` may instead be ``Streams`` (one per warp: loops whose trips differ
@@ -645,8 +646,12 @@ def loop_cycles(stream, warps_per_scheduler: int, rates: MachineRates, trips: in
     belong to (each barrier waits for its own block's); ``policy``: "oldest" or "gto";
     ``mma_format``: the HMMA's ("tf32", "float16", "bfloat16": its measured rate and latency);
     ``red_sectors``: 32-byte sectors a global reduction (a warp instruction) sends to L2 (None:
-    a coalesced warp's, 32 lanes x its width / 32)."""
+    a coalesced warp's, 32 lanes x its width / 32); ``account``: ``simulate``'s (the
+    simulation then runs again, uncached)."""
     stream = stream if isinstance(stream, Streams) else tuple(stream)
+    if account is not None:
+        return simulate(stream, warps_per_scheduler, rates, trips, global_latency, local_latency, blocks,
+                        policy, mma_format, red_sectors, account).cycles_per_trip
     key = (stream, warps_per_scheduler, _rates_key(rates), trips, global_latency, local_latency,
            blocks, policy, mma_format, red_sectors)
     if key not in _CACHE:
@@ -694,12 +699,59 @@ class _Decoded:
         self.copy = [_COPY if o.pipe == "ldgsts" else _COMMIT if o.key == "LDGDEPBAR" else _NO_COPY
                      for o in stream]
         self.depbar = [o.depbar for o in stream]
+        self.classes = [_LONG if o.pipe in _GLOBAL else _SHORT if o.pipe in _SHORT_PIPES else _FIXED
+                        for o in stream]
+
+
+#: Why a warp did not issue, as ncu's warp states name them: "wait" (the compiler's stall count,
+#: and a fixed-latency producer -- FMA, ALU, HMMA -- not yet done), "short_scoreboard" (a
+#: shared-memory, shuffle, XU or constant load's result), "long_scoreboard" (a global or local
+#: load's, a cp.async group), "math_pipe_throttle" (its pipe busy), "dispatch_stall" (the
+#: mma's hold, ``MachineRates.mma_dispatch_cycles``), "barrier", "not_selected" (ready, another
+#: warp issued), "selected" (its issue cycle).
+STALL_REASONS = ("selected", "wait", "short_scoreboard", "long_scoreboard", "math_pipe_throttle",
+                 "dispatch_stall", "barrier", "not_selected")
+_FIXED, _SHORT, _LONG = "wait", "short_scoreboard", "long_scoreboard"
+_SHORT_PIPES = _SHARED | {"shfl", "xu", "ldc", "other"}
+
+
+def _account(account, w, k, c, t, unit, unit_free, held_until, ready, producer, stalled_until,
+             released, issued_at, groups) -> None:
+    """Adds warp ``w``'s cycles since its last issue to ``account`` by reason, in the order a
+    warp becomes eligible: first its stall count ("wait"), then its operands and barriers (each
+    the cycles from the previous one's end to its own, in the order they end), then its
+    dispatch unit (the mma's hold, then the pipe); what is left before ``t``, not selected."""
+    account["issued"] += 1
+    account["selected"] += 1
+    last, issued_at[w] = issued_at[w], t
+    operands = [("barrier", released[w])] + [(producer[w][s], ready[w][s]) for s in c.srcs[k] + c.dests[k]]
+    if c.depbar[k] is not None:
+        operands += [("long_scoreboard", landed) for landed in groups[w]]
+    dispatch = [("dispatch_stall", held_until[unit]), ("math_pipe_throttle", unit_free[unit])] if unit else []
+    start = last + 1
+    for stage in ([("wait", stalled_until[w])], operands, dispatch):
+        for reason, end in sorted(stage, key=lambda e: e[1]):
+            if end > start:
+                account[reason] += min(end, t) - start
+                start = min(end, t)
+    account["not_selected"] += max(0.0, t - start)
+
+
+def stall_reasons(account: dict) -> dict[str, float]:
+    """``simulate``'s ``account`` as cycles per issued instruction by reason (ncu's
+    ``smsp__average_warps_issue_stalled_<reason>_per_issue_active``); their sum is the warps'
+    cycles between issues."""
+    n = max(account.get("issued", 0), 1)
+    return {reason: account[reason] / n for reason in STALL_REASONS}
 
 
 def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
              global_latency: float | None = None, local_latency: float | None = None, blocks: int = 1,
-             policy: str = "oldest", mma_format: str = "tf32", red_sectors: float | None = None) -> Simulation:
-    """The cycle-by-cycle simulation behind ``loop_cycles``."""
+             policy: str = "oldest", mma_format: str = "tf32", red_sectors: float | None = None,
+             account: dict | None = None) -> Simulation:
+    """The cycle-by-cycle simulation behind ``loop_cycles``. ``account``: a dict to fill with
+    the warps' cycles between their issues by reason, as ncu's warp-state sampling names them
+    (``STALL_REASONS``; ``stall_reasons`` turns it into cycles per issued instruction)."""
     per_warp = stream.per_warp if isinstance(stream, Streams) else (tuple(stream),) * warps
     if len(per_warp) != warps:
         raise ValueError(f"{len(per_warp)} streams for {warps} warps")
@@ -735,6 +787,15 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
     pc = [0] * warps
     resume = [0.0] * warps                                     # barrier release
     unit_free = dict.fromkeys(interval, 0.0)
+    held_until = dict.fromkeys(interval, 0.0)                  # the mma's hold on each unit
+    if account is not None:
+        for reason in STALL_REASONS:       # (a second simulation adds to the first's: roles)
+            account.setdefault(reason, 0.0)
+        account.setdefault("issued", 0)
+        producer = [[_FIXED] * len(names) for _ in range(warps)]  # each register's producer's class
+        stalled_until = [0.0] * warps                          # the compiler's stall count
+        released = [0.0] * warps                               # the last barrier's release
+        issued_at = [-1.0] * warps                             # (a warp's cycles count from 0)
     queue_free = {"mio": 0.0, "shfl": 0.0}
     drained = 0.0                                              # the reduction drain's end
     copying = [0.0] * warps          # when the warp's uncommitted cp.async copies have all landed
@@ -799,11 +860,15 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
         unit = c.units[k]
         if unit == "fp32":
             unit = "fmaheavy" if unit_free["fmaheavy"] <= unit_free["fmalite"] else "fmalite"
+        if account is not None:
+            _account(account, w, k, c, t, unit, unit_free, held_until, ready, producer, stalled_until,
+                     released, issued_at, groups)
         if unit is not None:
             unit_free[unit] = max(unit_free[unit], t) + interval[unit]
         if unit == "hmma" and hold:     # the FMA pipe and the ALU wait while the mma dispatches
             for held in _HELD_BY_MMA:
                 unit_free[held] = max(unit_free[held], t + hold)
+                held_until[held] = max(held_until[held], t + hold)
         start = t
         queue = c.queues[k]
         if queue is not None:
@@ -816,6 +881,8 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
         for d in c.dests[k]:
             ready[w][d] = start + c.latency[k]
             tracked[w][d] = c.variable[k]
+            if account is not None:
+                producer[w][d] = c.classes[k]
         copy = c.copy[k]
         if copy == _COPY:
             copying[w] = max(copying[w], start + c.latency[k])
@@ -827,6 +894,8 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
         waits[w] = None
         if c.stalls[k] > 1:          # the compiler's stall count: the warp's next issue waits
             resume[w] = max(resume[w], t + c.stalls[k])
+            if account is not None:
+                stalled_until[w] = t + c.stalls[k]
         pc[w] += 1
         issued += 1
         last = w
@@ -840,6 +909,8 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
                 for v in group:
                     waiting[v] = False
                     resume[v] = t + barrier_cost
+                    if account is not None:
+                        released[v] = t + barrier_cost
                     waits[v] = None
                 group.clear()
         t += 1

@@ -316,7 +316,7 @@ def block_counts(p: Phase, w: Workload, tiling: Tiling, warps: int) -> tuple[dic
 def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: MachineRates,
                     fmt: str = "tf32", spills_miss: bool = False, resident: int | None = None,
                     rows: int | None = None, l2_miss: float = 0.0, edge: bool = True,
-                    red_sectors: float | None = None):
+                    red_sectors: float | None = None, account: dict | None = None):
     """Cycles of one main-loop trip of every resident block (``resident`` of them: None, as
     many as ``occ`` fits) by the issue simulator, or None
     where it cannot run (no recorded stream, nested loops of unknown trips, a band kernel
@@ -324,7 +324,8 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     refills at L1's, or L2's where they miss L1 (``spills_miss``: ``simulator.local``); a trip
     on an ``edge`` tile (with the masking code only those run, ``issue.Op.edge``) or not;
     ``red_sectors``: the sectors a global reduction of the loop sends to L2 (None: a coalesced
-    warp's, ``issue.loop_cycles``)."""
+    warp's, ``issue.loop_cycles``); ``account``: ``issue.simulate``'s, filled by the
+    simulation (``issue.stall_reasons``)."""
     from .issue import Streams, loop_cycles, loop_record
 
     causal = w.kernel_causal
@@ -358,7 +359,7 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     return max(loop_cycles(_of_role(stream, role), per_scheduler, r,
                            global_latency=global_load_latency(r, l2_miss),
                            local_latency=l2 if spills_miss else l1, blocks=blocks, mma_format=fmt,
-                           red_sectors=red_sectors)
+                           red_sectors=red_sectors, account=account)
                for role in roles)
 
 

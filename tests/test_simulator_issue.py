@@ -586,3 +586,39 @@ def test_committed_rates_carry_the_fitted_hold():
     from simulator.rates import RATES_CSV
     for path in (RATES_CSV, RATES_CSV.with_name("rates_h100.csv")):
         assert load_rates(path).mma_dispatch_cycles == 4.0
+
+
+# ---- stall reasons (issue.simulate's account) ----------------------------------------------
+def test_a_chain_waits_its_latency_and_two_warps_take_turns(rates):
+    from simulator.issue import simulate, stall_reasons
+
+    one: dict = {}
+    simulate([op("LOP3", ["R0"], ["R0"])] * N, 1, rates, account=one)
+    reasons = stall_reasons(one)
+    assert reasons["selected"] == 1.0
+    # every instruction after the first waits its producer's fixed latency, nothing else
+    assert reasons["wait"] == pytest.approx((rates.alu_latency_cycles - 1) * (3 * N - 1) / (3 * N))
+    assert sum(reasons.values()) - 1 - reasons["wait"] == pytest.approx(0.0, abs=1e-9)
+    # 2 warps of independent NOPs, oldest first: warp 0 issues every cycle to its end while
+    # warp 1, ready all along, is not selected; then warp 1 runs alone: of the 3 (warp 0) + 6
+    # (warp 1) warp-cycles a pair of instructions, 1 ready and not selected a pair
+    two: dict = {}
+    simulate([op("NOP")] * N, 2, rates, account=two)
+    reasons = stall_reasons(two)
+    assert reasons["not_selected"] == pytest.approx(0.5, abs=1e-9)
+    assert sum(reasons.values()) == pytest.approx(1.5, abs=1e-9)
+    gto: dict = {}
+    simulate([op("NOP")] * N, 2, rates, policy="gto", account=gto)
+    assert stall_reasons(gto) == stall_reasons(two)
+
+
+def test_the_mma_hold_is_accounted_as_dispatch_stalls(rates):
+    from simulator.issue import simulate, stall_reasons
+
+    held: dict = {}
+    simulate(_beside_mma("FFMA", 8), 1, dataclasses.replace(rates, mma_dispatch_cycles=4.0), account=held)
+    free: dict = {}
+    simulate(_beside_mma("FFMA", 8), 1, dataclasses.replace(rates, mma_dispatch_cycles=None), account=free)
+    # each mma's first FFMA waits 3 cycles more: a twelfth ninth of the instructions
+    assert stall_reasons(free)["dispatch_stall"] == 0.0
+    assert stall_reasons(held)["dispatch_stall"] == pytest.approx(3 * 12 * 3 / (3 * 12 * 9), rel=1e-6)
