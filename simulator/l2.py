@@ -87,6 +87,13 @@ class L2Phase:
     dram_write_bytes: float = 0.0
     compulsory_read_bytes: int = 0
     compulsory_write_bytes: int = 0
+    end_working_set_bytes: int | None = None
+
+    @property
+    def final_working_set_bytes(self) -> int:
+        """The re-read data of the blocks that run last (``end_working_set``; the launch's
+        working set where not given): what keeps L2 from holding dirty lines when it ends."""
+        return self.working_set_bytes if self.end_working_set_bytes is None else self.end_working_set_bytes
 
 
 @dataclass(frozen=True)
@@ -164,6 +171,19 @@ def reread_hit(p: Phase, sharers: float, working_set: int, hw: Hardware) -> floa
     return min(1.0, hw.l2_bytes / working_set) if working_set else 1.0
 
 
+def end_working_set(p: Phase, blocks: int, units: int, working_set: int) -> int:
+    """The data the last wave of launch ``p`` re-reads, of its ``working_set``: tile by tile
+    (4b) the last ``blocks`` to start are every unit's lightest, each re-reading its trips'
+    share of the unit's data (a causal forward's first row blocks read the first K, V tiles
+    only), so the working set at the end is every unit's data x the heaviest of those blocks'
+    trips / the unit's most; else the whole ``working_set`` (the blocks in flight are alike)."""
+    if not p.tile_major or not p.block_trips or not units:
+        return working_set
+    trips = sorted(p.block_trips)
+    last = min(len(trips), max(1, blocks // units))      # the last wave's blocks of a unit
+    return int(working_set * trips[last - 1] / max(trips[-1], 1))
+
+
 def _phase_l2(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> tuple[L2Phase, list[int]]:
     blocks = resident_blocks(p, tiling, w, hw)
     # in flight: the units the first blocks cover, head by head; tile by tile (4b) every unit
@@ -180,7 +200,7 @@ def _phase_l2(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> tuple[L2Ph
             kept = 1.0 if k == 0 and name in p.broadcast else hit      # (assumption 7)
             totals[2 + k] += (floor + (n - floor) * (1.0 - kept)) * b
     return L2Phase(p.name, blocks, working_set, hit, totals[2], totals[3],
-                   int(totals[0]), int(totals[1])), totals
+                   int(totals[0]), int(totals[1]), end_working_set(p, blocks, units, working_set)), totals
 
 
 def l2_traffic(phases: tuple[Phase, ...], workload: Workload, tiling: Tiling,

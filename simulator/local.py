@@ -22,9 +22,11 @@ Local traffic of a launch, from the compiled kernel (never guessed):
   blocks: an upper bound of the distinct lines). Stores go on to L2 (L1 writes through).
 Dirty residue: L2 writes back lazily, so a launch's DRAM writes miss what is still dirty in L2
 when it ends. The lines a launch streams through L2 (its compulsory reads and writes) share
-what its working set (``L2Phase.working_set_bytes``: K and V of the heads in flight, ...), kept
-by its re-reads, leaves of L2; of those, the write share ``written / (read + written)`` is
-dirty: residue = share x (capacity - working set), at most what it writes. The capacity is
+what the working set of its last blocks (``L2Phase.final_working_set_bytes``: K and V of the
+heads in flight, ...; of a causal launch run tile by tile, only the share its lightest blocks,
+which start last, re-read: ``simulator.l2.end_working_set``), kept by their re-reads, leaves of
+L2; of those, the write share ``written / (read + written)`` is dirty: residue = share x
+(capacity - working set), at most what it writes. The capacity is
 measured (``calibrate``, experiments/common/l2_residue.py's hot-set sweep:
 ``MachineRates.l2_dirty_capacity_bytes``, residue / write share of a numba kernel streaming
 one or three words read per word written; H200, 2026-12-04: 38.5-42.5 MB of the 60 MB L2).
@@ -183,4 +185,4 @@ def dirty_residue(view: L2Phase, capacity_bytes: float) -> float:
     if not moved:
         return 0.0
     share = view.compulsory_write_bytes / moved
-    return min(view.dram_write_bytes, share * max(0.0, capacity_bytes - view.working_set_bytes))
+    return min(view.dram_write_bytes, share * max(0.0, capacity_bytes - view.final_working_set_bytes))

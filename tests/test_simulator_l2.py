@@ -142,3 +142,17 @@ def test_tile_by_tile_launches_share_within_a_wave_and_miss_across_past_half_of_
     gqa = predict("flash_forward_tc", Workload(4, 16, 4096, 4096, 64, causal=True, kv_heads=4)).l2
     assert gqa.phases[0].working_set_bytes == 16 * 2 * 4096 * 64 * 4 > H200.l2_bytes / 2
     assert gqa.phases[0].hit_fraction == pytest.approx(1 - 16 / 132)
+
+
+def test_the_last_wave_of_a_tile_by_tile_launch_re_reads_its_lightest_blocks_share():
+    # causal forward, 4 x 16 heads of row blocks whose trips grow along the diagonal; 132
+    # resident blocks (one an SM), 2 of each of the 64 heads last: each head's two lightest
+    # blocks re-read their trips' share of its K, V
+    w = Workload(4, 16, 4096, 4096, 64, causal=True)
+    report = predict("flash_forward_tc", w)
+    view, trips = report.l2.phases[0], sorted(report.phases[0].block_trips)
+    assert view.end_working_set_bytes == int(view.working_set_bytes * trips[132 // 64 - 1] / trips[-1])
+    assert view.final_working_set_bytes < view.working_set_bytes / 4
+    # head by head (not causal): the blocks in flight are alike, the launch's working set
+    full = predict("flash_forward_tc", Workload(4, 16, 4096, 4096, 64)).l2.phases[0]
+    assert full.final_working_set_bytes == full.working_set_bytes
