@@ -31,10 +31,11 @@ alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cy
   ``4 / alu_per_cycle``; XU ``4 / mufu_ex2_per_cycle``; FP64 at half the FP32 rate (assumed).
   A dispatch waits for its pipe. An HMMA also holds the scheduler's FMA-pipe and ALU dispatch
   for ``MachineRates.mma_dispatch_cycles`` after it issues (measured: calibrate's mma beside
-  independent FFMA or LOP3 + VIMNMX chains, fp16 and TF32 alike, run 20-33 % slower than the
-  pipes' rates allow, and shared-memory loads beside it do not (``mma_lds_overlap``); ncu's
-  "dispatch stall" of the half forward. Why -- operand collection, register-file ports -- is
-  not measured; MUFU and the other XU work beside an mma were not timed and are not held).
+  independent FFMA or LOP3 + VIMNMX chains, fp16 and TF32 alike, ran 12-33 % slower than this
+  simulator gave them without the hold, while shared-memory loads beside an mma overlap
+  (``mma_lds_overlap``); ncu's "dispatch stall" of the half forward. Why -- operand collection,
+  register-file ports -- is not measured; MUFU and the other XU work beside an mma were not
+  timed and are not held).
   Shared memory is a queue instead: a load or store of w
   wavefronts (LDS.32 1, .64 2, .128 4; LDSM .x1/.x2/.x4 1/2/4) issues at once, is served by
   the SM's wavefront rate / 4 in order, and its data is ready ``latency`` after its service
