@@ -8,10 +8,13 @@ kernels of experiments/common/microbench.py (which says how each is timed):
 - SM clock under load (Hz); tensor core: TF32 mma.sync m16n8k8, and the half kernels' fp16 and
   bf16 m16n8k16, a cycle an SM at 4, 8, 16 warps an SM x 1, 2, 4 independent chains a warp, and
   each one's dependent latency (cycles);
-- the fp16 mma beside 0, 2, 4, 8 independent FFMA an mma, 8 and 16 warps an SM, and the
-  fraction of the shorter they fail to overlap (``mma_ffma_overlap``: does an mma take dispatch
-  cycles from FP32 work? the half forward's dispatch stalls, results/h100/stalls; not used by
-  the model yet);
+- the fp16 and TF32 mma beside 0, 2, 4, 8 independent FFMA or ALU instructions an mma, 8 and
+  16 warps an SM, and the fraction of the shorter they fail to overlap
+  (``mma_<f16|tf32>_<ffma|alu>_overlap``; tools/mma_dispatch.py fits the issue simulator's
+  ``mma_dispatch_cycles`` to them), and beside LDS.128 (``mma_lds_overlap``, fp16:
+  ``mma_f16_lds_overlap``);
+- a warp's burst of 0-12 LDS.128 before independent FFMA (``mio_burst_cycles``: how deep the
+  shared-memory queue is; not used by the model);
 - FFMA, MUFU.EX2 and ALU (LOP3 + VIMNMX) warp instructions a cycle an SM and their latencies;
 - shared memory: wavefronts a cycle an SM of conflict-free LDS / STS of 32, 64, 128 bits a
   lane; shfl.sync a cycle an SM;

@@ -716,18 +716,21 @@ _FIXED, _SHORT, _LONG = "wait", "short_scoreboard", "long_scoreboard"
 _SHORT_PIPES = _SHARED | {"shfl", "xu", "ldc", "other"}
 
 
-def _account(account, w, k, c, t, unit, unit_free, held_until, ready, producer, stalled_until,
-             released, issued_at, groups) -> None:
+def _account(account, w, k, c, t, unit, unit_free, held_until, ready, tracked, producer,
+             stalled_until, released, issued_at, groups) -> None:
     """Adds warp ``w``'s cycles since its last issue to ``account`` by reason, in the order a
     warp becomes eligible: first its stall count ("wait"), then its operands and barriers (each
     the cycles from the previous one's end to its own, in the order they end), then its
-    dispatch unit (the mma's hold, then the pipe); what is left before ``t``, not selected."""
-    account["issued"] += 1
+    dispatch unit (the mma's hold, then the pipe); what is left before ``t``, not selected. The
+    constraints are the ones the issue waited for (``simulate``'s ``own_wait``): every source,
+    a destination whose last write is scoreboarded, a DEPBAR's groups but its newest n."""
     account["selected"] += 1
     last, issued_at[w] = issued_at[w], t
-    operands = [("barrier", released[w])] + [(producer[w][s], ready[w][s]) for s in c.srcs[k] + c.dests[k]]
-    if c.depbar[k] is not None:
-        operands += [("long_scoreboard", landed) for landed in groups[w]]
+    operands = [("barrier", released[w])] + [(producer[w][s], ready[w][s]) for s in c.srcs[k]]
+    operands += [(producer[w][d], ready[w][d]) for d in c.dests[k] if tracked[w][d]]
+    n = c.depbar[k]
+    if n is not None:
+        operands += [("long_scoreboard", landed) for landed in groups[w][:max(0, len(groups[w]) - n)]]
     dispatch = [("dispatch_stall", held_until[unit]), ("math_pipe_throttle", unit_free[unit])] if unit else []
     start = last + 1
     for stage in ([("wait", stalled_until[w])], operands, dispatch):
@@ -741,8 +744,9 @@ def _account(account, w, k, c, t, unit, unit_free, held_until, ready, producer, 
 def stall_reasons(account: dict) -> dict[str, float]:
     """``simulate``'s ``account`` as cycles per issued instruction by reason (ncu's
     ``smsp__average_warps_issue_stalled_<reason>_per_issue_active``); their sum is the warps'
-    cycles between issues."""
-    n = max(account.get("issued", 0), 1)
+    cycles between issues. Over the whole simulation -- every trip, the first's ramp-up and
+    the last's tail with it -- where ``cycles_per_trip`` is the steady state."""
+    n = max(account.get("selected", 0), 1)       # one selected cycle an issued instruction
     return {reason: account[reason] / n for reason in STALL_REASONS}
 
 
@@ -792,7 +796,6 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
     if account is not None:
         for reason in STALL_REASONS:       # (a second simulation adds to the first's: roles)
             account.setdefault(reason, 0.0)
-        account.setdefault("issued", 0)
         producer = [[_FIXED] * len(names) for _ in range(warps)]  # each register's producer's class
         stalled_until = [0.0] * warps                          # the compiler's stall count
         released = [0.0] * warps                               # the last barrier's release
@@ -862,8 +865,8 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
         if unit == "fp32":
             unit = "fmaheavy" if unit_free["fmaheavy"] <= unit_free["fmalite"] else "fmalite"
         if account is not None:
-            _account(account, w, k, c, t, unit, unit_free, held_until, ready, producer, stalled_until,
-                     released, issued_at, groups)
+            _account(account, w, k, c, t, unit, unit_free, held_until, ready, tracked, producer,
+                     stalled_until, released, issued_at, groups)
         if unit is not None:
             unit_free[unit] = max(unit_free[unit], t) + interval[unit]
         if unit == "hmma" and hold:     # the FMA pipe and the ALU wait while the mma dispatches

@@ -176,12 +176,15 @@ def end_working_set(p: Phase, blocks: int, units: int, working_set: int) -> int:
     (4b) the last ``blocks`` to start are every unit's lightest, each re-reading its trips'
     share of the unit's data (a causal forward's first row blocks read the first K, V tiles
     only), so the working set at the end is every unit's data x the heaviest of those blocks'
-    trips / the unit's most; else the whole ``working_set`` (the blocks in flight are alike)."""
+    trips / the unit's most (of the units in flight: all, or ``blocks`` of them where fewer
+    blocks than units are resident); else the whole ``working_set`` (the blocks in flight are
+    alike)."""
     if not p.tile_major or not p.block_trips or not units:
         return working_set
     trips = sorted(p.block_trips)
     last = min(len(trips), max(1, blocks // units))      # the last wave's blocks of a unit
-    return int(working_set * trips[last - 1] / max(trips[-1], 1))
+    in_flight = min(1.0, blocks / units)
+    return int(working_set * in_flight * trips[last - 1] / max(trips[-1], 1))
 
 
 def _phase_l2(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> tuple[L2Phase, list[int]]:

@@ -619,6 +619,20 @@ def test_the_mma_hold_is_accounted_as_dispatch_stalls(rates):
     simulate(_beside_mma("FFMA", 8), 1, dataclasses.replace(rates, mma_dispatch_cycles=4.0), account=held)
     free: dict = {}
     simulate(_beside_mma("FFMA", 8), 1, dataclasses.replace(rates, mma_dispatch_cycles=None), account=free)
-    # each mma's first FFMA waits 3 cycles more: a twelfth ninth of the instructions
+    # each mma's first FFMA waits 3 cycles more: 3 cycles for 1 instruction in 9
     assert stall_reasons(free)["dispatch_stall"] == 0.0
     assert stall_reasons(held)["dispatch_stall"] == pytest.approx(3 * 12 * 3 / (3 * 12 * 9), rel=1e-6)
+
+
+def test_the_account_blames_only_what_the_issue_waited_for(rates):
+    from simulator.issue import simulate, stall_reasons
+
+    # an FFMA writes R5, two MUFU follow, the second writing R5 again: R5's FFMA result is not
+    # scoreboarded, so the second MUFU waits for its pipe only, as it would writing R8
+    def reasons(dest):
+        account: dict = {}
+        simulate([op("FFMA", ["R5"], ["R6", "R7"]), op("MUFU.EX2", ["R1"], ["R2"]),
+                  op("MUFU.EX2", [dest], ["R3"])], 1, rates, trips=1, account=account)
+        return stall_reasons(account)
+    assert reasons("R5") == reasons("R8")
+    assert reasons("R5")["wait"] == 0.0 and reasons("R5")["math_pipe_throttle"] > 0

@@ -145,14 +145,18 @@ def test_tile_by_tile_launches_share_within_a_wave_and_miss_across_past_half_of_
 
 
 def test_the_last_wave_of_a_tile_by_tile_launch_re_reads_its_lightest_blocks_share():
-    # causal forward, 4 x 16 heads of row blocks whose trips grow along the diagonal; 132
-    # resident blocks (one an SM), 2 of each of the 64 heads last: each head's two lightest
-    # blocks re-read their trips' share of its K, V
+    # causal forward at d = 64: 256 x 32 tiles, 16 row blocks a head of 8, 16, ..., 128 trips;
+    # 132 resident blocks (one an SM), 2 of each of the 64 heads last, the heavier of them 16
+    # trips of the head's 128: K and V's eighth
     w = Workload(4, 16, 4096, 4096, 64, causal=True)
     report = predict("flash_forward_tc", w)
-    view, trips = report.l2.phases[0], sorted(report.phases[0].block_trips)
-    assert view.end_working_set_bytes == int(view.working_set_bytes * trips[132 // 64 - 1] / trips[-1])
-    assert view.final_working_set_bytes < view.working_set_bytes / 4
+    view = report.l2.phases[0]
+    assert sorted(report.phases[0].block_trips) == list(range(8, 129, 8))
+    assert view.working_set_bytes == 64 * 2 * 4096 * 64 * 4
+    assert view.end_working_set_bytes == view.working_set_bytes // 8 == view.final_working_set_bytes
+    # fewer resident blocks than heads: only theirs are in flight at the end
+    few = predict("flash_forward_tc", Workload(4, 64, 4096, 4096, 64, causal=True)).l2.phases[0]
+    assert few.end_working_set_bytes == int(few.working_set_bytes * (132 / 256) * 8 / 128)
     # head by head (not causal): the blocks in flight are alike, the launch's working set
     full = predict("flash_forward_tc", Workload(4, 16, 4096, 4096, 64)).l2.phases[0]
-    assert full.final_working_set_bytes == full.working_set_bytes
+    assert full.end_working_set_bytes == full.final_working_set_bytes == full.working_set_bytes

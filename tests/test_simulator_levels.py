@@ -101,6 +101,11 @@ def test_dirty_residue_is_the_write_share_of_what_the_working_set_leaves():
     assert dirty_residue(view(24), 40.0) == pytest.approx(4.0)      # a working set kept hot
     assert dirty_residue(view(50), 40.0) == 0.0                      # ... filling it
     assert dirty_residue(view(0), 1e9) == 100.0          # never more than was written
+    # what the last blocks re-read (a causal launch's lightest, started last) counts, not the
+    # launch's whole working set
+    ending = L2Phase("x", 1, 50, 1.0, dram_read_bytes=300.0, dram_write_bytes=100.0,
+                     compulsory_read_bytes=300, compulsory_write_bytes=100, end_working_set_bytes=24)
+    assert dirty_residue(ending, 40.0) == pytest.approx(4.0)
 
 
 def test_makespan_fills_slots_in_launch_order():

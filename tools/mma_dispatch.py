@@ -21,6 +21,7 @@ import csv
 import dataclasses
 import statistics
 import sys
+from functools import lru_cache
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # simulator, experiments
@@ -49,6 +50,7 @@ def beside_rows(path: Path) -> list[dict]:
     return rows
 
 
+@lru_cache(maxsize=None)
 def stream(fmt: str, others: int, other: str):
     """The main loop of ``mma_kernel(4, fmt, others, other)`` as the issue simulator's ops."""
     from numba import types

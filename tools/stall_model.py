@@ -37,8 +37,9 @@ def simulated_calls(case: Case, gpu: str) -> dict[tuple[str, str], tuple]:
     def watch(kernel, variant, t, w, occ, r, fmt="tf32", spills_miss=False, resident=None, rows=None,
               l2_miss=0.0, edge=True, red_sectors=None):
         args = (kernel, variant, t, w, occ, r, fmt, spills_miss, resident, rows, l2_miss, edge, red_sectors)
+        full = lambda a: a[4].blocks_per_sm if a[8] is None else a[8]   # noqa: E731 (None: a full SM)
         best = calls.get((kernel, variant))
-        if best is None or (resident or 0, not edge) >= (best[8] or 0, not best[11]):
+        if best is None or (full(args), not edge) >= (full(best), not best[11]):
             calls[kernel, variant] = args
         return real(*args)
 

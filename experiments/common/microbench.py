@@ -1148,7 +1148,7 @@ def measure_mma_lds(bench: Bench) -> list[Measurement]:
     rows = []
     lds_rate = next((m.value for m in measure_shared_rate(bench)), None)
     for fmt, prefix in (("tf32", "mma_"), ("float16", "mma_f16_")):
-        x, own, cycles = (_x() if fmt == "tf32" else mma_inputs(fmt)), [], {}
+        x, own, cycles = mma_inputs(fmt), [], {}
         for loads in (0, 1, 2):
             runs, rates = _throughput(bench, mma_lds_kernel(loads, fmt), 16, bench.sm_count,
                                       lambda n, x=x: (x, n), OPS_PER_ITERATION["mma"], 1000)
@@ -1191,11 +1191,11 @@ def measure_mma_beside(bench: Bench) -> list[Measurement]:
     the mma alone is the 0 FFMA row); ``mma_<f16|tf32>_<ffma|alu>_overlap``: (t(mma + others)
     - max(t(mma), t(others))) / min(t(mma), t(others)), t(others) from the pipe's rate alone
     (timed here as ``measure_pipes`` times it, 32 warps an SM): 0 when one hides under the
-    other, 1 when they serialise. The issue simulator's ``mma_dispatch_cycles`` come from the
-    per-cycle rows (simulator.rates)."""
+    other, 1 when they serialise. tools/mma_dispatch.py fits the issue simulator's
+    ``mma_dispatch_cycles`` to the per-cycle rows."""
     rows, cycles = [], {}
     for fmt, other, n in mma_beside_cases():
-        x = _x() if fmt == "tf32" else mma_inputs(fmt)
+        x = mma_inputs(fmt)
         tag = FORMAT_TAG[fmt]
         for warps in MMA_BESIDE_WARPS:
             runs, rates = _throughput(bench, mma_kernel(4, fmt, n, other), warps, bench.sm_count,
@@ -1207,8 +1207,9 @@ def measure_mma_beside(bench: Bench) -> list[Measurement]:
             cycles[fmt, other, warps, n] = None if rows[-1].value is None else 1 / rows[-1].value
     alone = {}
     if not bench.simulated:             # each pipe's rate alone, as measure_pipes times it
+        x = _x()
         for other, mode in (("ffma", FFMA), ("alu", ALU)):
-            _, rates = _throughput(bench, pipe_kernel(8), 32, bench.sm_count, lambda k, m=mode: (m, _x(), k),
+            _, rates = _throughput(bench, pipe_kernel(8), 32, bench.sm_count, lambda k, m=mode: (m, x, k),
                                    OPS_PER_ITERATION["pipe"], 100)
             alone[other] = float(np.median(rates))
     for fmt, other, n in mma_beside_cases():
