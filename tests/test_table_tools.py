@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 
-TOOLS = Path(__file__).resolve().parent.parent / "tools"
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / "tools"
 sys.path.append(str(TOOLS))     # after the packages: a tool never shadows one
 
 import kernel_resources as kr  # noqa: E402
@@ -56,3 +57,31 @@ def test_experiments_add_their_own_tilings(throughput_trips):
     assert kr.experiment_keys(["fig2_middle"]) == [
         ("flash_forward_v1", "", 64, 128, 64, False), ("flash_forward_v1", "", 64, 256, 64, False),
         ("flash_forward_v2", "", 64, 64, 64, False), ("flash_forward_v2", "", 64, 128, 64, False)]
+
+
+def test_stall_model_reads_ncus_stall_reasons_by_kernel_name():
+    import stall_model
+
+    stalls = ROOT / "results" / "h100" / "stalls"
+    backward = stall_model.ncu_reasons(stalls / "ncu_backward_standard_stall_reasons_2026-12-06.txt",
+                                       "flash_backward_half")
+    assert backward["wait"] == 1.58 and backward["mio_throttle"] == 0.76 and backward["selected"] == 1.0
+    # the model's standard_matmul is ncu's matmul; a kernel the file lacks is None
+    matmul = stall_model.ncu_reasons(stalls / "ncu_backward_standard_stall_reasons_2026-12-06.txt",
+                                     "standard_matmul")
+    assert matmul["not_selected"] == 1.39
+    assert stall_model.ncu_reasons(stalls / "ncu_half_stall_reasons.txt", "flash_backward_tc") is None
+    # a file whose kernel lines carry no module prefix
+    forward = stall_model.ncu_reasons(stalls / "ncu_half_stall_reasons.txt", "flash_forward_half")
+    assert forward["dispatch_stall"] == 0.36
+
+
+def test_mma_dispatch_reads_the_mma_beside_rows_with_values():
+    import mma_dispatch
+
+    rows = mma_dispatch.beside_rows(ROOT / "simulator" / "rates_h100.csv")
+    quantities = {r["quantity"] for r in rows}
+    assert quantities == {f"mma_{tag}_{other}_per_cycle_per_sm" for tag in ("f16", "tf32") for other in ("ffma", "alu")}
+    assert len(rows) == 28          # 0 / 2 / 4 / 8 FFMA and 2 / 4 / 8 ALU, 8 and 16 warps, 2 formats
+    assert {r["quantity"] for r in mma_dispatch.beside_rows(ROOT / "simulator" / "rates_h200.csv")} == {
+        "mma_f16_ffma_per_cycle_per_sm"}
