@@ -333,7 +333,7 @@ def repredict(kernels_csv: Path) -> list[dict]:
     for label, launches in read_kernels(kernels_csv).items():
         case = Case.from_label(label)
         counters = Counters(0, 0, 0, 0, 0, len(launches), tuple(k for _, k in launches))
-        gpu = model.gpu_of_device(measurement(launches[0][0])["measured_device"])
+        gpu = _measured_gpu(launches)
         case_rows, _ = rows_for(case, splits.get(label, "other"), counters, gpu)
         for row in case_rows:
             row.update(measurement(launches[0][0]))
@@ -356,10 +356,18 @@ def read_kernels(kernels_csv: Path) -> dict[str, list[tuple[dict, dict]]]:
     return by_case
 
 
+def _measured_gpu(launches: list) -> str:
+    """The Hardware of the GPU a case's launches (``read_kernels``) were measured on
+    (``model.gpu_of_device`` of the first one's device)."""
+    from experiments.common.repredict import measurement
+
+    return model.gpu_of_device(measurement(launches[0][0])["measured_device"])
+
+
 def per_launch(kernels_csv: Path) -> list[dict]:
     """Each kernel launch of a GPU run's raw counters (its ``levels_kernels*.csv``) beside the
     model's prediction for that launch (``report.launch_levels``) on the GPU measured
-    (``model.gpu_of_device``: an H100 by its datasheet, without machine rates, so no time): a
+    (``_measured_gpu``: an H100 by its datasheet and its own calibrate rates): a
     row per case, algorithm, launch and level, with the launch's phase (the model's name),
     kernel (ncu's, without its signature) and ``predicted_for`` (the Hardware), and the
     measurement's device, date and commit in ``measured_*`` columns."""
@@ -368,7 +376,7 @@ def per_launch(kernels_csv: Path) -> list[dict]:
     rows = []
     for label, launches in read_kernels(kernels_csv).items():
         case = Case.from_label(label)
-        gpu = model.gpu_of_device(measurement(launches[0][0])["measured_device"])
+        gpu = _measured_gpu(launches)
         reports = dict(zip(case.simulator_algorithms(), model.reports(case, gpu=gpu)))
         for r, kernel in launches:
             report = reports[r["algorithm"]]

@@ -792,8 +792,8 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
     pc = [0] * warps
     resume = [0.0] * warps                                     # barrier release
     unit_free = dict.fromkeys(interval, 0.0)
-    held_until = dict.fromkeys(interval, 0.0)                  # the mma's hold on each unit
     if account is not None:
+        held_until = dict.fromkeys(interval, 0.0)              # the mma's hold on each unit
         for reason in STALL_REASONS:       # (a second simulation adds to the first's: roles)
             account.setdefault(reason, 0.0)
         producer = [[_FIXED] * len(names) for _ in range(warps)]  # each register's producer's class
@@ -872,7 +872,8 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
         if unit == "hmma" and hold:     # the FMA pipe and the ALU wait while the mma dispatches
             for held in _HELD_BY_MMA:
                 unit_free[held] = max(unit_free[held], t + hold)
-                held_until[held] = max(held_until[held], t + hold)
+                if account is not None:
+                    held_until[held] = max(held_until[held], t + hold)
         start = t
         queue = c.queues[k]
         if queue is not None:

@@ -296,6 +296,15 @@ def mma_inputs(fmt: str):
     return cuda.to_device((halves << np.uint32(16)) | halves)
 
 
+def _mma_product(fmt: str):
+    """The mma.sync device function of ``fmt``: TF32 m16n8k8 ("tf32"), or m16n8k16 of
+    "float16" / "bfloat16" operands as the half kernels issue it (``half.half_ops``)."""
+    if fmt == "tf32":
+        return primitives().mma_tf32
+    from numba_flash.kernels.half import half_ops
+    return half_ops(fmt).mma
+
+
 #: The FFMA chains' v <- v a + b beside ``mma_kernel``'s mma.
 FFMA_A, FFMA_B = np.float32(0.625), np.float32(0.375)
 
@@ -311,11 +320,7 @@ def mma_kernel(ilp: int, fmt: str = "tf32", others: int = 0, other: str = "ffma"
     LOP3 + VIMNMX u <- max(u ^ a, b) on 32-bit integers (two ALU instructions a step, as
     ``pipe_kernel`` times them; a, b from the thread and the iteration count; ``others`` even);
     0: the mma alone."""
-    if fmt == "tf32":
-        product = primitives().mma_tf32
-    else:
-        from numba_flash.kernels.half import half_ops
-        product = half_ops(fmt).mma
+    product = _mma_product(fmt)
     if other not in ("ffma", "alu") or (other == "alu" and others % 2):
         raise ValueError(f"other {other!r} with {others} an mma: 'ffma', or 'alu' with an even count")
     ffmas, steps = (others, 0) if other == "ffma" else (0, others // 2)
@@ -410,13 +415,7 @@ def mma_lds_kernel(loads: int, fmt: str = "tf32"):
     ``mma_inputs(fmt)``), ``OPS_PER_ITERATION["mma"]`` mma an iteration, and beside them,
     independent of them, ``loads`` conflict-free warp-wide LDS.128 an mma (loads = 0: the mma
     alone); a load's words are XORed into an accumulator, so none is dropped."""
-    p, mark, numbered = primitives(), _mark(), _numbered()
-    lds4 = p.lds4
-    if fmt == "tf32":
-        product = p.mma_tf32
-    else:
-        from numba_flash.kernels.half import half_ops
-        product = half_ops(fmt).mma
+    lds4, mark, numbered, product = primitives().lds4, _mark(), _numbered(), _mma_product(fmt)
     chains, unroll = 4, OPS_PER_ITERATION["mma"] // 4
     mask, span = SHARED_WORDS - 1, WARP * 4
 
@@ -1193,19 +1192,18 @@ def measure_mma_beside(bench: Bench) -> list[Measurement]:
     (timed here as ``measure_pipes`` times it, 32 warps an SM): 0 when one hides under the
     other, 1 when they serialise. tools/mma_dispatch.py fits the issue simulator's
     ``mma_dispatch_cycles`` to the per-cycle rows."""
-    rows, cycles = [], {}
+    timed = {}                          # (fmt, other, warps, n) -> its row
     for fmt, other, n in mma_beside_cases():
         x = mma_inputs(fmt)
-        tag = FORMAT_TAG[fmt]
         for warps in MMA_BESIDE_WARPS:
             runs, rates = _throughput(bench, mma_kernel(4, fmt, n, other), warps, bench.sm_count,
                                       lambda k, x=x: (x, k), OPS_PER_ITERATION["mma"], 1000)
-            rows.append(bench.measurement(
-                f"mma_{tag}_{other}_per_cycle_per_sm", "mma/cycle/SM", "clock64, one block an SM",
-                runs, rates, warps_per_sm=warps, ilp=4,
-                detail=f"{n} {other.upper()} an mma beside it"))
-            cycles[fmt, other, warps, n] = None if rows[-1].value is None else 1 / rows[-1].value
-    alone = {}
+            timed[fmt, other, warps, n] = bench.measurement(
+                f"mma_{FORMAT_TAG[fmt]}_{other}_per_cycle_per_sm", "mma/cycle/SM",
+                "clock64, one block an SM", runs, rates, warps_per_sm=warps, ilp=4,
+                detail=f"{n} {other.upper()} an mma beside it")
+    cycles = lambda row: None if row.value is None else 1 / row.value   # noqa: E731 (an mma, SM-wide)
+    rows, alone = list(timed.values()), {}
     if not bench.simulated:             # each pipe's rate alone, as measure_pipes times it
         x = _x()
         for other, mode in (("ffma", FFMA), ("alu", ALU)):
@@ -1218,13 +1216,11 @@ def measure_mma_beside(bench: Bench) -> list[Measurement]:
         tag = FORMAT_TAG[fmt]
         for warps in MMA_BESIDE_WARPS:
             t_other = n / alone[other] if other in alone else None   # cycles of them an mma (SM-wide)
-            sources = [m for m in rows if m.warps_per_sm == warps and (
-                m.quantity == f"mma_{tag}_{other}_per_cycle_per_sm" and m.detail.startswith(f"{n} ")
-                or m.quantity == f"mma_{tag}_ffma_per_cycle_per_sm" and m.detail.startswith("0 "))]
+            mixed, mma = timed[fmt, other, warps, n], timed[fmt, "ffma", warps, 0]
             rows.append(_overlap(bench, f"mma_{tag}_{other}_overlap",
                                  f"from mma_{tag}_{other}_per_cycle_per_sm and the {other} rate alone",
-                                 cycles[fmt, other, warps, n], cycles[fmt, "ffma", warps, 0], t_other,
-                                 sources, warps, f"{n} {other.upper()} an mma"))
+                                 cycles(mixed), cycles(mma), t_other, [mma, mixed], warps,
+                                 f"{n} {other.upper()} an mma"))
     return rows
 
 
