@@ -85,3 +85,29 @@ def test_mma_dispatch_reads_the_mma_beside_rows_with_values():
     assert len(rows) == 28          # 0 / 2 / 4 / 8 FFMA and 2 / 4 / 8 ALU, 8 and 16 warps, 2 formats
     assert {r["quantity"] for r in mma_dispatch.beside_rows(ROOT / "simulator" / "rates_h200.csv")} == {
         "mma_f16_ffma_per_cycle_per_sm"}
+
+
+def test_device_folders_replace_the_rows_they_hold(tmp_path):
+    # a tools/device_sass.py folder of one kernel: its SASS (a spill refill of 8 bytes and a
+    # spill of 4, a local array's store of 4), STAMP and attributes
+    import json
+    row = _table()[0]
+    name = "_".join(v for v in (row["kernel"], row["function"], row["variant"], row["Br"], row["Bc"],
+                                row["d"], row["causal"]) if v) + ".sass"
+    (tmp_path / name).write_text(
+        "        .text.kernel:\n"
+        "        /*0000*/                   LDL.64 R20, [R1+0x8]          (*\"SpillRefill\"*);\n"
+        "        /*0010*/                   STL [R1+0x4], R6          (*\"SpillRefill\"*);\n"
+        "        /*0020*/                   STL [R1+0x10], R7 ;\n"
+        "        /*0030*/                   EXIT ;\n")
+    (tmp_path / "STAMP").write_text(json.dumps({name: {"kernel_source": row["kernel_source"],
+                                                       "ptxas": "device: test", "date": "2026-12-06"}}))
+    (tmp_path / "attrs.json").write_text(json.dumps([{"name": name, "regs": 96, "local": 24, "shared": 0}]))
+    found, stamp = kr.device_resources(tmp_path, name)
+    assert found == {"registers": 96, "static_smem_bytes": 0, "stack_frame_bytes": 24,
+                     "spill_store_bytes": 4, "spill_load_bytes": 8}
+    assert stamp == {"ptxas": "device: test", "date": "2026-12-06"}
+    assert kr.device_resources(tmp_path, "other.sass") is None
+    assert kr.device_held(tmp_path, row)
+    assert not kr.device_held(tmp_path, _table()[1])                              # not in the folder
+    assert not kr.device_held(tmp_path, {**row, "kernel_source": "0" * 16})       # other sources

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
+import json
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -56,6 +57,7 @@ from simulator.flash import SPARSE_VARIANT
 from simulator.fp16x3 import (VARIANT as FP16X3, default_tiling as fp16x3_tiling, parts_width, prep_launch,
                               split_threads)
 from simulator.occupancy import asked_variant
+from simulator.sass import parse, tally
 from simulator.spec import Mask
 from simulator.tiling import Tiling, table_variant
 
@@ -217,14 +219,41 @@ def _blank(value) -> str:
     return "" if value is None else str(value)
 
 
-def measure(chosen, index: int) -> dict[str, str]:
+def device_resources(folder: Path, name: str) -> tuple[dict[str, int], dict[str, str]] | None:
+    """The resources of the kernel whose SASS file is ``name`` in ``folder``, a folder of
+    tools/device_sass.py (compiled on the GPU as a launch compiles it): registers, static
+    shared memory and stack frame from the loaded function's attributes (``attrs.json``), spill
+    bytes from the SASS's SpillRefill-marked LDL / STL (ptxas -v's figures); with its STAMP
+    (the device's compiler and date). None where the folder lacks the kernel."""
+    attrs = {a["name"]: a for a in json.loads((folder / "attrs.json").read_text())}
+    if name not in attrs or not (folder / name).exists():
+        return None
+    a = attrs[name]
+    counts, _ = tally(parse((folder / name).read_text()))
+    stamp = json.loads((folder / "STAMP").read_text())[name]
+    return ({"registers": a["regs"], "static_smem_bytes": a["shared"], "stack_frame_bytes": a["local"],
+             "spill_store_bytes": counts["spill_store_bytes"], "spill_load_bytes": counts["spill_load_bytes"]},
+            {"ptxas": stamp["ptxas"], "date": stamp["date"]})
+
+
+def measure(chosen, index: int, device: Path | None = None) -> dict[str, str]:
     """Compile configuration ``index`` of ``configurations(*chosen)``; its CSV row (ptxas and
-    date columns left out)."""
+    date columns left out). ``device``: a tools/device_sass.py folder; a kernel it holds (of
+    the sources as they are now) is read from there instead, ptxas and date columns its
+    compiler's and day's."""
     config = configurations(*chosen)[index]
     tiling = config.tiling
     kernel = config.make(tiling)
     cap = register_cap(kernel)
-    found = ptxas_resources(sm90_ptx(config.kind, kernel), cap)
+    stamp = {}
+    found = None
+    if device is not None:
+        from kernel_sass import _file_name, _key   # noqa: PLC0415 (the SASS tool's file names)
+        from_device = device_resources(device, _file_name(_key(config, kernel)))
+        if from_device is not None:
+            found, stamp = from_device
+    if found is None:
+        found = ptxas_resources(sm90_ptx(config.kind, kernel), cap)
     row = {"kernel": config.kernel, "function": kernel.py_func.__name__,
            "variant": table_variant(config.variant, tiling),
            "Br": _blank(tiling and tiling.Br), "Bc": _blank(tiling and tiling.Bc),
@@ -232,7 +261,7 @@ def measure(chosen, index: int) -> dict[str, str]:
            "threads": str(tiling.threads_for(config.kernel) if tiling else config.threads),
            "dynamic_smem_bytes": str(tiling.smem_bytes(config.kernel, config.tile_d) if tiling else 0),
            "register_cap": _blank(cap),
-           "kernel_source": kernel_cache.function_digest(kernel.py_func.__name__)}
+           "kernel_source": kernel_cache.function_digest(kernel.py_func.__name__), **stamp}
     row.update({key: str(value) for key, value in found.items()})
     print(f"{row['kernel']:18s} {row['variant']:13s} d={row['d']:4s} causal={row['causal']:5s} "
           f"{row['Br']:>3s}x{row['Bc']:<3s} {row['threads']:>4s} threads  {row['registers']:>3s} "
@@ -292,14 +321,29 @@ def main(argv) -> None:
     add_selection_arguments(parser)
     parser.add_argument("--jobs", type=int, default=2, help="parallel compiles")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--from-device", type=Path, metavar="DIR",
+                        help="take the kernels that tools/device_sass.py compiled on the GPU into "
+                             "DIR from there (with --add: in place of the rows the table holds)")
     args = parser.parse_args(argv)
     chosen = selection(args)
     kept = kept_rows(args.out) if args.add else []
+    if args.from_device:
+        kept = [r for r in kept if not device_held(args.from_device, r)]
     indices = missing(chosen, {row_key(r) for r in kept})
     with ProcessPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(measure, [chosen] * len(indices), indices))
+        rows = list(pool.map(measure, [chosen] * len(indices), indices,
+                             [args.from_device] * len(indices)))
     write_table(args.out, COLUMNS, kept + rows, ptxas_version(), datetime.date.today().isoformat())
     print(f"{len(indices)} kernels compiled, {len(kept)} rows kept -> {args.out}")
+
+
+def device_held(folder: Path, row) -> bool:
+    """Whether the tools/device_sass.py folder holds the kernel of table row ``row`` (a dict
+    with the key columns and ``function``), compiled from its current sources."""
+    stamps = json.loads((folder / "STAMP").read_text())
+    name = "_".join(v for v in (row["kernel"], row["function"], row["variant"], row["Br"], row["Bc"],
+                                row["d"], row["causal"]) if v) + ".sass"
+    return name in stamps and stamps[name]["kernel_source"] == row["kernel_source"]
 
 
 def write_table(path: Path, columns, rows, ptxas: str, date: str) -> None:

@@ -42,8 +42,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # simulator, numba_flash
 
 from compile_check import SIGS, ptxas_version, register_cap, sm90_ptx
-from kernel_resources import (add_selection_arguments, configurations, kept_rows, missing, row_key,
-                              selection, write_table)
+from kernel_resources import (add_selection_arguments, configurations, device_held, kept_rows, missing,
+                              row_key, selection, write_table)
 from simulator.tiling import table_variant
 from numba.cuda import compile_ptx
 
@@ -206,6 +206,8 @@ def main(argv) -> None:
     chosen = selection(args)
     digest, stamps = stamps_of(args)
     kept = kept_rows(args.out) if args.add else []
+    if args.from_sass:      # what the folder holds replaces the table's rows of it
+        kept = [r for r in kept if not device_held(args.from_sass, r)]
     indices = missing(chosen, {row_key(r) for r in kept})
     rows = []
     with ProcessPoolExecutor(args.jobs) as pool:

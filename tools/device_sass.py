@@ -1,0 +1,106 @@
+"""The kernel tables' kernels as the GPU runs them: on a GPU machine, each configuration of
+tools/kernel_resources.py compiled the way a launch compiles it (numba-cuda's dispatcher: NVVM
+for the device's compute capability, sm_90a on Hopper, then numba-cuda's linker, nvJitLink or
+the driver's), disassembled there (``nvdisasm -c -hex``; ``-g`` of a second link of the
+line-info PTX where its instructions are the same, as tools/kernel_sass.py's ``annotated``),
+written in tools/kernel_sass.py's ``--keep`` layout (FILE.sass, STAMP) with each loaded
+function's attributes (attrs.json: registers, stack frame, static shared memory). Then, here:
+
+    python tools/kernel_resources.py --add --from-device DIR ...
+    python tools/kernel_sass.py --add --from-sass DIR ... ; python tools/kernel_loops.py --add --from-sass DIR ...
+
+replace the tables' rows of the kernels DIR holds. Why: the tables were assembled by a
+standalone ``ptxas -arch=sm_90``, whose code is not the launched one (the tensor-core
+forward's local traffic measured by ncu on the H200 is 8 B a trip at d = 32 where ptxas spills
+nothing, 16 B at d = 64 against its 12; nvJitLink links the same PTX to other spills again).
+
+    python3 tools/device_sass.py DIR [--max-d 128] [--jobs 16] [--only KERNEL ...]
+"""
+import argparse, datetime, json, os, shutil, subprocess, sys, tempfile, time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+
+ROOT = os.getcwd()
+sys.path[:0] = [ROOT, os.path.join(ROOT, "tools")]
+
+
+def _bytes(obj) -> bytes:
+    """A linker result's bytes (cuda.core ObjectCode, or bytes)."""
+    return bytes(obj.code if hasattr(obj, "code") else obj)
+
+
+def _disasm(cubin: bytes, lines: bool) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run(["nvdisasm", "-c", "-hex", *(["-g"] if lines else []), f.name],
+                              capture_output=True, text=True, check=True).stdout
+
+
+def build(i, max_d):
+    import warnings
+    import kernel_resources as kr
+    import kernel_sass as ks
+    from compile_check import SIGS
+    from numba.cuda import compile_ptx
+    from numba.cuda.cudadrv import driver
+    from numba_flash import kernel_cache
+    from simulator.sass import parse
+    c = [c for c in kr.configurations(kr.HEAD_DIMS) if (c.d or 0) <= max_d][i]
+    t0 = time.time()
+    k = c.make(c.tiling)
+    k.compile(SIGS[c.kind])
+    (sig, ov), = k.overloads.items()
+    lib = ov._codelibrary
+    cc = lib._ensure_cc(None)
+    cubin = _bytes(lib.get_cubin(cc=cc))
+    a = lib.get_cufunc().attrs
+    plain = _disasm(cubin, False)
+    cap = k.targetoptions.get("max_registers")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore")
+        ptx, _ = compile_ptx(k.py_func, SIGS[c.kind], cc=cc, fastmath=False, lineinfo=True)
+    linker = driver._Linker(max_registers=cap, lineinfo=True, cc=cc)
+    linker.add_ptx(ptx.encode(), "k.ptx")
+    lined = _disasm(_bytes(linker.complete()), True)
+    same = parse(lined) == parse(plain)
+    key = ks._key(c, k)
+    name = ks._file_name(key)
+    stamp = {"kernel_source": kernel_cache.function_digest(k.py_func.__name__),
+             "ptxas": f"device: numba-cuda link for sm_{cc[0]}{cc[1]}{cc[2]} "
+                      f"(nvJitLink {driver._have_nvjitlink()}), driver {driver.driver.get_version()}",
+             "date": datetime.date.today().isoformat()}
+    return name, (lined if same else plain), stamp, {
+        "name": name, **key, "regs": a.regs, "local": a.local, "shared": a.shared,
+        "register_cap": cap, "lines_same": same, "seconds": round(time.time() - t0, 1)}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--max-d", type=int, default=128)
+    ap.add_argument("--jobs", type=int, default=16)
+    ap.add_argument("--only", nargs="*")
+    a = ap.parse_args()
+    import kernel_resources as kr
+    os.makedirs(a.out, exist_ok=True)
+    configs = [c for c in kr.configurations(kr.HEAD_DIMS) if (c.d or 0) <= a.max_d]
+    todo = [i for i, c in enumerate(configs) if not a.only or c.kernel in a.only]
+    print(len(todo), "configurations; nvdisasm", shutil.which("nvdisasm"), flush=True)
+    stamps, attrs = {}, []
+    with ProcessPoolExecutor(a.jobs) as pool:
+        for f in as_completed([pool.submit(build, i, a.max_d) for i in todo]):
+            try:
+                name, text, stamp, row = f.result()
+            except Exception as exc:
+                print("failed:", type(exc).__name__, str(exc)[:300], flush=True)
+                continue
+            open(os.path.join(a.out, name), "w").write(text)
+            stamps[name] = stamp
+            attrs.append(row)
+            json.dump(stamps, open(os.path.join(a.out, "STAMP"), "w"), indent=0, sort_keys=True)
+            json.dump(attrs, open(os.path.join(a.out, "attrs.json"), "w"), indent=0)
+            print(name, row["regs"], row["local"], row["lines_same"], row["seconds"], flush=True)
+
+
+if __name__ == "__main__":
+    main()
