@@ -10,9 +10,13 @@ function's attributes (attrs.json: registers, stack frame, static shared memory)
     python tools/kernel_sass.py --add --from-sass DIR ... ; python tools/kernel_loops.py --add --from-sass DIR ...
 
 replace the tables' rows of the kernels DIR holds. Why: the tables were assembled by a
-standalone ``ptxas -arch=sm_90``, whose code is not the launched one (the tensor-core
-forward's local traffic measured by ncu on the H200 is 8 B a trip at d = 32 where ptxas spills
-nothing, 16 B at d = 64 against its 12; nvJitLink links the same PTX to other spills again).
+standalone ``ptxas -arch=sm_90 -maxrregcount``, and a launch links a kernel with a register cap
+otherwise. Run on an H100 machine on 2026-12-06 (53 kernels at d = 32-128,
+results/h100/compile/): the 31 uncapped kernels are the tables' code instruction for
+instruction, 21 of the 22 capped ones are not (the tensor-core forward refills 8 / 16 / 104 B
+a trip at d = 32 / 64 / 80, ncu's 8 / 16 / 100, where the tables have 0 / 12 / 180). There the
+line-info link gave other instructions for every kernel, so each file is the plain
+disassembly, without source lines (``lines_same`` in attrs.json).
 
     python3 tools/device_sass.py DIR [--max-d 128] [--jobs 16] [--only KERNEL ...]
 """
