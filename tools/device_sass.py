@@ -4,7 +4,8 @@ for the device's compute capability, sm_90a on Hopper, then numba-cuda's linker,
 the driver's), disassembled there (``nvdisasm -c -hex``; ``-g`` of a second link of the
 line-info PTX where its instructions are the same, as tools/kernel_sass.py's ``annotated``),
 written in tools/kernel_sass.py's ``--keep`` layout (FILE.sass, STAMP) with each loaded
-function's attributes (attrs.json: registers, stack frame, static shared memory). Then, here:
+function's attributes (attrs.json: registers, stack frame, static shared memory) and the PTX
+the dispatcher linked (FILE.ptx). Then, here:
 
     python tools/kernel_resources.py --add --from-device DIR ...
     python tools/kernel_sass.py --add --from-sass DIR ... ; python tools/kernel_loops.py --add --from-sass DIR ...
@@ -73,9 +74,11 @@ def build(i, max_d):
              "ptxas": f"device: numba-cuda link for sm_{cc[0]}{cc[1]}{cc[2]} "
                       f"(nvJitLink {driver._have_nvjitlink()}), driver {driver.driver.get_version()}",
              "date": datetime.date.today().isoformat()}
-    return name, (lined if same else plain), stamp, {
+    return name, (lined if same else plain), lib.get_asm_str(cc=cc), stamp, {
         "name": name, **key, "regs": a.regs, "local": a.local, "shared": a.shared,
-        "register_cap": cap, "lines_same": same, "seconds": round(time.time() - t0, 1)}
+        "register_cap": cap, "lines_same": same, "lto": bool(getattr(lib, "_lto", False)),
+        "linked_files": [str(f) for f in getattr(lib, "_linking_files", ())],
+        "seconds": round(time.time() - t0, 1)}
 
 
 def main():
@@ -94,11 +97,12 @@ def main():
     with ProcessPoolExecutor(a.jobs) as pool:
         for f in as_completed([pool.submit(build, i, a.max_d) for i in todo]):
             try:
-                name, text, stamp, row = f.result()
+                name, text, ptx, stamp, row = f.result()
             except Exception as exc:
                 print("failed:", type(exc).__name__, str(exc)[:300], flush=True)
                 continue
             open(os.path.join(a.out, name), "w").write(text)
+            open(os.path.join(a.out, name[:-len(".sass")] + ".ptx"), "w").write(ptx)
             stamps[name] = stamp
             attrs.append(row)
             json.dump(stamps, open(os.path.join(a.out, "STAMP"), "w"), indent=0, sort_keys=True)
