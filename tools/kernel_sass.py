@@ -23,7 +23,9 @@ digest of all of them is taken before and after). Each row names its kernel's so
 could be had) and its kernel-source digest, ptxas version and date in ``DIR/STAMP`` (JSON, by
 file name); ``--from-sass DIR`` recounts from those files without compiling (after a change to
 simulator/sass.py's classes) where a file's digest is still its kernel's sources', and compiles
-the others (with ``--keep DIR`` too: a run cut short goes on where it stopped).
+the others (with ``--keep DIR`` too: a run cut short goes on where it stopped). A folder of
+tools/device_sass.py (the kernels as a launch on the GPU compiles them) reads the same way;
+with ``--add``, the kernels a folder holds replace the table's rows of them.
 """
 from __future__ import annotations
 
@@ -169,7 +171,9 @@ def arguments(argv, description: str, out: Path) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=out)
     parser.add_argument("--keep", type=Path, help="write each kernel's SASS to this folder")
     parser.add_argument("--from-sass", type=Path, help="read each kernel's SASS from this folder "
-                        "(written by --keep) instead of compiling it, where it is there")
+                        "(written by --keep, or by tools/device_sass.py on a GPU) instead of "
+                        "compiling it, where it is there; with --add the folder's kernels "
+                        "replace the rows the table holds of them")
     return parser.parse_args(argv)
 
 
