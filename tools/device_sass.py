@@ -1,11 +1,12 @@
 """The kernel tables' kernels as the GPU runs them: on a GPU machine, each configuration of
 tools/kernel_resources.py compiled the way a launch compiles it (numba-cuda's dispatcher: NVVM
-for the device's compute capability, sm_90a on Hopper, then numba-cuda's linker, nvJitLink or
-the driver's), disassembled there (``nvdisasm -c -hex``; ``-g`` of a second link of the
-line-info PTX where its instructions are the same, as tools/kernel_sass.py's ``annotated``),
+for the device's compute capability, sm_90a on Hopper, as LTO-IR linked by nvJitLink with
+``-lto`` where nvJitLink is installed -- numba-cuda's default -- else PTX), disassembled there
+(``nvdisasm -c -hex``; ``-g`` of a second, line-info link of the same kind where its
+instructions are the same, as tools/kernel_sass.py's ``annotated``),
 written in tools/kernel_sass.py's ``--keep`` layout (FILE.sass, STAMP) with each loaded
-function's attributes (attrs.json: registers, stack frame, static shared memory) and the PTX
-the dispatcher linked (FILE.ptx). Then, here:
+function's attributes (attrs.json: registers, stack frame, static shared memory) and the
+dispatcher's PTX of the kernel (FILE.ptx). Then, here:
 
     python tools/kernel_resources.py --add --from-device DIR ...
     python tools/kernel_sass.py --add --from-sass DIR ... ; python tools/kernel_loops.py --add --from-sass DIR ...
@@ -15,9 +16,11 @@ standalone ``ptxas -arch=sm_90 -maxrregcount``, and a launch links a kernel with
 otherwise. Run on an H100 machine on 2026-12-06 (53 kernels at d = 32-128,
 results/h100/compile/): the 31 uncapped kernels are the tables' code instruction for
 instruction, 21 of the 22 capped ones are not (the tensor-core forward refills 8 / 16 / 104 B
-a trip at d = 32 / 64 / 80, ncu's 8 / 16 / 100, where the tables have 0 / 12 / 180). There the
-line-info link gave other instructions for every kernel, so each file is the plain
-disassembly, without source lines (``lines_same`` in attrs.json).
+a trip at d = 32 / 64 / 80, ncu's 8 / 16 / 100, where the tables have 0 / 12 / 180): a launch
+links LTO-IR (results/h100/compile/lto_reproduce.py gives the same code without a GPU). That
+run's line-info link was of PTX and gave other instructions for every kernel, so its files are
+the plain disassembly, without source lines (``lines_same`` in attrs.json); it now links
+line-info LTO-IR where the launch links LTO-IR.
 
     python3 tools/device_sass.py DIR [--max-d 128] [--jobs 16] [--only KERNEL ...]
 """
@@ -46,6 +49,7 @@ def build(i, max_d):
     import kernel_resources as kr
     import kernel_sass as ks
     from compile_check import SIGS
+    from numba import cuda
     from numba.cuda import compile_ptx
     from numba.cuda.cudadrv import driver
     from numba_flash import kernel_cache
@@ -61,11 +65,19 @@ def build(i, max_d):
     a = lib.get_cufunc().attrs
     plain = _disasm(cubin, False)
     cap = k.targetoptions.get("max_registers")
+    lto = bool(getattr(lib, "_lto", False))    # numba-cuda links LTO-IR where nvJitLink is there
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore")
-        ptx, _ = compile_ptx(k.py_func, SIGS[c.kind], cc=cc, fastmath=False, lineinfo=True)
-    linker = driver._Linker(max_registers=cap, lineinfo=True, cc=cc)
-    linker.add_ptx(ptx.encode(), "k.ptx")
+        if lto:
+            code, _ = cuda.compile(k.py_func, SIGS[c.kind], device=False, abi="numba", cc=cc,
+                                   output="ltoir", fastmath=False, lineinfo=True)
+        else:
+            code, _ = compile_ptx(k.py_func, SIGS[c.kind], cc=cc, fastmath=False, lineinfo=True)
+    linker = driver._Linker(max_registers=cap, lineinfo=True, cc=cc, lto=lto)
+    if lto:
+        linker.add_ltoir(bytes(code), "k.ltoir")
+    else:
+        linker.add_ptx(code.encode(), "k.ptx")
     lined = _disasm(_bytes(linker.complete()), True)
     same = parse(lined) == parse(plain)
     key = ks._key(c, k)
@@ -76,7 +88,7 @@ def build(i, max_d):
              "date": datetime.date.today().isoformat()}
     return name, (lined if same else plain), lib.get_asm_str(cc=cc), stamp, {
         "name": name, **key, "regs": a.regs, "local": a.local, "shared": a.shared,
-        "register_cap": cap, "lines_same": same, "lto": bool(getattr(lib, "_lto", False)),
+        "register_cap": cap, "lines_same": same, "lto": lto,
         "linked_files": [str(f) for f in getattr(lib, "_linking_files", ())],
         "seconds": round(time.time() - t0, 1)}
 
