@@ -103,11 +103,12 @@ def test_device_folders_replace_the_rows_they_hold(tmp_path):
     (tmp_path / "STAMP").write_text(json.dumps({name: {"kernel_source": row["kernel_source"],
                                                        "ptxas": "device: test", "date": "2026-12-06"}}))
     (tmp_path / "attrs.json").write_text(json.dumps([{"name": name, "regs": 96, "local": 24, "shared": 0}]))
-    found, stamp = kr.device_resources(tmp_path, name)
+    found, stamp = kr.device_resources(tmp_path, name, row["kernel_source"])
     assert found == {"registers": 96, "static_smem_bytes": 0, "stack_frame_bytes": 24,
                      "spill_store_bytes": 4, "spill_load_bytes": 8}
     assert stamp == {"ptxas": "device: test", "date": "2026-12-06"}
-    assert kr.device_resources(tmp_path, "other.sass") is None
+    assert kr.device_resources(tmp_path, "other.sass", row["kernel_source"]) is None
+    assert kr.device_resources(tmp_path, name, "0" * 16) is None                # other sources
     assert kr.device_held(tmp_path, row)
     assert not kr.device_held(tmp_path, _table()[1])                              # not in the folder
     assert not kr.device_held(tmp_path, {**row, "kernel_source": "0" * 16})       # other sources

@@ -219,18 +219,20 @@ def _blank(value) -> str:
     return "" if value is None else str(value)
 
 
-def device_resources(folder: Path, name: str) -> tuple[dict[str, int], dict[str, str]] | None:
+def device_resources(folder: Path, name: str, digest: str) -> tuple[dict[str, int], dict[str, str]] | None:
     """The resources of the kernel whose SASS file is ``name`` in ``folder``, a folder of
     tools/device_sass.py (compiled on the GPU as a launch compiles it): registers, static
     shared memory and stack frame from the loaded function's attributes (``attrs.json``), spill
-    bytes from the SASS's SpillRefill-marked LDL / STL (ptxas -v's figures); with its STAMP
-    (the device's compiler and date). None where the folder lacks the kernel."""
+    bytes from the SASS's SpillRefill-marked LDL / STL (ptxas -v's figures; a cubin of
+    nvJitLink's carries no such marks: 0 there); with its STAMP (the device's compiler and
+    date). None where the folder lacks the kernel or holds it from other sources than
+    ``digest`` (``kernel_cache.function_digest``)."""
     attrs = {a["name"]: a for a in json.loads((folder / "attrs.json").read_text())}
-    if name not in attrs or not (folder / name).exists():
+    stamp = json.loads((folder / "STAMP").read_text()).get(name)
+    if name not in attrs or not (folder / name).exists() or not stamp or stamp["kernel_source"] != digest:
         return None
     a = attrs[name]
     counts, _ = tally(parse((folder / name).read_text()))
-    stamp = json.loads((folder / "STAMP").read_text())[name]
     return ({"registers": a["regs"], "static_smem_bytes": a["shared"], "stack_frame_bytes": a["local"],
              "spill_store_bytes": counts["spill_store_bytes"], "spill_load_bytes": counts["spill_load_bytes"]},
             {"ptxas": stamp["ptxas"], "date": stamp["date"]})
@@ -249,7 +251,8 @@ def measure(chosen, index: int, device: Path | None = None) -> dict[str, str]:
     found = None
     if device is not None:
         from kernel_sass import _file_name, _key   # noqa: PLC0415 (the SASS tool's file names)
-        from_device = device_resources(device, _file_name(_key(config, kernel)))
+        from_device = device_resources(device, _file_name(_key(config, kernel)),
+                                       kernel_cache.function_digest(kernel.py_func.__name__))
         if from_device is not None:
             found, stamp = from_device
     if found is None:
