@@ -91,9 +91,9 @@ def test_device_folders_replace_the_rows_they_hold(tmp_path):
     # a tools/device_sass.py folder of one kernel: its SASS (a spill refill of 8 bytes and a
     # spill of 4, a local array's store of 4), STAMP and attributes
     import json
-    row = _table()[0]
-    name = "_".join(v for v in (row["kernel"], row["function"], row["variant"], row["Br"], row["Bc"],
-                                row["d"], row["causal"]) if v) + ".sass"
+    row = next(r for r in _table() if not r["variant"])      # a blank column is left out
+    name = kr.sass_file_name(row)
+    assert name == f"{row['kernel']}_{row['function']}_{row['Br']}_{row['Bc']}_{row['d']}_{row['causal']}.sass"
     (tmp_path / name).write_text(
         "        .text.kernel:\n"
         "        /*0000*/                   LDL.64 R20, [R1+0x8]          (*\"SpillRefill\"*);\n"
@@ -109,6 +109,7 @@ def test_device_folders_replace_the_rows_they_hold(tmp_path):
     assert stamp == {"ptxas": "device: test", "date": "2026-12-06"}
     assert kr.device_resources(tmp_path, "other.sass", row["kernel_source"]) is None
     assert kr.device_resources(tmp_path, name, "0" * 16) is None                # other sources
-    assert kr.device_held(tmp_path, row)
-    assert not kr.device_held(tmp_path, _table()[1])                              # not in the folder
-    assert not kr.device_held(tmp_path, {**row, "kernel_source": "0" * 16})       # other sources
+    stamps = json.loads((tmp_path / "STAMP").read_text())
+    assert kr.device_held(stamps, row)
+    assert not kr.device_held(stamps, next(r for r in _table() if kr.sass_file_name(r) != name))  # not held
+    assert not kr.device_held(stamps, {**row, "kernel_source": "0" * 16})       # other sources

@@ -24,7 +24,15 @@ line-info LTO-IR where the launch links LTO-IR.
 
     python3 tools/device_sass.py DIR [--max-d 128] [--jobs 16] [--only KERNEL ...]
 """
-import argparse, datetime, json, os, shutil, subprocess, sys, tempfile, time
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 
 ROOT = os.getcwd()
@@ -81,7 +89,7 @@ def build(i, max_d):
     lined = _disasm(_bytes(linker.complete()), True)
     same = parse(lined) == parse(plain)
     key = ks._key(c, k)
-    name = ks._file_name(key)
+    name = kr.sass_file_name(key)
     stamp = {"kernel_source": kernel_cache.function_digest(k.py_func.__name__),
              "ptxas": f"device: numba-cuda link for sm_{cc[0]}{cc[1]}{cc[2]} "
                       f"(nvJitLink {driver._have_nvjitlink()}), driver {driver.driver.get_version()}",

@@ -48,8 +48,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # simulator, numba_flash
 sys.path.insert(0, str(Path(__file__).resolve().parent))          # sibling tools
 
-from kernel_resources import configurations, device_held, missing, row_key, selection
-from kernel_sass import _file_name, _key, arguments, finish, keep_sass, sass_of, stamps_of
+from kernel_resources import configurations, device_held, missing, row_key, sass_file_name, selection
+from kernel_sass import _key, arguments, finish, keep_sass, sass_of, stamps_of
 
 from numba_flash import kernel_cache
 
@@ -163,13 +163,12 @@ def main(argv) -> None:
     digest, stamps = stamps_of(args)
     loops, no_loop = kept(args.out) if args.add else ([], [])
     if args.from_sass:      # what the folder holds replaces the recorded loops of it
-        loops, no_loop = ([e for e in part if not device_held(args.from_sass, e)]
-                          for part in (loops, no_loop))
+        loops, no_loop = ([e for e in part if not device_held(stamps, e)] for part in (loops, no_loop))
     indices = missing(chosen, {row_key(key) for key in loops + no_loop})
     with ProcessPoolExecutor(args.jobs) as pool:
         for key, text, stamp in pool.map(compile_sass, [chosen] * len(indices), indices,
                                          [args.from_sass] * len(indices), [stamps] * len(indices)):
-            keep_sass(args, stamps, _file_name(key), stamp, text)
+            keep_sass(args, stamps, sass_file_name(key), stamp, text)
             key = {**key, "kernel_source": stamp["kernel_source"]}   # tests hold it to the sources
             # roles only where warps split the loop between them (warp pairs)
             paired = WARP_PAIRS_VARIANT in key["variant"].split("+")

@@ -250,8 +250,8 @@ def measure(chosen, index: int, device: Path | None = None) -> dict[str, str]:
     stamp = {}
     found = None
     if device is not None:
-        from kernel_sass import _file_name, _key   # noqa: PLC0415 (the SASS tool's file names)
-        from_device = device_resources(device, _file_name(_key(config, kernel)),
+        from kernel_sass import _key   # noqa: PLC0415 (the SASS tool's key of a kernel)
+        from_device = device_resources(device, sass_file_name(_key(config, kernel)),
                                        kernel_cache.function_digest(kernel.py_func.__name__))
         if from_device is not None:
             found, stamp = from_device
@@ -331,7 +331,8 @@ def main(argv) -> None:
     chosen = selection(args)
     kept = kept_rows(args.out) if args.add else []
     if args.from_device:
-        kept = [r for r in kept if not device_held(args.from_device, r)]
+        stamps = json.loads((args.from_device / "STAMP").read_text())
+        kept = [r for r in kept if not device_held(stamps, r)]
     indices = missing(chosen, {row_key(r) for r in kept})
     with ProcessPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(measure, [chosen] * len(indices), indices,
@@ -340,13 +341,20 @@ def main(argv) -> None:
     print(f"{len(indices)} kernels compiled, {len(kept)} rows kept -> {args.out}")
 
 
-def device_held(folder: Path, row) -> bool:
-    """Whether the tools/device_sass.py folder holds the kernel of table row ``row`` (a dict
-    with the key columns and ``function``), compiled from its current sources."""
-    stamps = json.loads((folder / "STAMP").read_text())
-    name = "_".join(v for v in (row["kernel"], row["function"], row["variant"], row["Br"], row["Bc"],
-                                row["d"], row["causal"]) if v) + ".sass"
-    return name in stamps and stamps[name]["kernel_source"] == row["kernel_source"]
+def sass_file_name(key) -> str:
+    """The SASS file of a kernel in a folder of tools/kernel_sass.py's ``--keep`` or of
+    tools/device_sass.py: ``key``'s (a table row's, or kernel_sass's ``_key``) kernel,
+    function, variant, Br, Bc, d and causal, the blank ones left out."""
+    return "_".join(key[c] for c in ("kernel", "function", "variant", "Br", "Bc", "d", "causal")
+                    if key[c]) + ".sass"
+
+
+def device_held(stamps: dict, row) -> bool:
+    """Whether a folder whose STAMP is ``stamps`` (by file name) holds the kernel of table row
+    ``row`` (a dict with the key columns, ``function`` and ``kernel_source``), compiled from its
+    current sources."""
+    stamp = stamps.get(sass_file_name(row))
+    return stamp is not None and stamp["kernel_source"] == row["kernel_source"]
 
 
 def write_table(path: Path, columns, rows, ptxas: str, date: str) -> None:

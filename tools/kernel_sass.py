@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # simulator, n
 
 from compile_check import SIGS, ptxas_version, register_cap, sm90_ptx
 from kernel_resources import (add_selection_arguments, configurations, device_held, kept_rows, missing,
-                              row_key, selection, write_table)
+                              row_key, sass_file_name, selection, write_table)
 from simulator.tiling import table_variant
 from numba.cuda import compile_ptx
 
@@ -111,16 +111,13 @@ def _key(config, kernel) -> dict[str, str]:
             "d": _blank(config.d), "causal": _blank(config.causal)}
 
 
-def _file_name(key: dict[str, str]) -> str:
-    return "_".join(v for v in key.values() if v) + ".sass"
-
 
 def sass_of(config, kernel, source: Path | None, stamps: dict) -> tuple[str, dict[str, str]]:
     """(the disassembly of ``kernel``, built by ``config``, with line information where it
     could be had; its stamp: kernel_source, ptxas, date): read from folder ``source`` where its
     file is there and stamped with its kernel's sources as they are now (``stamps``, the
     folder's STAMP), else compiled."""
-    name = _file_name(_key(config, kernel))
+    name = sass_file_name(_key(config, kernel))
     digest = kernel_cache.function_digest(kernel.py_func.__name__)
     stamp = stamps.get(name)
     if source and stamp and stamp["kernel_source"] == digest and (source / name).exists():
@@ -160,7 +157,7 @@ def measure(chosen, index: int, source: Path | None, stamps: dict) -> tuple[str,
           f"{key['Br']:>3s}x{key['Bc']:<3s} {len(rows) - 1} loops; {main['region']}: "
           f"{main['total']} instructions, {main['hmma']} HMMA, {main['fp32']} FP32, "
           f"LDL/STL {main['ldl_bytes']}/{main['stl_bytes']} B", flush=True)
-    return _file_name(key), stamp, text, rows
+    return sass_file_name(key), stamp, text, rows
 
 
 def arguments(argv, description: str, out: Path) -> argparse.Namespace:
@@ -211,7 +208,7 @@ def main(argv) -> None:
     digest, stamps = stamps_of(args)
     kept = kept_rows(args.out) if args.add else []
     if args.from_sass:      # what the folder holds replaces the table's rows of it
-        kept = [r for r in kept if not device_held(args.from_sass, r)]
+        kept = [r for r in kept if not device_held(stamps, r)]
     indices = missing(chosen, {row_key(r) for r in kept})
     rows = []
     with ProcessPoolExecutor(args.jobs) as pool:
