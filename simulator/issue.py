@@ -102,7 +102,7 @@ from .tiling import Tiling
 #: Per-kernel main-loop instruction streams: written by tools/kernel_loops.py, read by ``stream_for``.
 LOOPS_JSON = Path(__file__).with_name("kernel_loops.json.gz")
 #: The version of the file's encoding (``encode_loop``) and layout (2: each loop and ``no_loop``
-#: key names its kernel's source digest, ptxas version and date; since 2026-12-04 a nested
+#: key names its kernel's source digest, linker version and date; since 2026-12-04 a nested
 #: loop may name its peeled copies, ``peel``: the records of kernels with strided copies in
 #: their main loop do, and a loop without the key has none).
 FORMAT = 2
@@ -512,7 +512,7 @@ def loop_record(kernel: str, tiling: Tiling | None, d: int, causal: bool, varian
         f"{kernel}{f' ({variant})' if variant else ''} with tiling={tiling}, d={d}, "
         f"causal={causal} has no recorded main loop; {path.name} has ((Br, Bc), d, causal) = "
         f"{compiled or 'none of this kernel'}: add it to tools/kernel_resources.py and rerun "
-        "tools/kernel_loops.py (it needs a CUDA toolkit's ptxas and nvdisasm)")
+        "tools/kernel_loops.py (it needs a CUDA toolkit's libnvvm, nvJitLink and nvdisasm)")
 
 
 @lru_cache(maxsize=None)

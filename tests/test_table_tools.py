@@ -1,10 +1,14 @@
 """tools/kernel_resources.py's choice of configurations (shared by kernel_sass.py and
 kernel_loops.py): the committed table holds exactly what it chooses, ``--add`` compiles nothing
 more for it and refuses a table of other kernel sources, and ``--experiments`` finds the tilings
-an experiment runs beyond the defaults. No compiling: the tools' pure-Python parts."""
+an experiment runs beyond the defaults; the tables were linked as a launch links the kernels.
+No compiling (the tools' pure-Python parts) but for one kernel linked where a CUDA toolkit and
+nvJitLink are installed (not in CI)."""
 import csv
 import sys
 from pathlib import Path
+
+import pytest
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,16 +26,9 @@ def _table():
         return list(csv.DictReader(f))
 
 
-def _extras(rows):
-    """The committed rows that are not default configurations, as ``configurations``' extras."""
-    defaults = {kr.config_key(c) for c in kr.configurations(kr.HEAD_DIMS)}
-    return tuple((r["kernel"], r["variant"], int(r["Br"]), int(r["Bc"]), int(r["d"]), r["causal"] == "True")
-                 for r in rows if kr.row_key(r) not in defaults)
-
-
 def test_the_table_holds_exactly_the_chosen_configurations():
     rows = _table()
-    chosen = (kr.HEAD_DIMS, _extras(rows))
+    chosen = (kr.HEAD_DIMS, kr.table_extras(RESOURCES_CSV))
     keys = [kr.config_key(c) for c in kr.configurations(*chosen)]
     assert len(keys) == len(set(keys)) == len(rows)
     assert set(keys) == {kr.row_key(r) for r in rows}
@@ -113,3 +110,65 @@ def test_device_folders_replace_the_rows_they_hold(tmp_path):
     assert kr.device_held(stamps, row)
     assert not kr.device_held(stamps, next(r for r in _table() if kr.sass_file_name(r) != name))  # not held
     assert not kr.device_held(stamps, {**row, "kernel_source": "0" * 16})       # other sources
+
+
+#: The -verbose info log nvJitLink gave for the tensor-core forward (256 x 32, d = 80, capped
+#: at 128 registers; tools/compile_check.py's ``link``, nvJitLink 13.0.88, 2026-12-06).
+LINK_LOG = """info    : Function properties for _ZN08NumbaEnv4numba_flash7kernels
+ptxas         .     120 bytes stack frame, 120 bytes spill stores, 152 bytes spill loads
+ptxas info    : Used 128 registers, used 1 barriers, 120 bytes cumulative stack size
+ptxas info    : Compile time = 2481.226 ms
+"""
+
+
+def test_link_resources_reads_the_linkers_log():
+    from compile_check import link_resources
+    assert link_resources(LINK_LOG) == {"registers": 128, "static_smem_bytes": 0, "stack_frame_bytes": 120,
+                                        "spill_store_bytes": 120, "spill_load_bytes": 152}
+    with pytest.raises(RuntimeError, match="no register use"):
+        link_resources("error   : undefined reference")
+
+
+def test_resources_kept_by_the_sass_tool_are_read_back():
+    row = next(r for r in _table() if r["kernel"] == "flash_forward_tc")
+    name = kr.sass_file_name(row)
+    found = {"registers": 128, "static_smem_bytes": 0, "stack_frame_bytes": 24,
+             "spill_store_bytes": 24, "spill_load_bytes": 28}
+    stamps = {name: {"kernel_source": row["kernel_source"], "ptxas": "nvJitLink test",
+                     "date": "2026-12-06", "resources": found}}
+    assert kr.kept_resources(stamps, name, row["kernel_source"]) == (
+        found, {"ptxas": "nvJitLink test", "date": "2026-12-06"})
+    assert kr.kept_resources(stamps, name, "0" * 16) is None          # other sources
+    del stamps[name]["resources"]                                     # a stamp of before
+    assert kr.kept_resources(stamps, name, row["kernel_source"]) is None
+
+
+def _can_link() -> bool:
+    try:
+        from cuda.bindings import nvjitlink
+        from numba.cuda.cudadrv.nvvm import NVVM
+        nvjitlink.version()
+        NVVM()
+    except Exception:       # noqa: BLE001 (no CUDA toolkit or nvJitLink: CI)
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _can_link(), reason="needs numba-cuda (not its simulator), libnvvm and nvidia-nvjitlink")
+def test_the_link_here_gives_the_gpus_code(tmp_path):
+    """The tensor-core forward (256 x 32, d = 32: capped at 128 registers, one spill) linked
+    here is, instruction for instruction, what numba-cuda linked on an H100 on 2026-12-06
+    (results/h100/compile/device_sass_a_2026-12-06.tar.xz)."""
+    import tarfile
+    from kernel_sass import launch_sass
+    from numba_flash.kernels.flash_forward_fa2_tc import make_flash_forward_fa2_tc
+    from simulator.sass import parse
+    from simulator.tiling import Tiling
+    name = "flash_forward_tc_flash_forward_fa2_tc_256_32_32_False.sass"
+    with tarfile.open(ROOT / "results/h100/compile/device_sass_a_2026-12-06.tar.xz") as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("/" + name))
+        device = tar.extractfile(member).read().decode()
+    here, _ = launch_sass("fa2_tc", make_flash_forward_fa2_tc(Tiling(256, 32), 32, False))
+    # the device's nvdisasm marks no SpillRefill: all but that
+    assert [(i.address, i.mnemonic, i.target) for i in parse(here)] == [
+        (i.address, i.mnemonic, i.target) for i in parse(device)]

@@ -1,21 +1,25 @@
-"""Compile every kernel to PTX for sm_90 on a machine without a GPU (needs libnvvm, e.g. from a
-CUDA toolkit), to catch Numba typing errors before spending device time.
+"""Compile every kernel for sm_90 on a machine without a GPU, as a launch compiles it, to catch
+Numba typing errors before spending device time and to read each kernel's resources.
 
-    python tools/compile_check.py [d [kind]]   # each kernel's registers and spills (ptxas -v)
+    CUDA_HOME=/usr/local/cuda-13.0 python tools/compile_check.py [d [kind]]   # registers, spills
 
 (kinds: the keys of SIGS; "*_half" are the half-storage kernels, fp16 then bf16)
 
-ptxas runs with the kernel's register cap (``max_registers``, launch.REGISTER_CAPS), as the
-driver's JIT compiles it at launch.
+A launch's code: numba-cuda 0.30 compiles a kernel with link-time optimisation wherever
+nvJitLink is installed (``cuda.jit``'s ``lto`` defaults to it, as on the GPU machines): NVVM
+emits LTO-IR for the device's architecture, sm_90a on Hopper, which nvJitLink links with
+``-lto -arch=sm_90a`` and the kernel's register cap (``max_registers``,
+launch.REGISTER_CAPS). ``launch_ltoir`` and ``link`` do that here (needs libnvvm, e.g. from a
+CUDA toolkit, and nvJitLink: ``pip install nvidia-nvjitlink==13.0.88``, the version whose code
+was checked against the GPU's, results/h100/compile/). PTX assembled by a standalone ptxas is
+other code for kernels with a register cap (other spills), the same for the others.
 """
 import re
-import shutil
-import subprocess
 import sys
-import tempfile
 import types
+import warnings
 
-from numba.cuda import compile_ptx
+from numba import cuda
 from numba.cuda import dispatcher
 
 import numba_flash as nf
@@ -28,6 +32,8 @@ from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
 
 # device functions are compiled for "the current device": pretend it is an sm_90 part
 dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
+#: The architecture a launch compiles for on Hopper (numba-cuda adds the "a" features).
+ARCH = (9, 0, "a")
 
 A3, A2 = "float32[:,:,::1]", "float32[:,::1]"
 H3 = "uint16[:,:,::1]"   # fp16 / bf16 patterns of the half-storage kernels
@@ -94,13 +100,17 @@ def main(argv):
             continue
         cap = register_cap(kernel)
         print(f"{kernel.py_func.__name__:22s} {kind:12s} d={d:<4d} cap={cap or '-':<4} "
-              f"{ptxas_report(sm90_ptx(kind, kernel), cap)}")
+              f"{resources_report(link(launch_ltoir(kind, kernel), cap)[1])}")
 
 
-def sm90_ptx(kind: str, kernel) -> str:
-    """PTX of ``kernel`` (its SIGS ``kind``) for sm_90, without fast math, as the API compiles it."""
-    ptx, _ = compile_ptx(kernel.py_func, SIGS[kind], cc=(9, 0), fastmath=False)
-    return ptx
+def launch_ltoir(kind: str, kernel, lineinfo: bool = False) -> bytes:
+    """NVVM's LTO-IR of ``kernel`` (its SIGS ``kind``) for sm_90a, without fast math, as a
+    launch on Hopper compiles it; ``lineinfo``: with line information."""
+    with warnings.catch_warnings():   # the def line of an unrolled (rewritten) function
+        warnings.filterwarnings("ignore", message="Could not find source for function")
+        ltoir, _ = cuda.compile(kernel.py_func, SIGS[kind], device=False, abi="numba", cc=ARCH,
+                                output="ltoir", fastmath=False, lineinfo=lineinfo)
+    return bytes(ltoir)
 
 
 def register_cap(kernel) -> int | None:
@@ -108,37 +118,61 @@ def register_cap(kernel) -> int | None:
     return kernel.targetoptions.get("max_registers")
 
 
-def ptxas_version() -> str:
-    """The release line of ``ptxas --version``, e.g. 'Cuda compilation tools, release 13.0, V13.0.88'."""
-    out = subprocess.run(["ptxas", "--version"], capture_output=True, text=True, check=True).stdout
-    return next(line for line in out.splitlines() if "release" in line).strip()
+def link(ltoir: bytes, max_registers: int | None, lineinfo: bool = False) -> tuple[bytes, str]:
+    """(cubin, info log) of nvJitLink linking ``ltoir`` as numba-cuda's linker does at launch
+    (cuda.core's options: ``-arch=sm_90a -lto``, ``-maxrregcount`` when capped; ``-lineinfo``
+    for LTO-IR with line information); the log (``-verbose``) has ptxas -v's lines."""
+    from cuda.bindings import nvjitlink   # noqa: PLC0415 (loads libnvJitLink: not on import)
+
+    options = ["-arch=sm_90a", "-lto", "-verbose",
+               *([f"-maxrregcount={max_registers}"] if max_registers else []),
+               *(["-lineinfo"] if lineinfo else [])]
+    handle = nvjitlink.create(len(options), options)
+    try:
+        nvjitlink.add_data(handle, nvjitlink.InputType.LTOIR, ltoir, len(ltoir), "kernel")
+        try:
+            nvjitlink.complete(handle)
+        except nvjitlink.nvJitLinkError as error:
+            log = bytearray(nvjitlink.get_error_log_size(handle))
+            nvjitlink.get_error_log(handle, log)
+            raise RuntimeError(f"nvJitLink failed: {error}\n{log.decode(errors='replace')}") from None
+        cubin = bytearray(nvjitlink.get_linked_cubin_size(handle))
+        nvjitlink.get_linked_cubin(handle, cubin)
+        log = bytearray(nvjitlink.get_info_log_size(handle))
+        nvjitlink.get_info_log(handle, log)
+    finally:
+        nvjitlink.destroy(handle)
+    return bytes(cubin), log.rstrip(b"\0").decode()
 
 
-def ptxas_resources(ptx: str, max_registers: int | None = None) -> dict[str, int]:
-    """Registers per thread, static shared memory, stack frame and spill bytes that
-    ``ptxas -arch=sm_90 -v`` reports (``-maxrregcount`` when capped); RuntimeError with
-    ptxas's output when it reports no register use."""
-    cap = [f"-maxrregcount={max_registers}"] if max_registers else []
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
-        f.write(ptx)
-        f.flush()
-        out = subprocess.run(["ptxas", "-arch=sm_90", "-v", *cap, "-o", "/dev/null", f.name],
-                             capture_output=True, text=True).stderr
-    regs = re.search(r"Used (\d+) registers", out)
-    frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", out)
+def linker_version() -> str:
+    """What linked the tables' code, e.g. 'nvJitLink 13.0.88 -lto -arch=sm_90a'."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from cuda.bindings import nvjitlink   # noqa: PLC0415
+    try:
+        release = version("nvidia-nvjitlink")
+    except PackageNotFoundError:
+        release = ".".join(map(str, nvjitlink.version()))
+    return f"nvJitLink {release} -lto -arch=sm_90a"
+
+
+def link_resources(log: str) -> dict[str, int]:
+    """Registers per thread, static shared memory, stack frame and spill bytes of a kernel from
+    ``link``'s info log; RuntimeError with the log when it reports no register use."""
+    regs = re.search(r"Used (\d+) registers", log)
+    frame = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
     if not (regs and frame):
-        raise RuntimeError(f"ptxas reported no register use:\n{out}")
-    smem = re.search(r"(\d+) bytes smem", out)
+        raise RuntimeError(f"nvJitLink reported no register use:\n{log}")
+    smem = re.search(r"(\d+) bytes smem", log)
     return {"registers": int(regs.group(1)), "static_smem_bytes": int(smem.group(1)) if smem else 0,
             "stack_frame_bytes": int(frame.group(1)), "spill_store_bytes": int(frame.group(2)),
             "spill_load_bytes": int(frame.group(3))}
 
 
-def ptxas_report(ptx: str, max_registers: int | None = None) -> str:
-    """Registers, spills and stack frame from ``ptxas -v`` (when a CUDA toolkit is installed)."""
-    if shutil.which("ptxas") is None:
-        return f"ptx {len(ptx)} B (no ptxas for a register report)"
-    r = ptxas_resources(ptx, max_registers)
+def resources_report(log: str) -> str:
+    """Registers, spills and stack frame of ``link``'s info log, in a line."""
+    r = link_resources(log)
     return (f"registers {r['registers']}, stack frame {r['stack_frame_bytes']} B, "
             f"spill stores {r['spill_store_bytes']} B, spill loads {r['spill_load_bytes']} B")
 

@@ -22,7 +22,11 @@ run's line-info link was of PTX and gave other instructions for every kernel, so
 the plain disassembly, without source lines (``lines_same`` in attrs.json); it now links
 line-info LTO-IR where the launch links LTO-IR.
 
-    python3 tools/device_sass.py DIR [--max-d 128] [--jobs 16] [--only KERNEL ...]
+    python3 tools/device_sass.py DIR [--max-d 128] [--jobs 16] [--only KERNEL ...] [--part K/N]
+
+(the configurations: tools/kernel_resources.py's defaults and the committed table's other
+tilings, ``table_extras``; ``--part K/N`` takes every N-th from the K-th, for calls of 10
+minutes.)
 """
 import argparse
 import datetime
@@ -52,6 +56,13 @@ def _disasm(cubin: bytes, lines: bool) -> str:
                               capture_output=True, text=True, check=True).stdout
 
 
+def _configs(max_d):
+    """The tables' configurations (tools/kernel_resources.py's defaults and the committed
+    table's other tilings) with d <= ``max_d``."""
+    import kernel_resources as kr
+    return [c for c in kr.configurations(kr.HEAD_DIMS, kr.table_extras()) if (c.d or 0) <= max_d]
+
+
 def build(i, max_d):
     import warnings
     import kernel_resources as kr
@@ -62,7 +73,7 @@ def build(i, max_d):
     from numba.cuda.cudadrv import driver
     from numba_flash import kernel_cache
     from simulator.sass import parse
-    c = [c for c in kr.configurations(kr.HEAD_DIMS) if (c.d or 0) <= max_d][i]
+    c = _configs(max_d)[i]
     t0 = time.time()
     k = c.make(c.tiling)
     k.compile(SIGS[c.kind])
@@ -107,11 +118,13 @@ def main():
     ap.add_argument("--max-d", type=int, default=128)
     ap.add_argument("--jobs", type=int, default=16)
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--part", default="1/1", help="K/N: the K-th of N equal parts of the list")
     a = ap.parse_args()
-    import kernel_resources as kr
     os.makedirs(a.out, exist_ok=True)
-    configs = [c for c in kr.configurations(kr.HEAD_DIMS) if (c.d or 0) <= a.max_d]
+    configs = _configs(a.max_d)
     todo = [i for i, c in enumerate(configs) if not a.only or c.kernel in a.only]
+    k, n = map(int, a.part.split("/"))
+    todo = todo[k - 1::n]
     print(len(todo), "configurations; nvdisasm", shutil.which("nvdisasm"), flush=True)
     stamps, attrs = {}, []
     with ProcessPoolExecutor(a.jobs) as pool:

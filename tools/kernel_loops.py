@@ -1,5 +1,5 @@
 """The main loop of every kernel the API launches by default (and the experiments at other
-tilings), instruction by instruction with its registers, from its sm_90 SASS: writes
+tilings), instruction by instruction with its registers, from its SASS as a launch links it: writes
 ``simulator/kernel_loops.json.gz``, which the issue simulator reads (``simulator.issue.stream_for``,
 ``loop_cycles``).
 
@@ -9,9 +9,10 @@ tilings), instruction by instruction with its registers, from its sm_90 SASS: wr
 
 The configurations are tools/kernel_resources.py's (``configurations``, ``--experiments`` and
 ``--add`` as there; kernels without a main loop are listed under ``no_loop``), each compiled
-exactly as tools/kernel_sass.py compiles it for its counts (that tool's ``sass_of``:
-``compile_check.sm90_ptx``, ``ptxas -arch=sm_90`` with the kernel's register cap, ``nvdisasm
--c``, and again with line information, kept where the instructions are the same). The main
+exactly as tools/kernel_sass.py compiles it for its counts (that tool's ``sass_of``: LTO-IR
+for sm_90a linked by nvJitLink with the kernel's register cap, as a launch links it
+(tools/compile_check.py), ``nvdisasm -c``, and again with line information, kept where the
+instructions are the same). The main
 loop and the loops nested in it are simulator/sass.py's (``regions``); each instruction's
 operands are read by ``simulator.issue.decode_instruction`` (destination and source
 registers, predicates, uniform registers; see simulator/issue.py).
@@ -30,7 +31,7 @@ call line outside its loop body (the guard and set-up ptxas places before a
 tiles run it.
 
 ``--keep DIR`` writes each kernel's disassembly there and its stamp (kernel-source digest,
-ptxas version, date) in ``DIR/STAMP``; ``--from-sass DIR`` rebuilds the file from those (also
+linker version, date) in ``DIR/STAMP``; ``--from-sass DIR`` rebuilds the file from those (also
 from a ``tools/kernel_sass.py --keep`` folder: the file names are the same) where a file's
 digest is still its kernel's sources'. Each loop (and each ``no_loop`` key) names its kernel's
 source digest (``kernel_cache.function_digest``); ``--add`` keeps those still current. A kernel

@@ -1,14 +1,15 @@
 """Registers, spills and shared memory of every kernel the API launches by default, and of the
-tiled kernels the experiments launch at other tilings, from ptxas: writes
+tiled kernels the experiments launch at other tilings, as a launch links them: writes
 ``simulator/kernel_resources.csv``, which the occupancy model reads
 (``simulator.occupancy.resources``).
 
     CUDA_HOME=/usr/local/cuda-13.0 python tools/kernel_resources.py [--d 32 64 ...] [--jobs 2]
         [--experiments [NAME ...]] [--add]
 
-Each kernel is compiled to PTX for sm_90 and assembled by ``ptxas -arch=sm_90 -v`` with its
-register cap, as tools/compile_check.py does (and the driver's JIT at launch, which may be a
-different ptxas version: the H200's readings are checked in tests/test_simulator_occupancy.py).
+Each kernel is compiled as numba-cuda compiles a launch on Hopper (tools/compile_check.py:
+NVVM's LTO-IR for sm_90a linked by nvJitLink ``-lto`` with its register cap; needs libnvvm and
+``pip install nvidia-nvjitlink==13.0.88``) and its figures read from the linker's ``-verbose``
+log, ptxas -v's lines (the H200's readings are checked in tests/test_simulator_occupancy.py).
 Configurations: the tensor-core forward and backward (fp32, and fp16 with 16-byte copies; each
 also block-sparse) and the FFMA forward, backward (dQ by atomics, and without for
 ``deterministic=True``), dQ kernel and Algorithm 1 forward at their default tilings
@@ -25,7 +26,13 @@ Each row names the digest of its kernel's sources (``kernel_cache.function_diges
 kernel's file and the kernel sources it imports), so an edit to one kernel file stales only its
 rows (and those of kernels importing it). ``--add``: compile only what the table lacks or holds
 from other sources of a kernel, keep the rest; tools/kernel_sass.py and tools/kernel_loops.py
-take the same options.
+take the same options. ``--table-extras``: the other tilings the committed table holds, in
+place of listing the experiments' (which takes minutes). ``--from-sass DIR``: the resources
+that ``tools/kernel_sass.py --keep DIR`` recorded as it linked each kernel (one compile for the
+three tables):
+
+    python tools/kernel_sass.py --keep DIR; python tools/kernel_loops.py --from-sass DIR
+    python tools/kernel_resources.py --from-sass DIR
 """
 from __future__ import annotations
 
@@ -39,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from compile_check import ptxas_resources, ptxas_version, register_cap, sm90_ptx
+from compile_check import launch_ltoir, link, link_resources, linker_version, register_cap
 
 from numba_flash import kernel_cache
 from numba_flash.kernels.flash_backward import make_flash_backward_dq, make_flash_backward_kv, make_row_dot
@@ -215,6 +222,16 @@ def experiment_keys(names, head_dims=HEAD_DIMS) -> list[tuple]:
     return sorted(found)
 
 
+def table_extras(path: Path = OUT) -> tuple[tuple, ...]:
+    """The rows of the table at ``path`` that are not default configurations, as
+    ``configurations``' ``extra`` keys: the experiments' tilings without the minutes
+    ``experiment_keys`` takes to list them."""
+    defaults = {config_key(c) for c in configurations(HEAD_DIMS)}
+    with open(path, newline="") as f:
+        return tuple((r["kernel"], r["variant"], int(r["Br"]), int(r["Bc"]), int(r["d"]), r["causal"] == "True")
+                     for r in csv.DictReader(f) if row_key(r) not in defaults)
+
+
 def _blank(value) -> str:
     return "" if value is None else str(value)
 
@@ -223,8 +240,8 @@ def device_resources(folder: Path, name: str, digest: str) -> tuple[dict[str, in
     """The resources of the kernel whose SASS file is ``name`` in ``folder``, a folder of
     tools/device_sass.py (compiled on the GPU as a launch compiles it): registers, static
     shared memory and stack frame from the loaded function's attributes (``attrs.json``), spill
-    bytes from the SASS's SpillRefill-marked LDL / STL (ptxas -v's figures; a cubin of
-    nvJitLink's carries no such marks: 0 there); with its STAMP (the device's compiler and
+    bytes from the SASS's SpillRefill-marked LDL / STL (the linker's figures; the GPU machine's
+    nvdisasm marked none on 2026-12-06: 0 there); with its STAMP (the device's compiler and
     date). None where the folder lacks the kernel or holds it from other sources than
     ``digest`` (``kernel_cache.function_digest``)."""
     attrs = {a["name"]: a for a in json.loads((folder / "attrs.json").read_text())}
@@ -238,25 +255,38 @@ def device_resources(folder: Path, name: str, digest: str) -> tuple[dict[str, in
             {"ptxas": stamp["ptxas"], "date": stamp["date"]})
 
 
-def measure(chosen, index: int, device: Path | None = None) -> dict[str, str]:
+def kept_resources(stamps: dict, name: str, digest: str) -> tuple[dict[str, int], dict[str, str]] | None:
+    """The resources that tools/kernel_sass.py recorded in its ``--keep`` folder's STAMP
+    (``stamps``) for the kernel whose SASS file is ``name``, with their linker and date; None
+    where it has none of the sources ``digest``."""
+    stamp = stamps.get(name)
+    if not stamp or stamp["kernel_source"] != digest or "resources" not in stamp:
+        return None
+    return stamp["resources"], {"ptxas": stamp["ptxas"], "date": stamp["date"]}
+
+
+def measure(chosen, index: int, device: Path | None = None, kept: dict | None = None) -> dict[str, str]:
     """Compile configuration ``index`` of ``configurations(*chosen)``; its CSV row (ptxas and
     date columns left out). ``device``: a tools/device_sass.py folder; a kernel it holds (of
     the sources as they are now) is read from there instead, ptxas and date columns its
-    compiler's and day's."""
+    compiler's and day's; ``kept``: the STAMP of a tools/kernel_sass.py ``--keep`` folder,
+    whose resources of a kernel are taken likewise (``kept_resources``)."""
     config = configurations(*chosen)[index]
     tiling = config.tiling
     kernel = config.make(tiling)
     cap = register_cap(kernel)
     stamp = {}
     found = None
-    if device is not None:
+    if device is not None or kept:
         from kernel_sass import _key   # noqa: PLC0415 (the SASS tool's key of a kernel)
-        from_device = device_resources(device, sass_file_name(_key(config, kernel)),
-                                       kernel_cache.function_digest(kernel.py_func.__name__))
-        if from_device is not None:
-            found, stamp = from_device
+        name = sass_file_name(_key(config, kernel))
+        digest = kernel_cache.function_digest(kernel.py_func.__name__)
+        recorded = (device_resources(device, name, digest) if device is not None else None) or (
+            kept_resources(kept, name, digest) if kept else None)
+        if recorded is not None:
+            found, stamp = recorded
     if found is None:
-        found = ptxas_resources(sm90_ptx(config.kind, kernel), cap)
+        found = link_resources(link(launch_ltoir(config.kind, kernel), cap)[1])
     row = {"kernel": config.kernel, "function": kernel.py_func.__name__,
            "variant": table_variant(config.variant, tiling),
            "Br": _blank(tiling and tiling.Br), "Bc": _blank(tiling and tiling.Bc),
@@ -291,6 +321,9 @@ def add_selection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--experiments", nargs="*", default=["all"], metavar="NAME",
                         help="also the tiled kernels these experiments launch at other tilings "
                              "(experiment_keys; default: all; none: --experiments with no name)")
+    parser.add_argument("--table-extras", action="store_true",
+                        help="instead of listing the experiments' tilings (minutes), take the "
+                             "other tilings the committed table holds (table_extras)")
     parser.add_argument("--add", action="store_true",
                         help="compile only the configurations the table lacks or holds from "
                              "other sources of their kernel; keep its other rows")
@@ -301,6 +334,8 @@ def selection(args) -> tuple[tuple[int, ...], tuple[tuple, ...]]:
     from experiments import EXPERIMENTS
 
     head_dims = tuple(args.d)
+    if args.table_extras:
+        return head_dims, tuple(k for k in table_extras() if k[4] in head_dims)
     names = list(EXPERIMENTS) if "all" in args.experiments else args.experiments
     return head_dims, tuple(experiment_keys(names, head_dims)) if names else ()
 
@@ -327,17 +362,21 @@ def main(argv) -> None:
     parser.add_argument("--from-device", type=Path, metavar="DIR",
                         help="take the kernels that tools/device_sass.py compiled on the GPU into "
                              "DIR from there (with --add: in place of the rows the table holds)")
+    parser.add_argument("--from-sass", type=Path, metavar="DIR",
+                        help="take the resources tools/kernel_sass.py --keep DIR recorded with "
+                             "each kernel it compiled (its STAMP) instead of compiling again")
     args = parser.parse_args(argv)
     chosen = selection(args)
     kept = kept_rows(args.out) if args.add else []
     if args.from_device:
         stamps = json.loads((args.from_device / "STAMP").read_text())
         kept = [r for r in kept if not device_held(stamps, r)]
+    recorded = json.loads((args.from_sass / "STAMP").read_text()) if args.from_sass else None
     indices = missing(chosen, {row_key(r) for r in kept})
     with ProcessPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(measure, [chosen] * len(indices), indices,
-                             [args.from_device] * len(indices)))
-    write_table(args.out, COLUMNS, kept + rows, ptxas_version(), datetime.date.today().isoformat())
+                             [args.from_device] * len(indices), [recorded] * len(indices)))
+    write_table(args.out, COLUMNS, kept + rows, linker_version(), datetime.date.today().isoformat())
     print(f"{len(indices)} kernels compiled, {len(kept)} rows kept -> {args.out}")
 
 

@@ -1,27 +1,28 @@
 """Instruction mix of every kernel the API launches by default (and the experiments at other
-tilings), from its sm_90 SASS, per pipe, in the main loop and outside: writes
+tilings), from its SASS as a launch links it, per pipe, in the main loop and outside: writes
 ``simulator/kernel_sass.csv``, which the runtime model reads (``simulator.sass.sass``).
 
     CUDA_HOME=/usr/local/cuda-13.0 python tools/kernel_sass.py [--d 32 ...] [--jobs 2] [--keep DIR]
         [--experiments [NAME ...]] [--add]
     python tools/kernel_sass.py --from-sass DIR      # again from the SASS kept in DIR: seconds
 
-Needs ptxas (a CUDA toolkit) and nvdisasm (the toolkit's, or pip install nvidia-cuda-nvdisasm).
-The configurations are tools/kernel_resources.py's (``configurations``, ``--experiments`` and
-``--add`` as there), each compiled as that tool compiles it: PTX for sm_90
-(``compile_check.sm90_ptx``), ``ptxas -arch=sm_90`` with the kernel's register cap, then
-``nvdisasm -c``; once more with line information (``lineinfo=True``,
-``ptxas -lineinfo``, ``nvdisasm -g``), whose SASS must be the same, instruction for
-instruction, to name each region's source lines (a warning and no lines if not). The regions
-(kernel, main loop, nested and other loops), the opcode classes and the loop finder are
-simulator/sass.py's (its docstring says how each opcode is counted). 15-25 minutes for the
-86 default configurations with 2 jobs; a kernel source edited meanwhile fails the run (the
-digest of all of them is taken before and after). Each row names its kernel's source digest
+Needs libnvvm (a CUDA toolkit), nvJitLink (``pip install nvidia-nvjitlink==13.0.88``) and
+nvdisasm (the toolkit's, or pip install nvidia-cuda-nvdisasm). The configurations are
+tools/kernel_resources.py's (``configurations``, ``--experiments`` and ``--add`` as there),
+each compiled as a launch compiles it (tools/compile_check.py: LTO-IR for sm_90a linked by
+nvJitLink with the kernel's register cap), then ``nvdisasm -c``; once more with line
+information (``lineinfo=True``, nvJitLink ``-lineinfo``, ``nvdisasm -g``), whose SASS must be
+the same, instruction for instruction, to name each region's source lines (a warning and no
+lines if not). The regions (kernel, main loop, nested and other loops), the opcode classes and
+the loop finder are simulator/sass.py's (its docstring says how each opcode is counted). A
+kernel source edited meanwhile fails the run (the digest of all of them is taken before and
+after). Each row names its kernel's source digest
 (``kernel_cache.function_digest``), as tools/kernel_resources.py's rows.
 
 ``--keep DIR``: also write each kernel's disassembly there (with its source lines where they
-could be had) and its kernel-source digest, ptxas version and date in ``DIR/STAMP`` (JSON, by
-file name); ``--from-sass DIR`` recounts from those files without compiling (after a change to
+could be had) and its kernel-source digest, linker version, date and resources (the linker's
+registers, stack frame and spills, which ``tools/kernel_resources.py --from-sass DIR`` reads
+instead of compiling again) in ``DIR/STAMP`` (JSON, by file name); ``--from-sass DIR`` recounts from those files without compiling (after a change to
 simulator/sass.py's classes) where a file's digest is still its kernel's sources', and compiles
 the others (with ``--keep DIR`` too: a run cut short goes on where it stopped). A folder of
 tools/device_sass.py (the kernels as a launch on the GPU compiles them) reads the same way;
@@ -37,17 +38,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import warnings
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))   # simulator, numba_flash
 
-from compile_check import SIGS, ptxas_version, register_cap, sm90_ptx
+from compile_check import launch_ltoir, link, link_resources, linker_version, register_cap
 from kernel_resources import (add_selection_arguments, configurations, device_held, kept_rows, missing,
                               row_key, sass_file_name, selection, write_table)
 from simulator.tiling import table_variant
-from numba.cuda import compile_ptx
 
 from numba_flash import kernel_cache
 from simulator.sass import (COUNTS, format_lines, format_opcodes, parse, regions, source_lines,
@@ -71,31 +70,30 @@ def nvdisasm() -> str:
     return os.path.join(nvidia.__path__[0], "cu13", "bin", "nvdisasm")
 
 
-def disassemble(ptx: str, max_registers: int | None, lineinfo: bool = False) -> str:
-    """``nvdisasm -c -hex`` of ``ptx`` assembled by ``ptxas -arch=sm_90`` (``-maxrregcount``
-    when capped), as tools/kernel_resources.py assembles it; ``lineinfo``: ``ptxas -lineinfo``
-    and ``nvdisasm -g``, for PTX compiled with line information. The encodings (``-hex``)
-    carry the compiler's stall counts (``simulator.sass.stall_counts``), which
-    tools/kernel_loops.py records."""
-    cap = [f"-maxrregcount={max_registers}"] if max_registers else []
-    lines = (["-lineinfo"], ["-g"]) if lineinfo else ([], [])
-    with tempfile.TemporaryDirectory() as tmp:
-        src, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
-        with open(src, "w") as f:
-            f.write(ptx)
-        subprocess.run(["ptxas", "-arch=sm_90", *cap, *lines[0], "-o", cubin, src], check=True)
-        return subprocess.run([nvdisasm(), "-c", "-hex", *lines[1], cubin], capture_output=True,
-                              text=True, check=True).stdout
+def disassemble(cubin: bytes, lineinfo: bool = False) -> str:
+    """``nvdisasm -c -hex`` of ``cubin`` (``-g`` with ``lineinfo``, for a cubin linked with
+    line information). The encodings (``-hex``) carry the compiler's stall counts
+    (``simulator.sass.stall_counts``), which tools/kernel_loops.py records."""
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([nvdisasm(), "-c", "-hex", *(["-g"] if lineinfo else []), f.name],
+                              capture_output=True, text=True, check=True).stdout
 
 
-def annotated(kind: str, kernel, max_registers: int | None, instructions) -> str | None:
+def launch_sass(kind: str, kernel, lineinfo: bool = False) -> tuple[str, str]:
+    """(the disassembly of ``kernel`` (its SIGS ``kind``) as a launch compiles it:
+    ``compile_check.launch_ltoir`` and ``link``, with the kernel's register cap; the linker's
+    info log)."""
+    cubin, log = link(launch_ltoir(kind, kernel, lineinfo), register_cap(kernel), lineinfo)
+    return disassemble(cubin, lineinfo), log
+
+
+def annotated(kind: str, kernel, instructions) -> str | None:
     """The disassembly of the kernel compiled again with line information, if that compile
     gives the same instructions at the same addresses (None if not: the counts are always those
     of the plain compile, the one the API launches)."""
-    with warnings.catch_warnings():   # the def line of an unrolled (rewritten) function
-        warnings.filterwarnings("ignore", message="Could not find source for function")
-        ptx, _ = compile_ptx(kernel.py_func, SIGS[kind], cc=(9, 0), fastmath=False, lineinfo=True)
-    text = disassemble(ptx, max_registers, lineinfo=True)
+    text, _ = launch_sass(kind, kernel, lineinfo=True)
     return text if parse(text) == instructions else None
 
 
@@ -114,22 +112,22 @@ def _key(config, kernel) -> dict[str, str]:
 
 def sass_of(config, kernel, source: Path | None, stamps: dict) -> tuple[str, dict[str, str]]:
     """(the disassembly of ``kernel``, built by ``config``, with line information where it
-    could be had; its stamp: kernel_source, ptxas, date): read from folder ``source`` where its
-    file is there and stamped with its kernel's sources as they are now (``stamps``, the
-    folder's STAMP), else compiled."""
+    could be had; its stamp: kernel_source, ptxas, date and, where compiled here, resources):
+    read from folder ``source`` where its file is there and stamped with its kernel's sources
+    as they are now (``stamps``, the folder's STAMP), else compiled."""
     name = sass_file_name(_key(config, kernel))
     digest = kernel_cache.function_digest(kernel.py_func.__name__)
     stamp = stamps.get(name)
     if source and stamp and stamp["kernel_source"] == digest and (source / name).exists():
         return (source / name).read_text(), stamp
-    cap = register_cap(kernel)
-    text = disassemble(sm90_ptx(config.kind, kernel), cap)
-    with_lines = annotated(config.kind, kernel, cap, parse(text))
+    text, log = launch_sass(config.kind, kernel)
+    with_lines = annotated(config.kind, kernel, parse(text))
     if with_lines is None:
         print(f"warning: {name} compiles to other SASS with line information: its regions "
               "get no source lines", file=sys.stderr)
-    return with_lines or text, {"kernel_source": digest, "ptxas": ptxas_version(),
-                                "date": datetime.date.today().isoformat()}
+    return with_lines or text, {"kernel_source": digest, "ptxas": linker_version(),
+                                "date": datetime.date.today().isoformat(),
+                                "resources": link_resources(log)}
 
 
 def measure(chosen, index: int, source: Path | None, stamps: dict) -> tuple[str, dict, str, list]:
@@ -151,7 +149,8 @@ def measure(chosen, index: int, source: Path | None, stamps: dict) -> tuple[str,
                      "opcodes": format_opcodes(opcodes),
                      "lines": format_lines(lines[i.address] for i in region.instructions
                                            if i.address in lines) if lines is not None else "",
-                     **stamp})
+                     "kernel_source": stamp["kernel_source"], "ptxas": stamp["ptxas"],
+                     "date": stamp["date"]})
     main = next((r for r in rows if r["region"] == "main_loop"), rows[0])
     print(f"{key['kernel']:18s} {key['variant']:13s} d={key['d']:4s} causal={key['causal']:5s} "
           f"{key['Br']:>3s}x{key['Bc']:<3s} {len(rows) - 1} loops; {main['region']}: "
@@ -218,7 +217,7 @@ def main(argv) -> None:
             keep_sass(args, stamps, name, stamp, text)
             rows += found
     finish(digest)
-    write_table(args.out, COLUMNS, kept + rows, ptxas_version(), datetime.date.today().isoformat())
+    write_table(args.out, COLUMNS, kept + rows, linker_version(), datetime.date.today().isoformat())
     print(f"{len(indices)} kernels, {len(rows)} regions added to {len(kept)} kept -> {args.out}")
 
 

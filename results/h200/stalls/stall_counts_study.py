@@ -30,17 +30,17 @@ def _name(key) -> str:
 
 
 def compile_one(key, folder: Path) -> str:
-    """``nvdisasm -c -hex`` text of one recorded configuration, as tools/kernel_sass.py builds it."""
-    from compile_check import register_cap, sm90_ptx
+    """``nvdisasm -c -hex`` text of one recorded configuration, as tools/kernel_sass.py builds it
+    (since 2026-12-06 as a launch links it; the log's run assembled PTX with ptxas)."""
     from kernel_resources import tiled
-    from kernel_sass import disassemble
+    from kernel_sass import launch_sass
     from simulator.tiling import Tiling
 
     kernel, variant, br, bc, d, causal = key
     tiling = Tiling(int(br), int(bc))
     config = tiled(kernel, variant, int(d), causal == "True", tiling)
     built = config.make(tiling)
-    (folder / _name(key)).write_text(disassemble(sm90_ptx(config.kind, built), register_cap(built)))
+    (folder / _name(key)).write_text(launch_sass(config.kind, built)[0])
     return _name(key)
 
 
