@@ -1,5 +1,5 @@
 """How many blocks of a kernel share a multiprocessor, which resource stops more, and how a grid
-falls into waves; the resources of each compiled kernel, as ptxas reported them.
+falls into waves; the resources of each compiled kernel, as its linker reported them.
 
 ``occupancy(hardware, threads, registers, smem_bytes)`` follows the CUDA occupancy calculator
 (``cuda_occupancy.h`` of CUDA 13.0, ``cudaOccMaxActiveBlocksPerMultiprocessor``), for the limits
@@ -35,7 +35,8 @@ from .hardware import H200, Hardware
 from .tiling import WARP_PAIRS_VARIANT, Tiling, table_variant
 
 WARP = 32
-#: Kernel resources from ptxas: written by tools/kernel_resources.py, read by ``resources``.
+#: Kernel resources as the linker reports them (ptxas -v's lines): written by
+#: tools/kernel_resources.py, read by ``resources``.
 RESOURCES_CSV = Path(__file__).with_name("kernel_resources.csv")
 #: The resources the occupancy is limited by, in the order ``Occupancy.limits`` lists them.
 LIMITS = ("registers", "shared memory", "warps", "blocks")
@@ -166,7 +167,8 @@ def waves(grid_blocks: int, occ: Occupancy, hardware: Hardware) -> Waves:
 
 @dataclass(frozen=True)
 class KernelResources:
-    """One row of ``kernel_resources.csv``: a compiled kernel as ptxas (sm_90) reported it.
+    """One row of ``kernel_resources.csv``: a compiled kernel as its linker reported it
+    (nvJitLink ``-lto -arch=sm_90a``, as a launch links it; ``ptxas``: that compiler's name).
 
     kernel: a Tiling kernel name, or the function name of a row kernel (softmax, ds, row_dot).
     function: the compiled Python function (the name ncu shows).  variant: "" or a label of a
@@ -247,7 +249,7 @@ def resources(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant:
         return found[0]
     raise never_compiled(rows, kernel, variant, tiling, d, causal, path.name,
                          "add it to tools/kernel_resources.py and rerun that (it needs a CUDA "
-                         "toolkit's ptxas)")
+                         "toolkit's libnvvm and nvJitLink)")
 
 
 def compiled_rows(rows, kernel: str, variant: str) -> list:

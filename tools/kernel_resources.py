@@ -372,6 +372,8 @@ def main(argv) -> None:
         stamps = json.loads((args.from_device / "STAMP").read_text())
         kept = [r for r in kept if not device_held(stamps, r)]
     recorded = json.loads((args.from_sass / "STAMP").read_text()) if args.from_sass else None
+    if recorded:
+        kept = [r for r in kept if not replaced(recorded, r)]
     indices = missing(chosen, {row_key(r) for r in kept})
     with ProcessPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(measure, [chosen] * len(indices), indices,
@@ -386,6 +388,21 @@ def sass_file_name(key) -> str:
     function, variant, Br, Bc, d and causal, the blank ones left out."""
     return "_".join(key[c] for c in ("kernel", "function", "variant", "Br", "Bc", "d", "causal")
                     if key[c]) + ".sass"
+
+
+def replaced(stamps: dict, row) -> bool:
+    """``--add --from-sass``: whether table row ``row`` gives way to the kept folder whose
+    STAMP is ``stamps``: the folder recorded the kernel's resources (from its current sources),
+    or the folder holds the kernel and the row is of a register-capped kernel from another
+    compiler (a standalone ptxas links those to other code: compiled again). A row of an
+    uncapped kernel without recorded resources stays (ptxas and a launch's link give it the
+    same code: results/h100/compile/launch_check.py)."""
+    name = sass_file_name(row)
+    if kept_resources(stamps, name, row["kernel_source"]) is not None:
+        return True
+    stamp = stamps.get(name)
+    return (bool(row["register_cap"]) and device_held(stamps, row)
+            and stamp["ptxas"] != row["ptxas"])
 
 
 def device_held(stamps: dict, row) -> bool:
