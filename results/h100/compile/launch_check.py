@@ -7,6 +7,12 @@ which the GPU machine's nvdisasm does not print), and the device's registers and
 (the loaded function's attributes) beside the table's.
 
     python results/h100/compile/launch_check.py KEPT_DIR OUT.csv DEVICE_DIR ...
+
+Run on 2026-12-06 (launch_check_2026-12-06.csv): KEPT_DIR the ``tools/kernel_sass.py --keep``
+folder of the re-record of README (21) (0.5 GB of line-info disassembly, not committed: the
+same command writes it again), DEVICE_DIR the two folders of device_sass_all{1,2}_2026-12-06.tar.xz
+(an H100 machine, ``tools/device_sass.py --part 1/2`` and ``2/2``): 140 kernels (41 capped),
+all the same code, registers and stack frame.
 """
 import csv
 import json
