@@ -334,8 +334,8 @@ def selection(args) -> tuple[tuple[int, ...], tuple[tuple, ...]]:
     from experiments import EXPERIMENTS
 
     head_dims = tuple(args.d)
-    if args.table_extras:
-        return head_dims, tuple(k for k in table_extras() if k[4] in head_dims)
+    if args.table_extras:      # all of them, or those at the --d asked for
+        return head_dims, tuple(k for k in table_extras() if head_dims == HEAD_DIMS or k[4] in head_dims)
     names = list(EXPERIMENTS) if "all" in args.experiments else args.experiments
     return head_dims, tuple(experiment_keys(names, head_dims)) if names else ()
 
