@@ -16,13 +16,14 @@ the same, instruction for instruction, to name each region's source lines (a war
 lines if not). The regions (kernel, main loop, nested and other loops), the opcode classes and
 the loop finder are simulator/sass.py's (its docstring says how each opcode is counted). A
 kernel source edited meanwhile fails the run (the digest of all of them is taken before and
-after). Each row names its kernel's source digest
-(``kernel_cache.function_digest``), as tools/kernel_resources.py's rows.
+after). Each row names its kernel's source digest (``kernel_cache.function_digest``), as
+tools/kernel_resources.py's rows.
 
 ``--keep DIR``: also write each kernel's disassembly there (with its source lines where they
 could be had) and its kernel-source digest, linker version, date and resources (the linker's
 registers, stack frame and spills, which ``tools/kernel_resources.py --from-sass DIR`` reads
-instead of compiling again) in ``DIR/STAMP`` (JSON, by file name); ``--from-sass DIR`` recounts from those files without compiling (after a change to
+instead of compiling again) in ``DIR/STAMP`` (JSON, by file name); ``--from-sass DIR``
+recounts from those files without compiling (after a change to
 simulator/sass.py's classes) where a file's digest is still its kernel's sources', and compiles
 the others (with ``--keep DIR`` too: a run cut short goes on where it stopped). A folder of
 tools/device_sass.py (the kernels as a launch on the GPU compiles them) reads the same way;
@@ -107,7 +108,6 @@ def _key(config, kernel) -> dict[str, str]:
             "variant": table_variant(config.variant, tiling),
             "Br": _blank(tiling and tiling.Br), "Bc": _blank(tiling and tiling.Bc),
             "d": _blank(config.d), "causal": _blank(config.causal)}
-
 
 
 def sass_of(config, kernel, source: Path | None, stamps: dict) -> tuple[str, dict[str, str]]:
