@@ -4,9 +4,9 @@ Shapes (B, H, N, d): (4, 16, 4096, 64), (1, 16, 16384, 64), the same with d = 12
 with d = 64; and the fp32 issue's other rows: (16, 16, 1024, 64), causal (2, 32, 4096, 128),
 (8, 32, 2048, 128), (32, 12, 512, 64); forward, and forward + backward.  Ours: standard attention, fa1 (the paper's loop
 order, one block per head: small shapes only), fa2 (tensor cores, 3xTF32), fa2_fma (the same
-loop order on FFMA), fa2_fp16x3 (fp32 from three fp16 products; forward only: the 3xTF32
-backward from its lse fails the gradients' accuracy rule at large logits), and the fa2
-backward: on tensor cores with atomics, and the deterministic one (FFMA kernels).  In float16 and bfloat16 (HALF_SHAPES, the half-precision issue's shapes):
+loop order on FFMA), fa2_fp16x3 (fp32 from three fp16 products, forward and forward +
+its backward on the same parts), and the fa2 backward: on tensor cores with atomics, and the
+deterministic one (FFMA kernels).  In float16 and bfloat16 (HALF_SHAPES, the half-precision issue's shapes):
 fa2 forward and forward + backward (tensor cores in that format).  Before any
 timing each kernel's outputs are checked against float64 on the same inputs (fp32: relative
 error > 1e-4 fails the run loudly; half: more than 2x / 3x the error of a plain same-format
@@ -65,7 +65,8 @@ def our_cases(B, H, N, d, causal) -> list[tuple[str, Case]]:
               ("fa2_fma", Case("fa2_fma", "fwd", B, H, N, d, causal)),
               ("fa2 + backward (atomic dQ)", Case("fa2", "fwd_bwd", B, H, N, d, causal)),
               ("fa2 + backward (deterministic)", Case("fa2", "fwd_bwd", B, H, N, d, causal, deterministic=True)),
-              ("fa2_fp16x3", Case("fa2_fp16x3", "fwd", B, H, N, d, causal))]
+              ("fa2_fp16x3", Case("fa2_fp16x3", "fwd", B, H, N, d, causal)),
+              ("fa2_fp16x3 + backward", Case("fa2_fp16x3", "fwd_bwd", B, H, N, d, causal))]
     return cases
 
 
@@ -80,7 +81,8 @@ def _version(case: Case) -> str:
     if case.passes == "fwd" or case.method == "standard":
         return f"v{forward}"
     fma = case.deterministic or BACKWARD_ALGORITHM[case.method] == "fa2_fma"
-    backward = "backward_fma" if fma else "backward_half" if case.dtype in HALF else "backward"
+    half = case.dtype in HALF or case.method == "fa2_fp16x3"   # (fp16x3: the half kernel's fp32 mode)
+    backward = "backward_fma" if fma else "backward_half" if half else "backward"
     return f"v{forward} + backward v{kernel_version(backward)}"
 
 

@@ -62,7 +62,8 @@ from .launch import launch
 #: the forward's fp32 attention from three fp16 products (numba_flash/fp16x3.py: the fp16 kernel
 #: on hi and lo parts; the cost model's "flash_forward_fp16x3", simulator/fp16x3.py).
 ALGORITHMS = {**FORWARD_KERNELS, FP16X3: "flash_forward_half"}
-BACKWARD_ALGORITHMS = BACKWARD_KERNELS
+#: the backward's too (fp16 parts of q, k, v and dO: the fp16 backward in its fp32 mode).
+BACKWARD_ALGORITHMS = {**BACKWARD_KERNELS, FP16X3: "flash_backward_half"}
 F32 = np.float32
 def _row_threads() -> int:
     """Threads per block of the row-wise kernels (softmax, dS, D); fewer under the simulator,
@@ -154,7 +155,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     or a ``window``.
     ``algorithm="fa2"``: FA2 loop order (a block per Q tile) on tensor cores, TF32 mma with the
     3xTF32 split (errors at fp32 level, not bitwise fp32; infinite inputs become +-3.4e38);
-    ``"fa2_fp16x3"`` (float32 inputs; forward only): the same on the fp16 tensor cores, each
+    ``"fa2_fp16x3"`` (float32 inputs; its backward is ``flash_attention_backward``'s
+    "fa2_fp16x3"): the same on the fp16 tensor cores, each
     head of q, k, v scaled by a power of two and split into two fp16 parts, three fp16 products
     a product (``numba_flash.fp16x3``; about twice "fa2"'s speed; finite inputs only: a head
     holding an infinite value loses its other values; at most 65535 heads of q, k and v
@@ -170,7 +172,8 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
     side; ``diagonal`` None is N_k - N_q here too); with ``causal``, right must be 0 or -1.
     K/V blocks outside the band are neither loaded nor computed.
     Grouped-query attention (GQA / MQA): k and v may have H_kv heads, H a multiple of H_kv;
-    query head h reads K/V head h // (H / H_kv). Windows and grouped heads run on "fa2".
+    query head h reads K/V head h // (H / H_kv). Windows and grouped heads run on "fa2" (and
+    "fa2_fp16x3").
     ``dropout_p`` (the paper's Algorithm 2; "fa2" only): each probability is kept
     with probability 1 - p and scaled by 1 / (1 - p), or dropped, after the softmax (lse is of
     the undropped scores); the mask is a function of (``dropout_seed``, an int in [0, 2^64),
@@ -471,7 +474,12 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     results/h200/verification/deterministic_checks_2026-12-04.log); with its own forward's O and
     L, 0.6-1.5x. It costs that forward's time and an fp32 O and L of workspace.
     ``algorithm="fa2"``: the products on tensor cores, TF32 mma with the 3xTF32 split (errors at
-    fp32 level, not bitwise fp32); ``"fa2_fma"``: plain fp32 FFMA arithmetic.
+    fp32 level, not bitwise fp32); ``"fa2_fma"``: plain fp32 FFMA arithmetic; ``"fa2_fp16x3"``
+    (float32 inputs, after the forward of that name): the fp16 tensor cores on fp16 parts of
+    q, k, v (as that forward made them, so S is recomputed exactly as its lse was taken) and of
+    dO, three fp16 products a product (``numba_flash.fp16x3``, kernels/flash_backward_half.py;
+    about 2.5x "fa2"'s speed; gradients within flash-attention's rule; its own default tiling;
+    unsplit: ``kv_split`` None or 1).
     ``deterministic=True`` runs the FFMA kernels whatever the algorithm.
     float16 / bfloat16 inputs, "fa2": tensor cores in that format (mma m16n8k16, fp32 sums; P
     and dS rounded to the format for their products, as FlashAttention-2), dq accumulated in an
@@ -518,6 +526,11 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
                 sparse=on is not None)
     deterministic = checks.flag("deterministic", deterministic)
     scale = checks.softmax_scale(softmax_scale, shp.d)
+    if algorithm == FP16X3 and not deterministic:
+        return _fp16x3_backward(mem_key=key, do=do, q=q, k=k, v=v, o=o, lse=lse, shp=shp,
+                                tiling=tiling, mask=mask, hi=hi, lo=lo, scale=scale, drop=drop,
+                                on=on, block_size=block_size, causal=causal, window=window,
+                                diagonal=diagonal, kv_split=kv_split)
     kernels = backward_kernels(algorithm, deterministic, shp.precision)
     if kernels not in (("flash_backward_tc",), ("flash_backward_half",)) and needs_band_kernels(
             mask, causal):
@@ -586,6 +599,51 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
                tiling.smem_bytes("flash_backward_dq", d),
                fq, fk, fv, fdo, fl, D, fdq, scale, qscale, n_q, n_k, diagonal)
     return _narrowed(mem, shp, q, dQ=dQ, dK=dK, dV=dV)
+
+
+def _fp16x3_backward(mem_key, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale, drop, on,
+                     block_size, causal, window, diagonal, kv_split):
+    """``flash_attention_backward``'s "fa2_fp16x3": the fp16 parts of q, k, v (as the forward
+    made them: its S is recomputed exactly) and of dO, D = rowsum(dO * O), and the fp16 backward
+    in its fp32 mode on them (``fp16x3.backward_launches``; dq summed by fp32 atomics)."""
+    if shp.half:
+        raise ValueError(f"algorithm={FP16X3!r} takes float32 inputs (it splits each into two fp16 "
+                         f"parts), got {shp.precision}: pass algorithm='fa2' for half-precision inputs")
+    if kv_split not in (None, 1):
+        raise ValueError(f"algorithm={FP16X3!r} runs unsplit: pass kv_split=None or 1, got {kv_split!r}")
+    B, H, n_q, n_k, d = shp.B, shp.H, shp.N_q, shp.N_k, shp.d
+    bh, bh_kv = B * H, B * (H // shp.group)
+    fp16x3.check_heads(bh, bh_kv)
+    if tiling is None:
+        tiling = fp16x3.backward_tiling(d, n_q, n_k, mask.dropout, block_size if mask.sparse else None)
+    if isinstance(tiling, Tiling):   # (its tiles' own sizes first: rows of 2 D16 parts, dS^T twice)
+        fp16x3.check_backward_fits(tiling, d, checks.smem_limit_bytes())
+    tiling = checks.tiling_for(tiling, ("flash_backward_half",), fp16x3.parts_width(d), n_q, n_k,
+                               mask.dropout, block_size if mask.sparse else None)
+    lists = checks.block_lists(on, block_size, tiling, n_q, n_k, causal, window, diagonal,
+                               by_key=True) if mask.sparse else None
+    row_dot = _row_dot(d, True, n_q, bh)
+    launches = fp16x3.backward_launches(tiling, d, mask, bh, bh_kv, n_q, n_k, row_dot)
+    spaces = fp16x3.backward_workspaces(bh, bh_kv, n_q, n_k, d)
+    qscale = F32(scale * LOG2E)
+    mem = memory.active()
+    if memory.torch_fast_path(mem, do, q, k, v, o, lse):
+        def on_tensors(run, vector, *arrays):
+            launches(run, *arrays, scale, qscale, hi, lo, drop, _tensor_lists(lists, q))
+        # the workspaces are outputs of the plan that are not returned (fp16 bits as float16)
+        outputs = [(tuple(x.shape), None) for x in (q, k, v)] + [
+            ((n,), "float32" if t == np.float32 else "float16") for n, t in spaces.values()]
+        plan = _OnTensors(on_tensors, outputs, (0, 1, 2), aligned=4, d=d)
+        return plans.remember(mem_key, plan)(do, q, k, v, o, lse)
+    dO, Q, K, V, O = _inputs(mem, shp, dO=do, Q=q, K=k, V=v, O=o)
+    L = mem.input(lse, "L")
+    dQ = mem.output((B, H, n_q, d), F32, "dQ", like=q)
+    dK = mem.output((B, H // shp.group, n_k, d), F32, "dK", like=q)
+    dV = mem.output((B, H // shp.group, n_k, d), F32, "dV", like=q)
+    work = [mem.output((n,), t, name) for name, (n, t) in spaces.items()]   # (numba arrays)
+    launches(launch, *(x.reshape(x.size) for x in (dO, Q, K, V, O, L, dQ, dK, dV)), *work, scale,
+             qscale, hi, lo, drop, _device_lists(lists))
+    return tuple(mem.result(x, shp.on_host) for x in (dQ, dK, dV))
 
 
 def _recomputed_forward(mem, Q, K, V, shp, causal, scale, diagonal, like):
@@ -665,7 +723,7 @@ def _backward_tc_launches(shp, tiling, mask, hi, lo, scale, drop, lists):
         run(row_dot, rows, threads, 0, do, o, D, dQacc, n_q)
         run(make_flash_backward_half(tiling, d, mask, shp.precision, vector), grid,
             tiling.threads_for("flash_backward_half"), tiling.smem_bytes("flash_backward_half", d),
-            q, k, v, do, lse, D, dQacc, dk, dv, *scalars, *drop, *lists)
+            q, k, v, do, lse, D, dQacc, dk, dv, *scalars, *drop, *lists, *lists[:1] * 2)
         threads, blocks = _convert_grid(bh * n_q * d)
         run(make_convert(shp.precision, False), blocks, threads, 0, dQacc, dq, bh * n_q * d)
     return launches

@@ -1,16 +1,23 @@
-"""fp32 attention forward on the fp16 tensor cores: three fp16 products a product
-(kernels/split_half.py says how, kernels/flash_forward_half.py runs it with ``dtype="float32"``).
+"""fp32 attention on the fp16 tensor cores: three fp16 products a product (kernels/split_half.py
+says how; kernels/flash_forward_half.py and flash_backward_half.py run it with
+``dtype="float32"``).
 
-``forward_launches`` lists the launches for the API and the tools: the heads' maxima, the split
-of q, k and v into fp16 parts, and the forward on those parts."""
+``forward_launches`` lists the forward's launches for the API and the tools: the heads' maxima,
+the split of q, k and v into fp16 parts, and the forward on those parts; ``backward_launches``
+the backward's: the same parts of q, k and v (the forward's S recomputed from them exactly as it
+made it), dO's, D = rowsum(dO * O), and the backward on the parts."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
-from simulator.fp16x3 import default_tiling, parts_width, prep_launch, split_threads
+from simulator.fp16x3 import (backward_default_tiling, backward_smem_bytes, default_tiling,
+                              parts_width, prep_launch, split_threads)
 from simulator.spec import Mask
 from simulator.tiling import Tiling
 
+from .kernels.flash_backward_half import make_flash_backward_half
 from .kernels.flash_forward_half import make_flash_forward_half
 from .kernels.split_half import GX, make_head_amax, make_split_half
 from .memory import simulator_enabled
@@ -34,6 +41,26 @@ def check_heads(bh: int, bh_kv: int) -> None:
     if bh + 2 * bh_kv > MAX_GRID_Y:
         raise ValueError(f"algorithm='fa2_fp16x3' takes at most {MAX_GRID_Y} heads of q, k and v "
                          f"together (B*H + 2*B*H_kv), got {bh + 2 * bh_kv}: split the batch")
+
+
+def backward_tiling(d: int, n_q: int, n_k: int, dropout: bool,
+                    block_size: tuple[int, int] | None) -> Tiling:
+    """The backward's default (``simulator.fp16x3.backward_default_tiling``), nested in a block
+    mask's blocks (``block_size``) where it has one."""
+    t = backward_default_tiling(d, n_q, n_k, dropout)
+    if block_size is not None and not t.suits_blocks(block_size):
+        t = Tiling(min(t.Br, math.gcd(t.Br, block_size[0])), min(t.Bc, math.gcd(t.Bc, block_size[1])))
+    return t
+
+
+def check_backward_fits(tiling: Tiling, d: int, limit_bytes: int) -> None:
+    """Raise ValueError, naming ``tiling``, where the backward's tiles at head dim d (rows of
+    fp16 parts, dS^T's two parts) exceed ``limit_bytes`` of shared memory a block."""
+    need = backward_smem_bytes(tiling, d)
+    if need > limit_bytes:
+        raise ValueError(f"tiling={tiling!r} needs {need} bytes of shared memory for "
+                         f"algorithm='fa2_fp16x3''s backward at d={d} (rows of fp16 hi and lo "
+                         f"parts), more than the device's {limit_bytes} a block: choose smaller Br/Bc")
 
 
 def smem_bytes(tiling: Tiling, d: int) -> int:
@@ -71,4 +98,46 @@ def forward_launches(tiling: Tiling, d: int, mask: Mask, bh: int, bh_kv: int, n_
             q, k, v, partial, qs, ks, vs, n_q, n_k, bh, bh_kv)
         run(forward, grid, threads, smem, qs, ks, vs, o, lse,
             np.float32(qscale), n_q, n_k, hi, lo, *drop, *blocks, partial)
+    return launches
+
+
+def backward_workspaces(bh: int, bh_kv: int, n_q: int, n_k: int, d: int) -> dict:
+    """Name -> (elements, dtype) of the buffers one backward call needs besides do, q, k, v, o,
+    lse, dq, dk, dv (in the order ``backward_launches`` takes them)."""
+    W = parts_width(d)
+    return {**workspaces(bh, bh_kv, n_q, n_k, d), "dO maxima": (bh * GX, np.float32),
+            "dO parts": (bh * n_q * W, np.uint16), "D": (bh * n_q, np.float32)}
+
+
+def backward_launches(tiling: Tiling, d: int, mask: Mask, bh: int, bh_kv: int, n_q: int,
+                      n_k: int, row_dot):
+    """``launches(run, do, q, k, v, o, lse, dq, dk, dv, partial, qs, ks, vs, partial_do, dos, D,
+    scale, qscale, hi, lo, drop, blocks)`` on flat float32 arrays (do, q, o, dq (bh, n_q, d); k,
+    v, dk, dv (bh_kv, n_k, d); lse (bh, n_q)) and the workspaces as ``backward_workspaces``
+    gives them, through ``run(kernel, grid, threads, smem, *args)``: the maxima and parts of q,
+    k, v (as the forward makes them) and of dO, D = rowsum(dO * O) with dq zeroed
+    (``row_dot``: the API's (kernel, grid, threads) of it), and the backward on the parts (a
+    block per K/V block of a K/V head; dq summed by fp32 atomics)."""
+    heads = bh + 2 * bh_kv
+    backward = make_flash_backward_half(tiling, d, mask, "float32", True)
+    grid = (tiling.Tc(n_k), bh_kv)
+    threads = tiling.threads_for("flash_backward_half")
+    smem = backward_smem_bytes(tiling, d)
+    split_block = split_threads(d, PREP_THREADS)
+    amax, split = make_head_amax(PREP_THREADS), make_split_half(d, split_block)
+    row_kernel, rows, row_threads = row_dot
+
+    def launches(run, do, q, k, v, o, lse, dq, dk, dv, partial, qs, ks, vs, partial_do, dos, D,
+                 scale, qscale, hi, lo, drop, blocks):
+        run(amax, (GX, heads), PREP_THREADS, 0, q, k, v, partial, n_q, n_k, d, bh, bh_kv)
+        run(split, (SPLIT_BLOCKS, heads), split_block, 0, q, k, v, partial, qs, ks, vs, n_q, n_k,
+            bh, bh_kv)
+        # dO's heads alone (the preparing kernels' "q" heads; no K/V heads)
+        run(amax, (GX, bh), PREP_THREADS, 0, do, do, do, partial_do, n_q, n_q, d, bh, 0)
+        run(split, (SPLIT_BLOCKS, bh), split_block, 0, do, do, do, partial_do, dos, dos, dos,
+            n_q, n_q, bh, 0)
+        run(row_kernel, rows, row_threads, 0, do, o, D, dq, n_q)
+        run(backward, grid, threads, smem, qs, ks, vs, dos, lse, D, dq, dk, dv,
+            np.float32(scale), np.float32(qscale), n_q, n_k, hi, lo, *drop, *blocks, partial,
+            partial_do)
     return launches

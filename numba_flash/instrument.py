@@ -30,6 +30,7 @@ _ALGORITHM_OF = {
         else api.forward_kernel(kw.get("algorithm", "fa2"), kw["format"])),
     api.flash_attention_backward: lambda kw: (
         "flash_backward_deterministic" if kw.get("deterministic", False)
+        else "flash_backward_fp16x3" if kw.get("algorithm") == api.FP16X3
         else api.backward_kernels(kw.get("algorithm", "fa2"), False, kw["format"])[0]),
 }
 

@@ -36,7 +36,7 @@ from . import kernel_cache
 from .precision import FORMATS, host_type
 
 FORWARDS = ("fa2", "fa2_fma", "fa1", "standard", "fa2_fp16x3")
-BACKWARDS = ("fa2", "fa2_fma", "standard")
+BACKWARDS = ("fa2", "fa2_fma", "standard", "fa2_fp16x3")
 
 
 @dataclass(frozen=True)
@@ -106,6 +106,9 @@ def _tilings(c: KernelConfig) -> tuple[Tiling | None, Tiling | None]:
         forward = forward_tiling(c.forward, c.dtype, c.tiling, c.d, c.n_q, c.n_k, c.dropout, c.block_size)
     if c.backward == "standard":
         backward = resolve(("standard_matmul",))
+    elif c.backward == "fa2_fp16x3" and not c.deterministic:   # its own default, rows of parts
+        from . import fp16x3
+        backward = c.tiling or fp16x3.backward_tiling(c.d, c.n_q, c.n_k, c.dropout, c.block_size)
     elif c.backward:
         backward = resolve(backward_kernels(c.backward, c.deterministic, c.dtype))
     return forward, backward

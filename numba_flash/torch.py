@@ -31,13 +31,13 @@ Semantics are torch's (``torch.nn.functional.scaled_dot_product_attention``):
   autograd formula of its own);
 - float16 and bfloat16 run forward and backward on tensor cores in that format
   (``api.flash_attention_backward``), gradients in the inputs' dtype;
-- ``algorithm`` (keyword-only, ours): float32's forward, ``"fa2"`` (3xTF32, the default) or
-  ``"fa2_fp16x3"`` (fp32 from three fp16 products: about twice the speed at d = 64, o within
-  2x a plain fp32 implementation's error; ``api.flash_attention``'s), **forward only**: with
-  autograd recording (an input requires grad, grad mode on) it raises ValueError, because the
-  only backward, "fa2"'s, recomputes P from its own S (3xTF32), which differs from the S its
-  lse came from by a few ulps, and at large logits the gradients then exceed the rule
-  (``tools/fp16x3_gradients.py``); use it under ``torch.no_grad()`` / ``inference_mode()``;
+- ``algorithm`` (keyword-only, ours): float32's kernels, ``"fa2"`` (3xTF32, the default) or
+  ``"fa2_fp16x3"`` (fp32 from three fp16 products, forward and backward: about twice the speed
+  of "fa2", o within 2x and the gradients within 3x a plain fp32 implementation's error;
+  ``api.flash_attention``'s and ``api.flash_attention_backward``'s). Its backward recomputes
+  S from the same fp16 parts the forward took it from (the 3xTF32 backward's S differs from
+  it by a few ulps, and at large logits the gradients then exceed the rule:
+  ``tools/fp16x3_gradients.py``);
 - ``dropout_p`` > 0 drops probabilities as torch does (kept ones scaled by 1 / (1 - p)), with
   the kernels' own mask (``api.flash_attention``'s ``dropout_p``: p applied rounded to 2^-16):
   each call draws a seed from torch's default CPU generator (``dropout_seed``; repeatable
@@ -194,42 +194,45 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                        seed: Optional[torch.Tensor] = None, block_mask: Optional[torch.Tensor] = None,
                        block_q: int = 128, block_k: int = 128,
                        key_padding_mask: Optional[torch.Tensor] = None, window_left: int = -1,
-                       window_right: int = -1, deterministic: bool = False
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                       window_right: int = -1, deterministic: bool = False,
+                       algorithm: str = "fa2") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv), shaped like q, k, v, from the forward's saved o (B, H, N_q, d) and lse
     (B, H, N_q), for the upstream gradient do (B, H, N_q, d); P is recomputed, never stored,
     and so is the dropout mask (from the forward's ``seed``); ``block_mask``,
     ``key_padding_mask`` and the window as the forward's (padding keys get zero gradients);
-    ``deterministic``: ``api.flash_attention_backward``'s."""
+    ``deterministic`` and ``algorithm`` (the forward's: "fa2", or "fa2_fp16x3" for float32):
+    ``api.flash_attention_backward``'s."""
     window = _window(window_left, window_right)
     return _run(api.flash_attention_backward, (do, q, k, v, o, lse), causal=causal,
                 softmax_scale=scale, diagonal=diagonal if causal or window else None, window=window,
                 deterministic=deterministic, **_dropout(dropout_p, seed),
-                **_sparse(block_mask, block_q, block_k), **_padding(key_padding_mask))
+                **_sparse(block_mask, block_q, block_k), **_padding(key_padding_mask),
+                algorithm=algorithm)
 
 
 @attention_backward.register_fake
 def _(do, q, k, v, o, lse, scale, causal, diagonal, dropout_p=0.0, seed=None, block_mask=None,
       block_q=128, block_k=128, key_padding_mask=None, window_left=-1, window_right=-1,
-      deterministic=False):
+      deterministic=False, algorithm="fa2"):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    (q, k, v, scale, causal, diagonal, dropout_p, seed, block_mask, block_q, block_k, _,
+    (q, k, v, scale, causal, diagonal, dropout_p, seed, block_mask, block_q, block_k, algorithm,
      key_padding_mask, left, right, deterministic) = inputs
     o, lse = output
     ctx.mark_non_differentiable(lse)
     ctx.save_for_backward(q, k, v, o, lse, seed, block_mask, key_padding_mask)
     ctx.args = (scale, causal, diagonal, dropout_p)
-    ctx.options = (block_q, block_k, left, right, deterministic)
+    ctx.options = (block_q, block_k, left, right, deterministic, algorithm)
 
 
 def _differentiate(ctx, do, _dlse):
     q, k, v, o, lse, seed, block_mask, key_padding_mask = ctx.saved_tensors
-    block_q, block_k, left, right, deterministic = ctx.options
+    block_q, block_k, left, right, deterministic, algorithm = ctx.options
     dq, dk, dv = attention_backward(do.contiguous(), q, k, v, o, lse, *ctx.args, seed, block_mask,
-                                    block_q, block_k, key_padding_mask, left, right, deterministic)
+                                    block_q, block_k, key_padding_mask, left, right, deterministic,
+                                    algorithm)
     return dq, dk, dv, *(None,) * 13
 
 
@@ -278,8 +281,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     ``enable_gqa``, heads at dim -3 may divide the query's); float32, float16 or bfloat16 (one
     for all), on one CUDA device or
     (under the CUDA simulator) the CPU. ``algorithm`` (keyword-only, not torch's): the forward,
-    "fa2" or, for float32 without autograd, "fa2_fp16x3" (three fp16 products, about twice as
-    fast; ValueError where autograd records). Returns the attention output (..., N_q, d). See
+    "fa2" or, for float32, "fa2_fp16x3" (three fp16 products, about twice as fast, forward and
+    backward). Returns the attention output (..., N_q, d). See
     the module docstring for what is supported."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
@@ -296,13 +299,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if not (query.device == key.device == value.device):
         raise ValueError(f"query, key and value must be on one device, got {query.device}, "
                          f"{key.device} and {value.device}")
-    if algorithm == FP16X3 and torch.is_grad_enabled() and any(
-            x.requires_grad for x in (query, key, value)):
-        raise ValueError("algorithm='fa2_fp16x3' is forward-only: the backward recomputes P from "
-                         "its own 3xTF32 S, not the S its lse came from, and at large logits the "
-                         "gradients exceed the accuracy rule (tools/fp16x3_gradients.py); run it "
-                         "under torch.no_grad() or torch.inference_mode(), or pass algorithm='fa2' "
-                         "to train")
     if value.shape[-1] != query.shape[-1] or key.shape[-1] != query.shape[-1]:
         raise _unsupported(f"head dims must be equal (query {query.shape[-1]}, key "
                            f"{key.shape[-1]}, value {value.shape[-1]})")

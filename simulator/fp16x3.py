@@ -42,6 +42,10 @@ VARIANT = "fp16x3"
 #: The parts tensors the forward reads, by the tensor they are made of.
 PARTS = {"Q": "Q parts", "K": "K parts", "V": "V parts"}
 MAXIMA = "head maxima"
+#: The backward's maxima and parts of dO (its B*H heads alone).
+DO_MAXIMA, DO_PARTS = "dO maxima", "dO parts"
+#: The names of the two preparing launches of q, k, v.
+PREP_NAMES = ("head maxima", "split into fp16 parts")
 #: FLOPs an element of q, k, v: a max (head_amax); a scale and a subtraction (split_half).
 AMAX_FLOPS, SPLIT_FLOPS = 1, 2
 
@@ -62,10 +66,41 @@ def default_tiling(d: int, n_q: int, n_k: int, dropout: bool = False) -> Tiling:
     return t
 
 
+#: The backward's default (Br, Bc) by head dim (a warp per 16 keys of Bc), the fastest timed
+#: on an H100 (2026-12-06, tools/fp16x3_backward.py: results/h100/tuning/
+#: fp16x3_backward_2026-12-06.log): d = 64 64 x 128 (32 x 64 3 % slower, 32 x 128 8 %), d = 128
+#: 32 x 128 (16 x 128 7 % slower); above 128 the shared memory (rows of 2 D16 parts) allows
+#: 16 x 64 at most (206 KB at d = 256), not timed.
+BACKWARD_TILES = {64: (64, 128), 128: (32, 128), 256: (16, 64)}
+
+
+def backward_default_tiling(d: int, n_q: int | None, n_k: int | None,
+                            dropout: bool = False) -> Tiling:
+    """The tiling the backward on fp16 parts runs when given none, cut to short sequences."""
+    br, bc = next(v for dmax, v in sorted(BACKWARD_TILES.items()) if d <= dmax or dmax == 256)
+    return Tiling(br, bc).fitted("flash_backward_half", n_q, n_k, 16 if dropout else 1)
+
+
 def parts_width(d: int) -> int:
     """Columns of a row of the fp16 parts at head dim d: 2 D16 (D16 = d rounded up to the
     fp16 mma's k; hi parts, zeros to D16, lo parts, zeros to D16)."""
     return 2 * (-(-d // HALF_K) * HALF_K)
+
+
+def backward_smem_terms(tiling: Tiling, d: int, split: bool = True) -> dict[str, int]:
+    """16-bit elements of each shared-memory buffer of ``flash_backward_half`` at head dim d, in
+    allocation order: in its fp32 mode (``split``) the tiles' rows are ``parts_width(d)`` wide
+    (hi and lo parts) and dS^T holds both parts (lo after hi); else the fp16 kernel's."""
+    if not split:
+        return tiling.smem_terms("flash_backward_half", d)
+    terms = dict(tiling.smem_terms("flash_backward_half", parts_width(d)))
+    terms["dS"] *= 2
+    return terms
+
+
+def backward_smem_bytes(tiling: Tiling, d: int) -> int:
+    """Dynamic shared memory (bytes) of the backward on fp16 parts at head dim d."""
+    return 2 * sum(backward_smem_terms(tiling, d).values())
 
 
 def prep_launch(simulated: bool) -> tuple[int, int]:
@@ -103,6 +138,28 @@ def _renamed(counts, names: dict) -> dict:
     return {names.get(t, t): n for t, n in counts.items()}
 
 
+def _prep_phases(w: Workload, heads: dict, maxima: str, names: tuple[str, str]) -> tuple:
+    """(head maxima launch, split launch, parts written) over the heads of ``heads`` ({tensor:
+    elements}, in the launches' order of heads: q's (or dO's), then k's and v's), their maxima
+    tensor ``maxima``, the parts tensors ``PARTS`` names (or "dO parts"); ``names``: the two
+    launches' names."""
+    threads, split_blocks = prep_launch(cuda_simulated())
+    split_block = split_threads(w.d, threads)
+    count = sum(w.BH if name in ("Q", "dO") else w.BH_kv for name in heads)
+    elements = sum(heads.values())
+    parts = {PARTS.get(name, f"{name} parts"): n // w.d * w.D_parts for name, n in heads.items()}
+    amax = phase(names[0], None, bh=1, hbm_reads=dict(heads),
+                 hbm_writes={maxima: count * GX}, other_flops=AMAX_FLOPS * elements,
+                 units_per_head=count, blocks_per_unit=GX, code=("head_amax", ""),
+                 lsu_wavefronts=count * GX * amax_wavefronts(threads))
+    split = phase(names[1], None, bh=1,
+                  hbm_reads={**heads, maxima: count * split_blocks * split_block * GX},
+                  hbm_writes=parts, other_flops=SPLIT_FLOPS * elements, units_per_head=count,
+                  blocks_per_unit=split_blocks, code=("split_half", ""),
+                  broadcast={maxima: split_block})
+    return amax, split, parts
+
+
 def flash_forward_fp16x3(w: Workload, t: Tiling) -> Plan:
     """The three launches of the module docstring; the forward's tiling ``t`` is of rows of
     ``D_parts`` fp16 elements (``default_tiling`` when predict is given none)."""
@@ -111,21 +168,7 @@ def flash_forward_fp16x3(w: Workload, t: Tiling) -> Plan:
     if w.dtype_bytes != 4:
         raise ValueError(f"flash_forward_fp16x3 splits fp32 inputs: dtype_bytes must be 4, got "
                          f"{w.dtype_bytes} (fp16 / bf16 inputs run on flash_forward_half)")
-    heads = w.BH + 2 * w.BH_kv
-    threads, split_blocks = prep_launch(cuda_simulated())
-    split_block = split_threads(w.d, threads)
-    inputs = {"Q": w.BH * w.N_q * w.d, "K": w.BH_kv * w.N_k * w.d, "V": w.BH_kv * w.N_k * w.d}
-    parts = {PARTS["Q"]: w.tensor_elements(PARTS["Q"]), PARTS["K"]: w.tensor_elements(PARTS["K"]),
-             PARTS["V"]: w.tensor_elements(PARTS["V"])}
-    elements = sum(inputs.values())
-    amax = phase("head maxima", None, bh=1, hbm_reads=inputs, hbm_writes={MAXIMA: heads * GX},
-                 other_flops=AMAX_FLOPS * elements, units_per_head=heads, blocks_per_unit=GX,
-                 code=("head_amax", ""), lsu_wavefronts=heads * GX * amax_wavefronts(threads))
-    split = phase("split into fp16 parts", None, bh=1,
-                  hbm_reads={**inputs, MAXIMA: heads * split_blocks * split_block * GX},
-                  hbm_writes=parts, other_flops=SPLIT_FLOPS * elements, units_per_head=heads,
-                  blocks_per_unit=split_blocks, code=("split_half", ""),
-                  broadcast={MAXIMA: split_block})
+    amax, split, parts = _prep_phases(w, _inputs(w), MAXIMA, PREP_NAMES)
 
     wide = dataclasses.replace(w, d=w.D_parts, dtype_bytes=2)
     half = flash_forward_half(wide, t).phases[0]
@@ -146,3 +189,62 @@ def flash_forward_fp16x3(w: Workload, t: Tiling) -> Plan:
         other_flops=nominal.other_flops, broadcast={MAXIMA: block_threads})
     workspace = {"L": w.tensor_elements("L"), MAXIMA: w.tensor_elements(MAXIMA), **parts}
     return Plan((amax, split, forward), workspace=workspace)
+
+
+def _inputs(w: Workload) -> dict:
+    return {"Q": w.BH * w.N_q * w.d, "K": w.BH_kv * w.N_k * w.d, "V": w.BH_kv * w.N_k * w.d}
+
+
+def flash_backward_fp16x3(w: Workload, t: Tiling) -> Plan:
+    """numba_flash's "fa2_fp16x3" backward (``numba_flash.fp16x3.backward_launches``), on fp32
+    inputs and tiling ``t`` of its own (``backward_default_tiling`` when predict is given none):
+
+    1-2. the heads' maxima and fp16 parts of q, k, v, as the forward's launches 1 and 2;
+    3-4. the same of dO (its B*H heads alone): "dO maxima", "dO parts";
+    5. D = rowsum(dO * O) with dQ zeroed (fp32, as ``flash_backward``'s preprocess);
+    6. the backward (``flash_backward_half`` compiled in its fp32 mode) on the parts: to HBM and
+       SRAM the fp16 kernel on a workload of rows of ``D_parts`` fp16 elements
+       (``simulator.flash.flash_backward_half``'s main launch), but dQ summed by fp32 atomics
+       into dQ itself and dK, dV stored in fp32, each d wide; dS^T's SRAM holds both parts (its
+       stores and reads counted twice); every thread of a block reads the 3 GX maxima of its
+       q, k and v heads and the GX of its dO head once for each query head of its group, in
+       blocks that visit a row block.
+    FLOPs: the attention backward's as ``flash_backward`` counts them (the nominal ones), plus
+    the preparing kernels' 1 and 2 an element. Workspace: the maxima, the parts and D."""
+    from .flash import _grid, _variant, flash_backward, flash_backward_half
+
+    if w.dtype_bytes != 4:
+        raise ValueError(f"flash_backward_fp16x3 splits fp32 inputs: dtype_bytes must be 4, got "
+                         f"{w.dtype_bytes} (fp16 / bf16 inputs run on flash_backward_half)")
+    amax, split, parts = _prep_phases(w, _inputs(w), MAXIMA, PREP_NAMES)
+    do_amax, do_split, do_parts = _prep_phases(w, {"dO": w.BH * w.N_q * w.d}, DO_MAXIMA,
+                                               ("dO maxima", "split dO into fp16 parts"))
+    pre, nominal = flash_backward(w, t).phases
+
+    wide = dataclasses.replace(w, d=w.D_parts, dtype_bytes=2)
+    half = flash_backward_half(wide, t).phases[1]
+    names = {**PARTS, "dO": DO_PARTS, "dQ_accum": "dQ"}
+
+    def narrow(counts: dict) -> dict:      # fp32 dQ, dK, dV: d wide, not D_parts
+        return {name: n // w.D_parts * w.d if name in ("dQ", "dK", "dV") else n
+                for name, n in _renamed(counts, names).items()}
+
+    g = _grid(w, t)
+    calls = w.BH * int((g.na > 0).sum())          # head_factors: a query head, a busy block
+    block_threads = t.threads_for("flash_backward_half")
+    reads = narrow(half.hbm_reads)
+    reads[MAXIMA] = calls * block_threads * 3 * GX
+    reads[DO_MAXIMA] = calls * block_threads * GX
+    sram_reads, sram_writes = (_renamed(x, names) for x in (half.sram_reads, half.sram_writes))
+    sram_reads["dS"] *= 2
+    sram_writes["dS"] *= 2
+    variant = "+".join(v for v in (_variant(w), VARIANT) if v)
+    backward = dataclasses.replace(
+        half, name="main: dK, dV, dQ atomics (three fp16 products)", code=(half.kernel, variant),
+        unit_reread_elements=half.unit_reread_elements // 2, hbm_reads=reads,
+        hbm_writes=narrow(half.hbm_writes), sram_reads=sram_reads, sram_writes=sram_writes,
+        matmul_flops=nominal.matmul_flops, other_flops=nominal.other_flops,
+        broadcast={MAXIMA: block_threads, DO_MAXIMA: block_threads})
+    workspace = {MAXIMA: w.tensor_elements(MAXIMA), **parts, DO_MAXIMA: w.BH * GX, **do_parts,
+                 "D": w.tensor_elements("D")}
+    return Plan((amax, split, do_amax, do_split, pre, backward), workspace=workspace)

@@ -23,12 +23,14 @@ Counting conventions (all exact integers; HBM counts are docs/traffic-contract.m
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from .flash import (flash_backward, flash_backward_deterministic, flash_backward_half,
                     flash_backward_tc, flash_forward_half, flash_forward_tc, flash_forward_v1, flash_forward_v2)
 from .flash import _grid, _heaviest_first
 from .fp16x3 import default_tiling as fp16x3_tiling
-from .fp16x3 import flash_forward_fp16x3
+from .fp16x3 import backward_default_tiling as fp16x3_backward_tiling
+from .fp16x3 import flash_backward_fp16x3, flash_forward_fp16x3
 from .hardware import H200, Hardware
 from .kv_split import auto_kv_split, backward_blocks_per_sm, checked_kv_split
 from .l2 import L2Traffic, l2_traffic
@@ -51,6 +53,7 @@ ALGORITHMS = {
     "flash_backward_deterministic": flash_backward_deterministic,
     "flash_backward_tc": flash_backward_tc,
     "flash_backward_half": flash_backward_half,
+    "flash_backward_fp16x3": flash_backward_fp16x3,
 }
 
 
@@ -58,7 +61,7 @@ ALGORITHMS = {
 #: block mask (``Workload.window``, ``kv_heads``, ``block_mask``); ``predict`` refuses such
 #: workloads elsewhere.
 BAND_ALGORITHMS = ("flash_forward_tc", "flash_forward_half", "flash_backward_tc",
-                   "flash_backward_half", "flash_forward_fp16x3")
+                   "flash_backward_half", "flash_forward_fp16x3", "flash_backward_fp16x3")
 
 
 def paper_tiling(sram_elements: int, d: int) -> Tiling:
@@ -74,6 +77,11 @@ def default_tiling(algorithm: str, workload: Workload, hardware: Hardware) -> Ti
     default (with a block mask, cut to nest in its blocks: ``Tiling.kernel_default``'s
     ``block_size``; "flash_forward_fp16x3": its own, ``simulator.fp16x3.default_tiling``, where
     no block mask cuts it).  Standard algorithms: what the kernels' matmul uses, Tiling(64, 64)."""
+    if algorithm == "flash_backward_fp16x3":     # its own (numba_flash.fp16x3.backward_tiling)
+        t = fp16x3_backward_tiling(workload.d, workload.N_q, workload.N_k)
+        if workload.block_mask is not None and not t.suits_blocks(workload.block_size):
+            t = Tiling(math.gcd(t.Br, workload.block_size[0]), math.gcd(t.Bc, workload.block_size[1]))
+        return t
     if algorithm == "flash_forward_fp16x3" and workload.block_mask is None:
         return fp16x3_tiling(workload.d, workload.N_q, workload.N_k)
     if algorithm == "flash_forward_fp16x3":

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 #: Display order of tensors: the names of docs/traffic-contract.md.
 TENSOR_ORDER = ("Q", "K", "V", "O", "L", "O (recomputed)", "L (recomputed)", "dO", "dQ", "dQ_accum", "dK",
                 "dV", "S", "P", "dP", "dS", "D", "m", "l", "head maxima", "Q parts", "K parts",
-                "V parts")
+                "V parts", "dO maxima", "dO parts")
 
 
 #: Tensors the kernels keep in fp32 whatever the inputs' format: the softmax statistics (L, l,
@@ -24,10 +24,10 @@ TENSOR_ORDER = ("Q", "K", "V", "O", "L", "O (recomputed)", "L (recomputed)", "dO
 #: recomputed O and L (its FFMA kernels widen every input). Their bytes are 4 an element in
 #: every report; the others' the report's ``dtype_bytes``.
 FP32_TENSORS = frozenset({"L", "l", "m", "D", "dQ_accum", "O (recomputed)", "L (recomputed)",
-                          "head maxima"})
-#: fa2_fp16x3's fp16 parts of its fp32 q, k, v (``simulator.fp16x3``): 2 bytes an element, in
-#: global memory and in SRAM.
-FP16_TENSORS = frozenset({"Q parts", "K parts", "V parts"})
+                          "head maxima", "dO maxima"})
+#: fa2_fp16x3's fp16 parts of its fp32 q, k, v (and in its backward dO) (``simulator.fp16x3``):
+#: 2 bytes an element, in global memory and in SRAM.
+FP16_TENSORS = frozenset({"Q parts", "K parts", "V parts", "dO parts"})
 
 
 def element_bytes(name: str, dtype_bytes: int) -> int:

@@ -67,26 +67,27 @@ LOAD_REQUESTS = {
 }
 STORE_REQUESTS = {"flash_forward_tc": {"O": 2}, "flash_backward_tc": {"dK": 2, "dV": 2},
                   "flash_forward_half": {"O": 4}, "flash_backward_half": {"dK": 4, "dV": 4},
-                  "flash_forward_fp16x3": {"O": 2}}
+                  "flash_forward_fp16x3": {"O": 2}, "flash_backward_fp16x3": {"dK": 2, "dV": 2}}
 ATOMIC = {"flash_backward_tc": ("dQ",), "flash_backward": ("dQ",),
-          "flash_backward_half": ("dQ_accum",)}
-RED_SECTORS = {"flash_backward_tc": 2, "flash_backward_half": 2}
+          "flash_backward_half": ("dQ_accum",), "flash_backward_fp16x3": ("dQ",)}
+RED_SECTORS = {"flash_backward_tc": 2, "flash_backward_half": 2, "flash_backward_fp16x3": 2}
 #: Tensors a kernel stores one element a block (its one result, by one thread): each store is
 #: its own request, a sector sent to L2 for 4 bytes. fa2_fp16x3's head_amax: 1536 sectors for 1536 partial maxima at
 #: (2, 16, 2048, 64) (ncu, H200 and H100, 2026-12-06).
 SINGLE_STORES = {"head_amax": ("head maxima",)}
 #: Tensors a kernel copies by 16-byte cp.async chunks into padded tiles (where d % 8 == 0).
 CP_ASYNC = {"flash_forward_half": ("Q", "K", "V"), "flash_backward_half": ("Q", "K", "V", "dO"),
-            "flash_forward_fp16x3": ("Q parts", "K parts", "V parts")}
+            "flash_forward_fp16x3": ("Q parts", "K parts", "V parts"),
+            "flash_backward_fp16x3": ("Q parts", "K parts", "V parts", "dO parts")}
 #: 16-byte chunks: what one cp.async moves.
 CHUNK_BYTES = 16
 
 #: The row length (a Workload dimension) of every two-dimensional tensor of the contract.
 _ROW = {**{t: "d" for t in ("Q", "K", "V", "O", "O (recomputed)", "dO", "dQ", "dQ_accum", "dK", "dV")},
         **{t: "N_k" for t in ("S", "P", "dP", "dS")},
-        **{t: "D_parts" for t in ("Q parts", "K parts", "V parts")}}
+        **{t: "D_parts" for t in ("Q parts", "K parts", "V parts", "dO parts")}}
 #: Tensors of N_q rows a head (the others copied by cp.async are of N_k).
-_QUERY_ROWS = ("Q", "dO", "Q parts")
+_QUERY_ROWS = ("Q", "dO", "Q parts", "dO parts")
 
 
 def row_sectors(n: int, element_bytes: int) -> float:
@@ -146,10 +147,13 @@ def sector_kernel(p: Phase) -> str | None:
     no Tiling kernel, by its compiled function's name, ``Phase.code``), but
     "flash_forward_fp16x3" for the fp16 forward compiled in its fp32 mode
     (``simulator.fp16x3.VARIANT``: fp32 O, stored as the tensor-core kernel's, and the parts
-    of q, k, v copied by cp.async)."""
+    of q, k, v copied by cp.async), and "flash_backward_fp16x3" for the fp16 backward so
+    compiled (fp32 dK, dV stored as the tensor-core backward's, dQ's atomics into dQ itself)."""
     from .fp16x3 import VARIANT
 
-    return "flash_forward_fp16x3" if VARIANT in p.code[1].split("+") else p.kernel or p.code[0]
+    if VARIANT in p.code[1].split("+"):
+        return "flash_backward_fp16x3" if p.code[0] == "flash_backward_half" else "flash_forward_fp16x3"
+    return p.kernel or p.code[0]
 
 
 def sector_traffic(p: Phase, w: Workload) -> SectorTraffic:

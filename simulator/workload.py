@@ -27,6 +27,8 @@ _TENSOR_SHAPE = {
     # fa2_fp16x3's fp16 parts of q, k, v, and its partial maxima (``simulator.fp16x3``)
     "Q parts": ("N_q", "D_parts"), "K parts": ("N_k", "D_parts"), "V parts": ("N_k", "D_parts"),
     "head maxima": (),                # GX a head of q, k and v each (``tensor_elements``)
+    "dO parts": ("N_q", "D_parts"),   # ... and of dO in its backward, GX a head of dO
+    "dO maxima": (),
 }
 
 
@@ -224,9 +226,9 @@ class Workload:
         (and their parts), B*H + 2 B*H_kv for the maxima (a head of q, k and v each)."""
         if name not in _TENSOR_SHAPE:
             raise ValueError(f"unknown tensor {name!r}; known: {sorted(_TENSOR_SHAPE)}")
-        if name == "head maxima":
+        if name in ("head maxima", "dO maxima"):
             from .fp16x3 import GX
-            return (self.BH + 2 * self.BH_kv) * GX
+            return (self.BH + (2 * self.BH_kv if name == "head maxima" else 0)) * GX
         size = self.BH_kv if name in _KV_TENSORS else self.BH
         for dim in _TENSOR_SHAPE[name]:
             size *= getattr(self, dim)

@@ -1,9 +1,8 @@
 """``algorithm="fa2_fp16x3"`` on the GPU (``pytest -m gpu``): o within flash-attention's rule
-(2x a plain fp32 implementation's error against float64, torch with TF32 off) at awkward
-shapes, logits x30 included; a replayed launch plan (``numba_flash.plans``) returns what the
-checked path returns, bit for bit. Forward only: the 3xTF32 backward from its o and lse fails
-the gradients' rule at large logits (its S is not the S that set the lse:
-tools/fp16x3_gradients.py, results/cudasim/), so no gradient is claimed or tested here."""
+(2x a plain fp32 implementation's error against float64, torch with TF32 off) and its own
+backward's dq, dk, dv within 3x (plus 1e-6 absolute, as the fp32 tests) at awkward shapes,
+logits x30, d = 256, windows and GQA included; a replayed launch plan (``numba_flash.plans``)
+returns what the checked path returns, bit for bit."""
 import math
 
 import pytest
@@ -40,10 +39,17 @@ SHAPES = [(2, 2, 255, 97, 64, False, 1.0), (1, 2, 4099, 4099, 64, True, 1.0),
           (1, 1, 1000, 1000, 128, False, 1.0), (1, 2, 97, 4099, 80, True, 1.0),
           (1, 2, 1, 17, 8, False, 1.0)]
 
+#: The backward's shapes (B, H, N_q, N_k, d, causal, logit scale).
+BACKWARD_SHAPES = SHAPES + [(2, 2, 300, 301, 128, False, 30.0), (1, 2, 2048, 2048, 128, True, 1.0),
+                            (2, 2, 255, 97, 256, True, 1.0)]
+
 #: The kernels these tests launch (conftest builds them first, in parallel processes).
-KERNELS = ([nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, forward="fa2_fp16x3", backward=None)
-            for _, _, n_q, n_k, d, causal, _ in SHAPES]
-           + [nf.KernelConfig(d=64, n_q=300, causal=True, forward="fa2_fp16x3", backward=None)])
+KERNELS = ([nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, forward="fa2_fp16x3",
+                            backward="fa2_fp16x3")
+            for _, _, n_q, n_k, d, causal, _ in BACKWARD_SHAPES]
+           + [nf.KernelConfig(d=64, n_q=300, causal=True, forward="fa2_fp16x3", backward=None),
+              nf.KernelConfig(d=64, n_q=300, forward="fa2_fp16x3", backward="fa2_fp16x3",
+                              window=(40, 7), group=2)])
 
 
 @pytest.mark.parametrize("B,H,n_q,n_k,d,causal,scale", SHAPES)
@@ -67,3 +73,50 @@ def test_replays_equal_the_checked_path():
         plans.PLANS.update(kept)
         torch.testing.assert_close(o, o_ref, rtol=0, atol=0)
         torch.testing.assert_close(lse, lse_ref, rtol=0, atol=0)
+
+
+def _gradients(q, k, v, do, causal, dtype, **mask):
+    xs = [x.detach().to(dtype).clone().requires_grad_() for x in (q, k, v)]
+    _attention_masked(*xs, causal, **mask).backward(do.to(dtype))
+    return [x.grad for x in xs]
+
+
+def _attention_masked(q, k, v, causal, window=None, group=1):
+    """_attention, with k, v's heads repeated over ``group`` query heads and a window (left,
+    right) about the bottom-right diagonal."""
+    if group > 1:
+        k, v = (x.repeat_interleave(group, dim=1) for x in (k, v))
+    if window is None:
+        return _attention(q, k, v, causal)
+    n_q, n_k = q.shape[2], k.shape[2]
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    r = torch.arange(n_q, device=q.device)[:, None] + (n_k - n_q)
+    c = torch.arange(n_k, device=q.device)[None, :]
+    s = s.masked_fill((c > r + window[1]) | (c < r - window[0]), -math.inf)
+    return torch.softmax(s, -1).nan_to_num(0) @ v
+
+
+def _check_backward(q, k, v, causal, **mask):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    g = torch.Generator(device="cuda").manual_seed(9)
+    do = torch.randn(q.shape, device="cuda", generator=g)
+    options = dict(causal=causal, algorithm="fa2_fp16x3")
+    if "window" in mask:
+        options["window"] = mask["window"]
+    o, lse = nf.flash_attention(q, k, v, return_lse=True, **options)
+    grads = nf.flash_attention_backward(do, q, k, v, o, lse, **options)
+    ref = _gradients(q, k, v, do, causal, torch.float64, **mask)
+    plain = _gradients(q, k, v, do, causal, torch.float32, **mask)
+    for name, x, r, p in zip(("dq", "dk", "dv"), grads, ref, plain):
+        assert _rel(x, r) <= 3 * _rel(p, r) + 1e-6, (name, _rel(x, r), _rel(p, r))
+
+
+@pytest.mark.parametrize("B,H,n_q,n_k,d,causal,scale", BACKWARD_SHAPES)
+def test_backward_within_the_rule(B, H, n_q, n_k, d, causal, scale):
+    _check_backward(*_inputs(B, H, n_q, n_k, d, scale), causal)
+
+
+def test_backward_with_a_window_and_grouped_heads():
+    q, _, _ = _inputs(1, 4, 300, 300, 64, seed=3)
+    _, k, v = _inputs(1, 2, 300, 300, 64, seed=4)
+    _check_backward(q, k, v, False, window=(40, 7), group=2)

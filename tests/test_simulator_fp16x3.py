@@ -162,3 +162,36 @@ def test_the_maxima_hit_in_l2_where_the_parts_overflow_it():
     alone = l2_traffic((without,), w, r.tiling, H200)
     assert (r.l2.phases[2].dram_read_bytes - alone.phases[0].dram_read_bytes
             == pytest.approx(4 * w.tensor_elements("head maxima")))
+
+
+@pytest.mark.parametrize("d", [8, 64, 111, 128])
+def test_backward_launches_and_the_fp16_backward_on_parts(d):
+    """The backward (flash_backward_fp16x3): the maxima and parts of q, k, v (as the forward's
+    launches) and of dO, D, then the fp16 backward on rows of 2 D16 fp16 elements, with dQ, dK,
+    dV fp32 and d wide, dS^T's SRAM twice (its two parts), the nominal FLOPs of the backward."""
+    from simulator.flash import flash_backward
+    from simulator.fp16x3 import backward_default_tiling
+    w = Workload(2, 4, 300, 257, d, causal=True, kv_heads=2)
+    t = backward_default_tiling(d, 300, 257)
+    r = predict("flash_backward_fp16x3", w, t)
+    wide = dataclasses.replace(w, d=w.D_parts, dtype_bytes=2)
+    half = predict("flash_backward_half", wide, t, kv_split=1)      # (fp16x3 runs unsplit)
+    assert [p.name for p in r.phases[:4]] == ["head maxima", "split into fp16 parts", "dO maxima",
+                                              "split dO into fp16 parts"]
+    assert r.hbm["dO"].reads == 3 * w.BH * w.N_q * d        # maxima, split, D = rowsum(dO * O)
+    assert r.hbm["dO parts"].writes == w.BH * w.N_q * w.D_parts
+    main, half_main = r.phases[5], half.phases[1]
+    for name in ("Q", "K", "V", "dO"):
+        assert r.hbm[f"{name} parts"].reads == half_main.hbm_reads[name]
+    assert main.sram_reads["dS"] == 2 * half_main.sram_reads["dS"]
+    assert main.sram_writes["dS"] == 2 * half_main.sram_writes["dS"]
+    for name in ("dK", "dV"):
+        assert r.hbm[name].writes == half.hbm[name].writes // w.D_parts * d == w.BH_kv * w.N_k * d
+    assert main.hbm_reads["dQ"] == half_main.hbm_reads["dQ_accum"] // w.D_parts * d   # atomics
+    assert r.workspace["dO maxima"] == w.BH * GX
+    nominal = flash_backward(w, t).phases                  # (the FFMA backward's FLOPs)
+    inputs = (2 * w.BH * w.N_q + 2 * w.BH_kv * w.N_k) * d
+    assert r.matmul_flops == sum(p.matmul_flops for p in nominal)
+    assert r.other_flops == sum(p.other_flops for p in nominal) + 3 * inputs
+    with pytest.raises(ValueError, match="dtype_bytes must be 4"):
+        predict("flash_backward_fp16x3", dataclasses.replace(w, dtype_bytes=2))

@@ -335,14 +335,15 @@ def test_fp16x3_argument_errors(gen):
     q = make((1, 1, 4, 8), gen)
     with pytest.raises(ValueError, match="algorithm must be one of"):
         nft.scaled_dot_product_attention(q, q, q, algorithm="fa1")
-    with pytest.raises(ValueError, match="forward-only.*torch.no_grad"):
-        nft.scaled_dot_product_attention(q, q, q, algorithm="fa2_fp16x3")
     h = q.detach().half()
     with pytest.raises(ValueError, match="algorithm='fa2_fp16x3' takes float32 inputs.*got float16"):
         nft.scaled_dot_product_attention(h, h, h, algorithm="fa2_fp16x3")
     q = q.detach()
     torch.library.opcheck(nft.attention_forward, (q, q, q, 0.5, True, 0), {"algorithm": "fa2_fp16x3"},
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
+    o, lse = nft.attention_forward(q, q, q, 0.5, True, 0, algorithm="fa2_fp16x3")
+    torch.library.opcheck(nft.attention_backward, (q, q, q, q, o, lse, 0.5, True, 0),
+                          {"algorithm": "fa2_fp16x3"}, test_utils=("test_schema", "test_faketensor"))
 
 
 # ---- flash_attn_varlen_func: flash-attention's varlen interface with autograd ----------------

@@ -20,15 +20,17 @@ from .helpers import mma_tiling
 #: simulator algorithm -> (forward?, input format)
 KERNELS = {"flash_forward_tc": (True, np.float32), "flash_forward_half": (True, np.float16),
            "flash_backward_tc": (False, np.float32), "flash_backward_half": (False, np.float16)}
-#: flash_attention's algorithm of each forward's simulator algorithm ("fa2" for the others)
+#: flash_attention's algorithm of each forward's simulator algorithm ("fa2" for the others),
+#: and flash_attention_backward's of each backward's
 FORWARD_ALGORITHM = {"flash_forward_fp16x3": "fa2_fp16x3"}
+BACKWARD_ALGORITHM = {"flash_backward_fp16x3": "fa2_fp16x3"}
 
 
 def measured_and_predicted(kernel, B, H, h_kv, n_q, n_k, d, causal, window, diagonal, tiling,
                            seed=0, kv_split=None):
     """count_traffic of the "fa2" call that runs ``kernel`` (k, v with ``h_kv`` heads; the
     backward split ``kv_split`` ways) and predict on the Workload of the same arguments."""
-    forward, fmt = KERNELS.get(kernel, (True, np.float32))
+    forward, fmt = KERNELS.get(kernel, (kernel not in BACKWARD_ALGORITHM, np.float32))
     rng = np.random.default_rng(seed)
     q, do = (rng.standard_normal((B, H, n_q, d)).astype(fmt) for _ in range(2))
     k, v = (rng.standard_normal((B, h_kv, n_k, d)).astype(fmt) for _ in range(2))
@@ -40,7 +42,8 @@ def measured_and_predicted(kernel, B, H, h_kv, n_q, n_k, d, causal, window, diag
         o, lse = ref.attention_forward(q, k, v, **mask)
         o, lse = o.astype(fmt), lse.astype(np.float32)
         report = count_traffic(nf.flash_attention_backward, do, q, k, v, o, lse, **mask,
-                               tiling=tiling, kv_split=kv_split)
+                               tiling=tiling, kv_split=kv_split,
+                               algorithm=BACKWARD_ALGORITHM.get(kernel, "fa2"))
     workload = simulator.Workload(B, H, n_q, n_k, d, 2 if fmt is np.float16 else 4, causal,
                                   diagonal, window, h_kv)
     return report, simulator.predict(kernel, workload, tiling, kv_split=kv_split)
@@ -81,6 +84,24 @@ def test_predict_equals_counted_traffic_of_fp16x3(H, h_kv, n_q, n_k, d, causal, 
                                                causal, window, diagonal, tiling)
     assert_equal_traffic(report, predicted)
     assert report.hbm["K parts"].writes == h_kv * n_k * 2 * 16 * -(-d // 16)
+
+
+@pytest.mark.parametrize("H,h_kv,n_q,n_k,d,causal,window,diagonal,tiling", [
+    (2, 1, 29, 37, 12, False, (9, -1), None, nf.Tiling(16, 16)),   # MQA, left side alone
+    (4, 2, 23, 40, 8, False, (-1, 4), 0, nf.Tiling(32, 32)),       # GQA, right side, two warps
+    (3, 1, 33, 17, 5, True, (2, -1), -20, nf.Tiling(16, 16)),      # key blocks no row sees
+])
+def test_predict_equals_counted_traffic_of_the_fp16x3_backward(H, h_kv, n_q, n_k, d, causal,
+                                                              window, diagonal, tiling):
+    """fa2_fp16x3's backward: the maxima and parts of q, k, v and of dO, D, and the fp16
+    backward on the parts in fp32 (simulator.fp16x3.flash_backward_fp16x3): each thread of a
+    block that visits a row block reads the maxima of its heads once a query head."""
+    report, predicted = measured_and_predicted("flash_backward_fp16x3", 1, H, h_kv, n_q, n_k, d,
+                                               causal, window, diagonal, tiling, kv_split=1)
+    assert_equal_traffic(report, predicted)
+    assert report.hbm["dO parts"].writes == H * n_q * 2 * 16 * -(-d // 16)
+    dq = report.hbm["dQ"]                       # zeroed by the preprocess, then atomic adds
+    assert dq.writes - dq.reads == H * n_q * d and dq.reads > 0
 
 
 @pytest.mark.parametrize("kernel", sorted(KERNELS))

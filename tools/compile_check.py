@@ -59,12 +59,17 @@ SIGS = {
                 "int64, int64, int64, float32, int64[::1], int64[::1], int64[::1])",
     "bwd_half": "(" + ", ".join(["uint16[::1]"] * 4) + ", float32[::1], float32[::1], float32[::1], "
                 "uint16[::1], uint16[::1], float32, float32, int64, int64, int64, int64, int64, int64, "
-                "int64, float32, int64[::1], int64[::1])",
+                "int64, float32, int64[::1], int64[::1], int64[::1], int64[::1])",
     "convert_narrow": "(float32[::1], uint16[::1], int64)",
     # fa2_fp16x3: the fp16 forward in its fp32 mode (fp16 parts in, fp32 O and the maxima), and
     # the two kernels that prepare the parts
     "fwd_fp16x3": "(" + ", ".join(["uint16[::1]"] * 3) + ", float32[::1], float32[::1], float32, int64, "
                   "int64, int64, int64, int64, int64, int64, float32, int64[::1], int64[::1], float32[::1])",
+    # ... and the fp16 backward in its fp32 mode (parts of q, k, v, dO in; fp32 lse, D, dQ, dK, dV;
+    # the maxima of q, k, v and of dO)
+    "bwd_fp16x3": "(" + ", ".join(["uint16[::1]"] * 4) + ", " + ", ".join(["float32[::1]"] * 5)
+                  + ", float32, float32, int64, int64, int64, int64, int64, int64, int64, float32, "
+                  "int64[::1], int64[::1], float32[::1], float32[::1])",
     "head_amax": "(" + ", ".join(["float32[::1]"] * 4) + ", int64, int64, int64, int64, int64)",
     "split_half": "(" + ", ".join(["float32[::1]"] * 4) + ", " + ", ".join(["uint16[::1]"] * 3)
                   + ", int64, int64, int64, int64)",

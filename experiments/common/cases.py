@@ -38,12 +38,15 @@ from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_K
 #: products (fa2_fp16x3, float32 only); the names are flash_attention's algorithms.
 METHODS = ("standard", "fa1", "fa2", "fa2_fma", "fa2_fp16x3")
 #: flash_attention_backward's algorithm after each flash method's forward: tensor cores after the
-#: tensor-core forwards, FFMA after the others. simulator.predict's algorithms for each method are
-#: ``FORWARD_ALGORITHMS`` and simulator.tiling's BACKWARD_KERNELS (dQ by atomics;
-#: ``deterministic`` cases run the FFMA kernels, "flash_backward_deterministic").
-BACKWARD_ALGORITHM = {"fa1": "fa2_fma", "fa2": "fa2", "fa2_fma": "fa2_fma", "fa2_fp16x3": "fa2"}
+#: tensor-core forwards (fa2_fp16x3: its own, on the same fp16 parts), FFMA after the others.
+#: simulator.predict's algorithms for each method are ``FORWARD_ALGORITHMS`` and
+#: ``BACKWARD_ALGORITHMS`` (dQ by atomics; ``deterministic`` cases run the FFMA kernels,
+#: "flash_backward_deterministic").
+BACKWARD_ALGORITHM = {"fa1": "fa2_fma", "fa2": "fa2", "fa2_fma": "fa2_fma", "fa2_fp16x3": "fa2_fp16x3"}
 #: simulator.predict's algorithm of each flash method's forward in float32.
 FORWARD_ALGORITHMS = {**FORWARD_KERNELS, "fa2_fp16x3": "flash_forward_fp16x3"}
+#: ... and of each flash_attention_backward algorithm in float32.
+BACKWARD_ALGORITHMS = {**BACKWARD_KERNELS, "fa2_fp16x3": "flash_backward_fp16x3"}
 #: "fwd": the forward call; "fwd_bwd": forward then backward, as in training.
 PASSES = ("fwd", "fwd_bwd")
 BACKWARD_FLOPS_FACTOR = 2.5
@@ -322,7 +325,7 @@ class Case:
             if self.passes == "fwd":
                 return [forward]
             backward = ("flash_backward_deterministic" if self.deterministic
-                        else (HALF_BACKWARD_KERNELS if half else BACKWARD_KERNELS)[BACKWARD_ALGORITHM[self.method]])
+                        else (HALF_BACKWARD_KERNELS if half else BACKWARD_ALGORITHMS)[BACKWARD_ALGORITHM[self.method]])
         return [forward, backward] if self.passes == "fwd_bwd" else [forward]
 
     def tiling_object(self):

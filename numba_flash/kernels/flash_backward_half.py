@@ -28,6 +28,30 @@ The mask is a band (simulator.spec.Mask: causal, a sliding window, or both sides
 compile time as ``upper`` / ``lower``, its offsets ``hi``, ``lo`` at run time; tiles inside
 the band (``needs_mask`` false) skip the per-element comparisons.
 
+fp32 from three fp16 products (``dtype="float32"``, numba_flash/fp16x3.py: "fa2_fp16x3"'s
+backward): q, k, v and dO arrive as kernels/split_half's rows (each head scaled by a power of
+two s, fp16 hi and lo parts side by side: every SRAM layout and fragment address above holds
+with the row twice as wide, the lo fragment D16 columns on). Each product is hi hi + hi lo +
+lo hi (the two cross terms first), three mma where the fp16 kernel has one:
+    S'^T = (s_k Kj)(s_q Qi)^T   the forward's S' = (s_q Qi)(s_k Kj)^T products in its order,
+                                operands swapped, at its qscale / (s_q s_k): P normalised as the
+                                forward's lse was taken
+    P' = 2^15 P                 (with dropout 2^(15 - ceil(log2 rp)) P, as the forward's P')
+    dP'^T = (s_v Vj)(s_do dOi)^T
+    dS'' = sigma dS = P' (Z dP' A - D B): A = 2^-(31 + ceil(log2 d)), B = s_v s_do A; sigma =
+                                B 2^15 = s_v s_do 2^-(16 + ceil(log2 d)) (dropout: one more
+                                halving per doubling of rp) keeps |dS''| < 2^15, as |dP| and
+                                |D| are at most d max|v| max|dO|: a bound known beforehand
+    P', dS'' split into fp16 hi + lo parts (the A fragments of both parts)
+    dVj += (P' dOi') / (2^15 s_do), dKj += (dS''^T Qi') / (sigma s_q): each step's products
+                                summed from zero on the tensor cores, column pair by column
+                                pair, then added in fp32 (the tensor cores' adds, not rounded
+                                to nearest, never span more than one step: as the forward's P V)
+    dQacc_i += scale (dS'' Kj') / (sigma s_k)   dS''^T's two parts in SRAM, lo after hi
+dK, dV (fp32) and dQacc (fp32, the API's dq itself) are in the inputs' units; the factors of
+each query head (GQA: the group's heads each their own) in float64 (a product of two scales may
+overflow fp32).
+
 Precision as FlashAttention-2: products of format values with fp32 sums; P and dS rounded to
 the format once for their products; statistics, dP, D and all accumulators in fp32. dKj, dVj
 accumulate on the tensor cores across row blocks and heads (the fp32 kernel sums each row
@@ -84,12 +108,21 @@ results/h200/tuning/tune_half_bwd_v1_d*.csv; bench: results/h200/bench/bench_hal
         d = 64 4.17 -> 6.01 ms (+44 %), d = 128 +28 %, causal d = 128 +25 %.
     v5  block-sparse (Mask.sparse): K/V block j visits the row blocks of its list, the
         prefetch the list's next one, as flash_backward_tc v11.
+    v6  fp32 from three fp16 products (dtype "float32": "fa2_fp16x3"'s backward; the fp16 and
+        bf16 code the same but for a k step's fragments held in local arrays). H100, 2026-12-06
+        (tools/fp16x3_backward.py; results/h100/tuning/fp16x3_backward_2026-12-06.log): backward
+        alone at (4,16,4096,64) 91.1 TFLOP/s at 64 x 128, 88.2 at 32 x 64, 83.8 at 32 x 128,
+        64.1 at 16 x 128 (3xTF32, flash_backward_tc v14: 46.1); d = 128 89.0 at 32 x 128, 82.5
+        at 16 x 128, 48.5 at 32 x 64 (3xTF32 35.4); gradients 0.3-3.0x plain fp32's error.
 """
 from __future__ import annotations
 
-import numpy as np
-from numba import cuda, float32, uint16, uint32, uint64
+import math
 
+import numpy as np
+from numba import cuda, float32, float64, uint16, uint32, uint64
+
+from simulator.fp16x3 import backward_smem_terms
 from simulator.spec import Mask
 from simulator.tiling import Tiling
 
@@ -97,19 +130,20 @@ from ..kernel_cache import kernel_factory
 from ..launch import jit_options, smem_alignment
 from .half import half_ops
 from .half_tiles import make_tile_copy
-from .mma import warp_ops
-from .tiles import (ZERO, dropout_kept, dropout_words, lse_base2, make_key_rows_store, masked,
-                    needs_mask, row_block_range, tile_major_block)
+from .head_scale import scale_of
+from .mma import FP32_TINY, warp_ops
+from .tiles import (ONE, ZERO, dropout_kept, dropout_words, identity, lse_base2,
+                    make_key_rows_store, masked, needs_mask, row_block_range, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 5
+VERSION = 6
 
 
 @kernel_factory
 def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: str,
                              vector: bool):
     """Kernel ``(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo, seed_lo,
-    seed_hi, keep_from, rp, blk_ptr, blk_idx)`` on flat
+    seed_hi, keep_from, rp, blk_ptr, blk_idx, partial, partial_do)`` on flat
     (1-D) views: q, do: (B*H, N_q, d) and k, v, dk, dv: (B*H_kv, N_k, d) uint16 patterns of
     ``dtype`` ("float16" or "bfloat16"), H_kv = H / mask.group (query head bh reads K/V head
     bh // group); lse, dvec (D): (B*H, N_q) float32; dq: (B*H, N_q, d) float32, zeros (the
@@ -118,37 +152,63 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
     row r sees key c iff c <= r + hi and r + lo <= c; dropout's four and block-sparse's two
     arguments as ``make_flash_backward_tc``'s. ``scale`` the softmax scale and
     ``qscale`` = scale * log2(e), float32. ``vector``: d % 8 == 0 and q, k, v, do 16-byte
-    aligned (tiles copied by cp.async). Launch with grid (Tc, B*H_kv),
-    ``tiling.threads_for("flash_backward_half")`` threads and
-    ``tiling.smem_bytes("flash_backward_half", d)`` bytes of dynamic shared memory."""
+    aligned (tiles copied by cp.async). ``partial``, ``partial_do`` read only with
+    ``dtype="float32"`` (else pass any array): q, k, v, do are then split_half's rows (2 D16
+    fp16 parts; q, k, v's heads scaled by scale_of(partial, .) as the forward took them, do's
+    by scale_of(partial_do, .)), dk, dv float32, dq summed in the inputs' units. Launch with
+    grid (Tc, B*H_kv), ``tiling.threads_for("flash_backward_half")`` threads and
+    ``2 * sum(simulator.fp16x3.backward_smem_terms(tiling, d, dtype == "float32").values())``
+    bytes of dynamic shared memory."""
     mask = Mask.of(mask)
     UPPER, LOWER, GROUP, DROPOUT = mask.upper, mask.lower, mask.group, mask.dropout
     SPARSE = mask.sparse
     BR, BC = tiling.Br, tiling.Bc
     if DROPOUT:   # Philox blocks of 16 x 16 scores inside a tile (simulator.tiling.DROPOUT_SIDE)
         tiling.check_dropout()
+    SPLIT = dtype == "float32"         # three fp16 products a product, of hi and lo parts
     T = tiling.threads_for("flash_backward_half")
     WARPS = T // 32
-    D16, LD, LS = tiling.half_depth(d), tiling.half_stride(d), tiling.half_score_stride
+    D16, LS = tiling.half_depth(d), tiling.half_score_stride
+    W = 2 * D16 if SPLIT else d        # columns of a row in HBM (split: hi parts, then lo)
+    LD = tiling.half_stride(W)         # split: a tile row holds both parts, lo at D16 on
+    PARTS = 2 if SPLIT else 1          # fragments a product's operands come in (hi, lo)
+    # (A part, B part) of each mma a product takes: split, the two cross terms first, as the
+    # forward; S^T = Kj Qi^T takes the forward's S = Qi Kj^T products in its order, transposed
+    PRODUCTS = ((0, 1), (1, 0), (0, 0)) if SPLIT else ((0, 0),)
+    T_PRODUCTS = tuple((b, a) for a, b in PRODUCTS)
+    # split: P' = 2^15 P, with dropout 2^(15 - ceil(log2 rp)) P (P' rp below 2^15, as the
+    # forward); dS'' = sigma dS, sigma = s_v s_do 2^-(16 + CD + ceil(log2 rp)): |dP| and |D| are at
+    # most d max|v| max|dO| (D = sum_c P_c Z_c dP_c), so |dS''| < 2^15; dS'' = P' (Z dP' A - D B)
+    # with A = 2^-(31 + CD) (the s_v s_do of dP' = s_v s_do dP cancel) and B = s_v s_do A
+    P_SHIFT = 15
+    DS_A = np.float32(2.0 ** -(31 + math.ceil(math.log2(d))) if SPLIT else 1.0)
     KS, NT, QK, OT = D16 // 16, BR // 8, BR // 16, D16 // 8   # k steps over d; query tiles; query
     JS, CP = BC // 16, D16 // 16       # steps; column tiles; key steps of dS Kj; column pairs
     UNITS = (BR // 16) * CP            # 16 x 16 pieces of dQ_i
     PER_WARP = -(-UNITS // WARPS)
     SHARED_ROWS = CP % PER_WARP == 0   # a warp's pieces of dQ_i share their 16 rows
     KO, VO, QO, OO, SO, LO, DO = (np.uint64(x) for x in np.cumsum(
-        [0, *tiling.smem_terms("flash_backward_half", d).values()])[:-1])
+        [0, *backward_smem_terms(tiling, d, SPLIT).values()])[:-1])
     QSTAGE = np.uint64(BR * LD)
     LF, DF, FSTAGE = LO // np.uint64(2), DO // np.uint64(2), np.uint64(BR)   # in fp32 words
     SW = SO // np.uint64(2)                                                  # dS^T in 4-byte words
+    SPART = np.uint64(BC * LS)         # split: dS^T's lo part after its hi part (16-bit elements)
+    # (kk, p) order of the products of dVj, dKj: query step by query step (fp16); split, column
+    # pair by column pair, each from zero over the step's queries, then added in fp32
+    PAIRS = (tuple((kk, p) for p in range(OT // 2) for kk in range(QK)) if SPLIT
+             else tuple((kk, p) for kk in range(QK) for p in range(OT // 2)))
 
-    h = half_ops(dtype)
+    h = half_ops("float16" if SPLIT else dtype)
     mma, pack2, to_half = h.mma, h.pack2, h.to_half
     ldmatrix, ldmatrix_trans = h.ldmatrix, h.ldmatrix_trans
     cp_async4, commit, wait_all = h.cp_async4, h.commit, h.wait_all
-    exp2 = warp_ops().exp2_ftz
-    copy_q, copy_kv = (make_tile_copy(rows, T, d, D16, LD, vector, dtype) for rows in (BR, BC))
-    store_key_rows = make_key_rows_store(d, OT, to_half)
+    w = warp_ops()
+    exp2, split_finite = w.exp2_ftz, w.split_finite
+    copy_q, copy_kv = (make_tile_copy(rows, T, W, tiling.half_depth(W), LD, vector or SPLIT,
+                                      "float16" if SPLIT else dtype) for rows in (BR, BC))
+    store_key_rows = make_key_rows_store(d, OT, identity if SPLIT else to_half)
     ALIGN = smem_alignment()
+    FP32_MAX = np.float64(np.finfo(np.float32).max)
 
     @cuda.jit(device=True)
     def load_row_block(smem, stats, stage, q, do, lse, dvec, row0, rows, tid):
@@ -162,50 +222,99 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
             cp_async4(stats, LF + stage * FSTAGE + uint64(r), lse, at, n)
             cp_async4(stats, DF + stage * FSTAGE + uint64(r), dvec, at, n)
 
-    def rows_times_tile_t(c, smem, a_at, b_at):
+    def rows_times_tile_t(c, a, b, smem, a_at, b_at):
         """c = A B^T (16 x Br C fragments) for A = this warp's 16 rows of Kj or Vj (this lane's
-        ldmatrix address a_at) and B = the stage's Qi or dOi (b_at)."""
+        ldmatrix address a_at) and B = the stage's Qi or dOi (b_at); a, b: registers for a k
+        step's fragments of each part."""
         for n in static_range(NT):
             for e in static_range(4):
                 c[n, e] = ZERO
         for ks in static_range(KS):
-            a0, a1, a2, a3 = ldmatrix(smem, a_at + uint64(16 * ks))
+            for part in static_range(PARTS):
+                a[part, 0], a[part, 1], a[part, 2], a[part, 3] = ldmatrix(
+                    smem, a_at + uint64(part * D16 + 16 * ks))
             for p in static_range(NT // 2):
-                b0, b1, b2, b3 = ldmatrix(smem, b_at + uint64(16 * p * LD + 16 * ks))
-                c[2 * p, 0], c[2 * p, 1], c[2 * p, 2], c[2 * p, 3] = mma(
-                    a0, a1, a2, a3, b0, b1, c[2 * p, 0], c[2 * p, 1], c[2 * p, 2], c[2 * p, 3])
-                c[2 * p + 1, 0], c[2 * p + 1, 1], c[2 * p + 1, 2], c[2 * p + 1, 3] = mma(
-                    a0, a1, a2, a3, b2, b3,
-                    c[2 * p + 1, 0], c[2 * p + 1, 1], c[2 * p + 1, 2], c[2 * p + 1, 3])
+                for part in static_range(PARTS):
+                    b[part, 0], b[part, 1], b[part, 2], b[part, 3] = ldmatrix(
+                        smem, b_at + uint64(part * D16 + 16 * p * LD + 16 * ks))
+                for u in static_range(len(T_PRODUCTS)):
+                    ia, ib = T_PRODUCTS[u]
+                    for hb in static_range(2):
+                        n = 2 * p + hb
+                        c[n, 0], c[n, 1], c[n, 2], c[n, 3] = mma(
+                            a[ia, 0], a[ia, 1], a[ia, 2], a[ia, 3], b[ib, 2 * hb], b[ib, 2 * hb + 1],
+                            c[n, 0], c[n, 1], c[n, 2], c[n, 3])
 
-    def add_scores_times_tile(acc, x, smem, b_at):
+    def add_scores_times_tile(acc, tmp, b, x, smem, b_at, factor):
         """acc += X B (16 x D16 C fragments) for X (16 keys x Br queries) held as A fragments
-        ``x`` (one per 16-query step) and B = the stage's dOi or Qi (b_at: .trans address)."""
-        for kk in static_range(QK):
-            for p in static_range(OT // 2):
-                b0, b1, b2, b3 = ldmatrix_trans(smem, b_at + uint64(16 * kk * LD + 16 * p))
-                acc[2 * p, 0], acc[2 * p, 1], acc[2 * p, 2], acc[2 * p, 3] = mma(
-                    x[kk, 0], x[kk, 1], x[kk, 2], x[kk, 3], b0, b1,
-                    acc[2 * p, 0], acc[2 * p, 1], acc[2 * p, 2], acc[2 * p, 3])
-                acc[2 * p + 1, 0], acc[2 * p + 1, 1], acc[2 * p + 1, 2], acc[2 * p + 1, 3] = mma(
-                    x[kk, 0], x[kk, 1], x[kk, 2], x[kk, 3], b2, b3,
-                    acc[2 * p + 1, 0], acc[2 * p + 1, 1], acc[2 * p + 1, 2], acc[2 * p + 1, 3])
+        ``x`` (one per 16-query step and part) and B = the stage's dOi or Qi (b_at: .trans
+        address); split, each column pair's X B summed from zero in ``tmp`` and added to acc
+        times ``factor`` (which undoes the parts' scales)."""
+        for u in static_range(len(PAIRS)):
+            kk, p = PAIRS[u]
+            for part in static_range(PARTS):
+                b[part, 0], b[part, 1], b[part, 2], b[part, 3] = ldmatrix_trans(
+                    smem, b_at + uint64(part * D16 + 16 * kk * LD + 16 * p))
+            for v in static_range(len(PRODUCTS)):
+                ix, ib = PRODUCTS[v]
+                for hb in static_range(2):
+                    n = 2 * p + hb
+                    if SPLIT:
+                        if kk == 0 and v == 0:
+                            for e in static_range(4):
+                                tmp[hb, e] = ZERO
+                        tmp[hb, 0], tmp[hb, 1], tmp[hb, 2], tmp[hb, 3] = mma(
+                            x[kk, ix, 0], x[kk, ix, 1], x[kk, ix, 2], x[kk, ix, 3],
+                            b[ib, 2 * hb], b[ib, 2 * hb + 1], tmp[hb, 0], tmp[hb, 1], tmp[hb, 2], tmp[hb, 3])
+                        if kk == QK - 1 and v == len(PRODUCTS) - 1:
+                            for e in static_range(4):
+                                acc[n, e] += tmp[hb, e] * factor
+                    else:
+                        acc[n, 0], acc[n, 1], acc[n, 2], acc[n, 3] = mma(
+                            x[kk, ix, 0], x[kk, ix, 1], x[kk, ix, 2], x[kk, ix, 3],
+                            b[ib, 2 * hb], b[ib, 2 * hb + 1], acc[n, 0], acc[n, 1], acc[n, 2], acc[n, 3])
 
     def pack_fragments(x, c):
-        """x = the C fragments c (16 keys x Br queries, fp32) rounded to the format, as A
-        fragments of the 16-query steps: keys g, g + 8 of queries 16 kk + 2t (+1), then + 8."""
+        """x = the C fragments c (16 keys x Br queries, fp32) rounded to the format (split: as
+        fp16 hi and lo parts), as A fragments of the 16-query steps: keys g, g + 8 of queries
+        16 kk + 2t (+1), then + 8."""
         for kk in static_range(QK):
-            x[kk, 0] = pack2(c[2 * kk, 0], c[2 * kk, 1])
-            x[kk, 1] = pack2(c[2 * kk, 2], c[2 * kk, 3])
-            x[kk, 2] = pack2(c[2 * kk + 1, 0], c[2 * kk + 1, 1])
-            x[kk, 3] = pack2(c[2 * kk + 1, 2], c[2 * kk + 1, 3])
+            for q4 in static_range(4):   # register q4: queries 2t, 2t + 1 (+ 8 for q4 >= 2)
+                n, e0 = 2 * kk + q4 // 2, 2 * (q4 % 2)   # of key g (+ 8 for odd q4)
+                if SPLIT:
+                    h0, l0 = split_finite(c[n, e0])
+                    h1, l1 = split_finite(c[n, e0 + 1])
+                    x[kk, 0, q4] = pack2(h0, h1)
+                    x[kk, 1, q4] = pack2(l0, l1)
+                else:
+                    x[kk, 0, q4] = pack2(c[n, e0], c[n, e0 + 1])
 
     rows_times_tile_t, add_scores_times_tile, pack_fragments = (
         cuda.jit(device=True)(unrolled(f)) for f in (rows_times_tile_t, add_scores_times_tile,
                                                     pack_fragments))
 
+    @cuda.jit(device=True)
+    def head_factors(partial, partial_do, bh, kvh, qscale, scale, p_scale):
+        """split: (qs, B, dQ's, dK's, dV's factor) of query head bh (K/V head kvh) from the
+        heads' power-of-two scales (kernels/head_scale; ``partial``: q heads, then k heads, then
+        v heads; ``partial_do``: dO's): qs = qscale / (s_q s_k) as the forward takes it; with
+        sigma = B p_scale (dS'' = sigma dS), dQ = scale dQ'' / (sigma s_k), and each step's
+        dK'' / (sigma s_q), dV'' / (p_scale s_do) summed into dKj, dVj (in float64: a product of
+        two scales may overflow fp32)."""
+        heads_kv = cuda.gridDim.y
+        heads = heads_kv * GROUP
+        s_q, s_k = scale_of(partial, bh), scale_of(partial, heads + kvh)
+        qs = qscale / s_q / s_k
+        if -FP32_TINY < qs < FP32_TINY:   # (0 would turn a masked -inf into NaN)
+            qs = FP32_TINY if qscale > ZERO else -FP32_TINY
+        s_do = float64(scale_of(partial_do, bh))
+        b = float64(DS_A) * float64(scale_of(partial, heads + heads_kv + kvh)) * s_do
+        sigma = b * float64(p_scale)
+        return (qs, float32(min(b, FP32_MAX)), float32(float64(scale) / (sigma * float64(s_k))),
+                float32(1.0 / (sigma * float64(s_q))), float32(1.0 / (float64(p_scale) * s_do)))
+
     def flash_backward_half(q, k, v, do, lse, dvec, dq, dk, dv, scale, qscale, n_q, n_k, hi, lo,
-                            seed_lo, seed_hi, keep_from, rp, blk_ptr, blk_idx):
+                            seed_lo, seed_hi, keep_from, rp, blk_ptr, blk_idx, partial, partial_do):
         # one block of dynamic shared memory, three views: 16-bit tiles, fp32 L and D, and
         # 4-byte words for the stores of dS^T
         smem = cuda.shared.array(0, uint16, alignment=ALIGN)
@@ -233,6 +342,12 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
         else:                         # row blocks first..end - 1
             first, end = row_block_range(col0, col0 + cols - 1, hi, lo, BR, n_q, UPPER, LOWER)
 
+        # split: P' = 2^shift P (p_scale), and each query head's factors (head_factors, at the
+        # head's first step); fp16: P itself, scale for dQ
+        p_scale = ONE
+        qs, ds_b, dq_f, dk_f, dv_f = qscale, ONE, scale, ONE, ONE
+        if SPLIT:
+            p_scale = math.ldexp(ONE, int(P_SHIFT) - (math.ceil(math.log2(rp)) if DROPOUT else 0))
         copy_kv(smem, KO, k, kvh * n_k + col0, cols, tid)
         copy_kv(smem, VO, v, kvh * n_k + col0, cols, tid)
         if first < end:
@@ -243,12 +358,14 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
 
         s = cuda.local.array((NT, 4), float32)    # registers: S^T, then P^T (C fragments)
         ds = cuda.local.array((NT, 4), float32)   # registers: dP^T, then dS^T
-        p16 = cuda.local.array((QK, 4), uint32)   # registers: P^T as A fragments (format)
-        ds16 = cuda.local.array((QK, 4), uint32)  # registers: dS^T as A fragments (format)
+        p16 = cuda.local.array((QK, PARTS, 4), uint32)    # registers: P^T as A fragments
+        ds16 = cuda.local.array((QK, PARTS, 4), uint32)   # registers: dS^T as A fragments
         wd = cuda.local.array((2, 4), uint64)     # registers: two Philox calls' words (dropout)
         dk_acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of dKj
         dv_acc = cuda.local.array((OT, 4), float32)   # registers: C fragments of dVj
-        a = cuda.local.array(4, uint32)               # registers: an A fragment of dS
+        a = cuda.local.array((PARTS, 4), uint32)      # registers: a k step's A fragments
+        b = cuda.local.array((PARTS, 4), uint32)      # ... and B fragments of two n tiles
+        tmp = cuda.local.array((2, 4), float32)       # split: a step's dKj, dVj column pair
         cq = cuda.local.array((PER_WARP, 2, 4), float32)   # registers: this warp's pieces of dQ_i
         qa = cuda.local.array(PER_WARP, uint64)   # their ldmatrix addresses in dS^T (query tile)
         qb = cuda.local.array(PER_WARP, uint64)   # ... and in Kj (column pair)
@@ -278,6 +395,9 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
             ii = first + step - qh * nb   # the step's place in the head's row blocks
             i = blk_idx[ii] if SPARSE else ii
             bh = kvh * GROUP + qh     # query head (GQA: the group's heads in turn)
+            if SPLIT and ii == first:   # the head's factors (each thread reads 4 GX maxima)
+                qs, ds_b, dq_f, dk_f, dv_f = head_factors(partial, partial_do, bh, kvh, qscale,
+                                                          scale, p_scale)
             row0 = i * BR
             rows = min(BR, n_q - row0)
             stage = uint64(step % 2)
@@ -293,13 +413,13 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
                 load_row_block(smem, stats, uint64(1) - stage, q, do, lse, dvec,
                                nbh * n_q + nrow0, min(BR, n_q - nrow0), tid)
                 commit()
-            qs = QO + stage * QSTAGE
+            qst = QO + stage * QSTAGE
             os = OO + stage * QSTAGE
             ls = LF + stage * FSTAGE
             dd = DF + stage * FSTAGE
 
-            rows_times_tile_t(s, smem, ka, qs + qrow)     # S^T
-            rows_times_tile_t(ds, smem, va, os + qrow)    # dP^T
+            rows_times_tile_t(s, a, b, smem, ka, qst + qrow)   # S^T
+            rows_times_tile_t(ds, a, b, smem, va, os + qrow)   # dP^T
             for n in static_range(NT):
                 if DROPOUT:   # the forward's mask, regenerated: P Z for dV, dS = P (Z dP - D);
                     # two Philox calls a pair of query tiles, one a query parity e, as
@@ -313,18 +433,19 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
                             r = 8 * n + 2 * t + e
                             l2 = lse_base2(stats[ls + uint64(r)])
                             z = rp if dropout_kept(wd[e, 2 * (n % 2) + hk], g, keep_from) else ZERO
-                            x = exp2(s[n, 2 * hk + e] * qscale - l2)
+                            x = exp2(s[n, 2 * hk + e] * qs - l2) * p_scale
                             s[n, 2 * hk + e] = x * z
-                            ds[n, 2 * hk + e] = x * (ds[n, 2 * hk + e] * z - stats[dd + uint64(r)])
+                            ds[n, 2 * hk + e] = x * (ds[n, 2 * hk + e] * z * DS_A
+                                                     - stats[dd + uint64(r)] * ds_b)
                 else:
                     for e in static_range(2):
                         r = 8 * n + 2 * t + e                 # query of slots e, 2 + e
                         l2 = lse_base2(stats[ls + uint64(r)])  # +inf where a row saw no key: P = 0
                         dr = stats[dd + uint64(r)]
                         for hk in static_range(2):            # slot 2hk + e: key wkey + g + 8hk
-                            x = exp2(s[n, 2 * hk + e] * qscale - l2)
+                            x = exp2(s[n, 2 * hk + e] * qs - l2) * p_scale
                             s[n, 2 * hk + e] = x
-                            ds[n, 2 * hk + e] = x * (ds[n, 2 * hk + e] - dr)
+                            ds[n, 2 * hk + e] = x * (ds[n, 2 * hk + e] * DS_A - dr * ds_b)
             # interior tiles (full, and inside the band) need no mask; rows past N_q have
             # dO = 0 and D = 0, so dS = 0 and P^T dO = 0 there
             if needs_mask(row0, BR, col0, cols, BC, hi, lo, UPPER, LOWER):
@@ -337,16 +458,17 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
                                 s[n, 2 * hk + e] = ZERO
                                 ds[n, 2 * hk + e] = ZERO
             pack_fragments(p16, s)
-            add_scores_times_tile(dv_acc, p16, smem, os + qcol)   # dVj += P^T dOi
+            add_scores_times_tile(dv_acc, tmp, b, p16, smem, os + qcol, dv_f)   # dVj += P^T dOi
             pack_fragments(ds16, ds)
-            add_scores_times_tile(dk_acc, ds16, smem, qs + qcol)  # dKj += dS^T Qi
+            add_scores_times_tile(dk_acc, tmp, b, ds16, smem, qst + qcol, dk_f)  # dKj += dS^T Qi
             # dS^T -> SRAM: ds16[kk, 2hq + hk] holds keys wkey + g + 8hk, queries 16kk + 8hq +
             # 2t (+1): one 4-byte word
             for kk in static_range(QK):
                 for hq in static_range(2):
                     for hk in static_range(2):
-                        words[SW + uint64(((wkey + g + 8 * hk) * LS + 16 * kk + 8 * hq + 2 * t) // 2)] = (
-                            ds16[kk, 2 * hq + hk])
+                        for part in static_range(PARTS):   # (split: the lo part SPART on)
+                            words[SW + uint64((part * SPART + (wkey + g + 8 * hk) * LS + 16 * kk
+                                               + 8 * hq + 2 * t) // 2)] = ds16[kk, part, 2 * hq + hk]
             # barrier: dS^T complete before the dQ product reads other warps' keys
             cuda.syncthreads()
 
@@ -361,12 +483,18 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
             for kk in static_range(JS):
                 for f in static_range(PER_WARP):
                     if f == 0 or not SHARED_ROWS:
-                        a[0], a[1], a[2], a[3] = ldmatrix_trans(smem, qa[f] + uint64(16 * kk * LS))
-                    b0, b1, b2, b3 = ldmatrix_trans(smem, qb[f] + uint64(16 * kk * LD))
-                    cq[f, 0, 0], cq[f, 0, 1], cq[f, 0, 2], cq[f, 0, 3] = mma(
-                        a[0], a[1], a[2], a[3], b0, b1, cq[f, 0, 0], cq[f, 0, 1], cq[f, 0, 2], cq[f, 0, 3])
-                    cq[f, 1, 0], cq[f, 1, 1], cq[f, 1, 2], cq[f, 1, 3] = mma(
-                        a[0], a[1], a[2], a[3], b2, b3, cq[f, 1, 0], cq[f, 1, 1], cq[f, 1, 2], cq[f, 1, 3])
+                        for part in static_range(PARTS):
+                            a[part, 0], a[part, 1], a[part, 2], a[part, 3] = ldmatrix_trans(
+                                smem, qa[f] + uint64(part * SPART + 16 * kk * LS))
+                    for part in static_range(PARTS):
+                        b[part, 0], b[part, 1], b[part, 2], b[part, 3] = ldmatrix_trans(
+                            smem, qb[f] + uint64(part * D16 + 16 * kk * LD))
+                    for u in static_range(len(PRODUCTS)):
+                        ia, ib = PRODUCTS[u]
+                        for h2 in static_range(2):
+                            cq[f, h2, 0], cq[f, h2, 1], cq[f, h2, 2], cq[f, h2, 3] = mma(
+                                a[ia, 0], a[ia, 1], a[ia, 2], a[ia, 3], b[ib, 2 * h2], b[ib, 2 * h2 + 1],
+                                cq[f, h2, 0], cq[f, h2, 1], cq[f, h2, 2], cq[f, h2, 3])
             for f in static_range(PER_WARP):
                 unit = warp * PER_WARP + f
                 if unit < UNITS:
@@ -380,7 +508,7 @@ def make_flash_backward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: s
                                 for e in static_range(2):
                                     c = c0 + 8 * h2 + 2 * t + e
                                     if c < d:
-                                        cuda.atomic.add(dq, at + uint64(c), scale * cq[f, h2, 2 * hr + e])
+                                        cuda.atomic.add(dq, at + uint64(c), dq_f * cq[f, h2, 2 * hr + e])
         wait_all()   # (no active row block: the copies of Kj, Vj may still be in flight)
 
         store_key_rows(dk, dv, dk_acc, dv_acc, scale, kvh * n_k + col0, wkey + g, cols, t)
