@@ -236,8 +236,8 @@ def flash_backward_fp16x3(w: Workload, t: Tiling) -> Plan:
     reads[MAXIMA] = calls * block_threads * 3 * GX
     reads[DO_MAXIMA] = calls * block_threads * GX
     sram_reads, sram_writes = (_renamed(x, names) for x in (half.sram_reads, half.sram_writes))
-    sram_reads["dS"] *= 2
-    sram_writes["dS"] *= 2
+    for counts in (sram_reads, sram_writes):      # dS^T's two parts (none where nothing is seen)
+        counts["dS"] = 2 * counts.get("dS", 0)
     variant = "+".join(v for v in (_variant(w), VARIANT) if v)
     backward = dataclasses.replace(
         half, name="main: dK, dV, dQ atomics (three fp16 products)", code=(half.kernel, variant),

@@ -14,8 +14,11 @@ from simulator.tiling import MMA_KERNELS, Tiling
 def mma_tiling(tiling, kernel="flash_forward_tc"):
     """``tiling`` rounded up to what the tensor-core ``kernel`` takes: the forward Br a multiple
     of 16, Bc of 8; the backward (``flash_backward_tc``) both multiples of 16 (the model's
-    "flash_forward_fp16x3" runs the fp16 forward, ``flash_forward_half``)."""
-    br, bc, _ = MMA_KERNELS["flash_forward_half" if kernel == "flash_forward_fp16x3" else kernel]
+    "flash_forward_fp16x3" runs the fp16 forward, ``flash_forward_half``, and
+    "flash_backward_fp16x3" the fp16 backward)."""
+    kernel = {"flash_forward_fp16x3": "flash_forward_half",
+              "flash_backward_fp16x3": "flash_backward_half"}.get(kernel, kernel)
+    br, bc, _ = MMA_KERNELS[kernel]
     return Tiling(-(-tiling.Br // br) * br, -(-tiling.Bc // bc) * bc)
 
 

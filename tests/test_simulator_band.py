@@ -140,48 +140,61 @@ class BandWalk:
                 self.other += d * rows
 
     # -- backward --------------------------------------------------------------------------
-    def _backward(self, half):
+    def _backward(self, half, split=False):
+        """The backward's walk; ``split`` (fa2_fp16x3's, on the parts: ``half`` too): the head
+        tiles are rows of 2 D16 parts read whole from "Q parts", ..., dS^T holds two parts,
+        dQ's atomics go to fp32 dQ (no narrowing launch), and every thread of a block that
+        visits a row block reads its q, k, v and dO heads' maxima (3 GX + GX) once a query head."""
         w, t, d = self.w, self.t, self.w.d
         depth = _ceil(d, 16) * 16 if half else _ceil(d, 8) * 8
+        row = 2 * depth if split else d         # elements of a head tile's row in HBM
+        depth = row if split else depth
+        name_of = (lambda n: f"{n} parts") if split else (lambda n: n)   # noqa: E731
         part = 1 if half else 2                 # SRAM elements per value (TF32 hi + lo)
         tile_cols = 16 if half else 8           # dQ product tiles: 16 x 16 (half) or 16 x 8
+        ds_parts = 2 if split else 1            # dS^T's parts in SRAM
         warps = t.Bc // 16
-        units = (t.Br // 16) * (depth // tile_cols)
+        units = (t.Br // 16) * ((depth // (2 if split else 1)) // tile_cols)
         per_warp = _ceil(units, warps)
-        dq = "dQ_accum" if half else "dQ"
+        dq = "dQ_accum" if half and not split else "dQ"
         for _head in range(w.B * w.H):          # preprocess, per query head
             self.reads["dO"] += w.N_q * d
             self.reads["O"] += w.N_q * d
             self.writes["D"] += w.N_q
             self.writes[dq] += w.N_q * d
             self.other += 2 * w.N_q * d
+        threads = t.threads_for("flash_backward_half") if split else 0
         for kv_head in range(w.B * (w.kv_heads or w.H)):
             for j in range(self.tc):
                 cols = self.cols(j)
                 for name in ("K", "V"):
-                    self.reads[name] += cols * d
-                    self.sram_writes[name] += t.Bc * depth * part
+                    self.reads[name_of(name)] += cols * row
+                    self.sram_writes[name_of(name)] += t.Bc * depth * part
+                busy = any((i, j) in self.pairs for i in range(self.tr))
                 for _g in range(self.group):    # query head kv_head * group + _g
+                    if split and busy:          # the head's scales, at its first step
+                        self.reads["head maxima"] += threads * 3 * GX
+                        self.reads["dO maxima"] += threads * GX
                     for i in range(self.tr):
                         if (i, j) not in self.pairs:
                             continue
                         rows = self.rows(i)
                         for name in ("Q", "dO"):
-                            self.reads[name] += rows * d
-                            self.sram_writes[name] += t.Br * depth * (1 if half else 4)
+                            self.reads[name_of(name)] += rows * row
+                            self.sram_writes[name_of(name)] += t.Br * depth * (1 if half else 4)
                         for name in ("L", "D"):
                             self.reads[name] += rows
                             self.sram_writes[name] += t.Br * (2 if half else 1)
-                        self.sram_writes["dS"] += t.Br * t.Bc * part
+                        self.sram_writes["dS"] += t.Br * t.Bc * part * ds_parts
                         for _warp in range(warps):
-                            self.sram_reads["K"] += 16 * depth * part
-                            self.sram_reads["V"] += 16 * depth * part
-                            self.sram_reads["Q"] += 2 * t.Br * depth * part
-                            self.sram_reads["dO"] += 2 * t.Br * depth * part
+                            self.sram_reads[name_of("K")] += 16 * depth * part
+                            self.sram_reads[name_of("V")] += 16 * depth * part
+                            self.sram_reads[name_of("Q")] += 2 * t.Br * depth * part
+                            self.sram_reads[name_of("dO")] += 2 * t.Br * depth * part
                             for tile in range(per_warp):
-                                if tile == 0 or (depth // tile_cols) % per_warp:
-                                    self.sram_reads["dS"] += 16 * t.Bc * part
-                                self.sram_reads["K"] += t.Bc * tile_cols * part
+                                if tile == 0 or ((depth // ds_parts) // tile_cols) % per_warp:
+                                    self.sram_reads["dS"] += 16 * t.Bc * part * ds_parts
+                                self.sram_reads[name_of("K")] += t.Bc * tile_cols * part * ds_parts
                         self.reads[dq] += rows * d       # the atomic add: a read, a write
                         self.writes[dq] += rows * d
                         self.matmul += 10 * d * rows * cols   # S, dP, dV, dK, dQ
@@ -189,7 +202,7 @@ class BandWalk:
                 self.writes["dK"] += cols * d
                 self.writes["dV"] += cols * d
                 self.other += cols * d                   # dK scaled once
-        if half:
+        if half and not split:
             for _head in range(w.B * w.H):               # narrow dQ_accum into dQ
                 self.reads["dQ_accum"] += w.N_q * d
                 self.writes["dQ"] += w.N_q * d
@@ -199,6 +212,24 @@ class BandWalk:
 
     def flash_backward_half(self):
         self._backward(half=True)
+
+    def flash_backward_fp16x3(self):
+        """The maxima and parts of every head of q, k, v (as the forward's) and of dO, then the
+        fp16 backward's walk on the parts (``_backward(split=True)``)."""
+        w, d = self.w, self.w.d
+        wide = _ceil(d, 16) * 32
+        threads, blocks = prep_launch(cuda_simulated())
+        threads = split_threads(d, threads)
+        heads = ([("Q", w.N_q)] * (w.B * w.H) + [("K", w.N_k), ("V", w.N_k)] * (w.B * (w.kv_heads or w.H))
+                 + [("dO", w.N_q)] * (w.B * w.H))
+        for name, n in heads:
+            maxima = "dO maxima" if name == "dO" else "head maxima"
+            self.reads[name] += 2 * n * d                          # maxima, then the split
+            self.writes[maxima] += GX
+            self.reads[maxima] += blocks * threads * GX            # each split thread its head's
+            self.writes[f"{name} parts"] += n * wide
+            self.other += 3 * n * d                                # max; scale, lo = x - hi
+        self._backward(half=True, split=True)
 
 
 def assert_walk_matches(algorithm, w, t):
@@ -211,7 +242,8 @@ def assert_walk_matches(algorithm, w, t):
     assert {k: v.reads for k, v in r.sram.items() if v.reads} == nonzero(walk.sram_reads)
     assert {k: v.writes for k, v in r.sram.items() if v.writes} == nonzero(walk.sram_writes)
     assert (r.matmul_flops, r.other_flops) == (walk.matmul, walk.other)
-    fp32, fp16 = {"L", "D", "dQ_accum", "head maxima"}, {"Q parts", "K parts", "V parts"}
+    fp32 = {"L", "D", "dQ_accum", "head maxima", "dO maxima"}
+    fp16 = {"Q parts", "K parts", "V parts", "dO parts"}
     assert r.hbm_read_bytes == sum(n * (4 if k in fp32 else 2 if k in fp16 else w.dtype_bytes)
                                    for k, n in walk.reads.items())
     return r

@@ -21,7 +21,8 @@ FORWARD = {"flash_forward_v1": "fa1", "flash_forward_v2": "fa2_fma", "flash_forw
 HALF = {"flash_forward_half", "flash_backward_half"}
 #: simulator algorithm -> flash_attention_backward's (algorithm, deterministic)
 BACKWARD = {"flash_backward": ("fa2_fma", False), "flash_backward_deterministic": ("fa2_fma", True),
-            "flash_backward_tc": ("fa2", False), "flash_backward_half": ("fa2", False)}
+            "flash_backward_tc": ("fa2", False), "flash_backward_half": ("fa2", False),
+            "flash_backward_fp16x3": ("fa2_fp16x3", False)}
 
 
 def measured_and_predicted(algorithm, B, H, n_q, n_k, d, causal, tiling, seed=0, diagonal=None):
@@ -85,7 +86,7 @@ def test_predict_equals_counted_traffic_on_drawn_shapes(algorithm, n_q, n_k, d, 
     (6, 7, 9, nf.Tiling(4, 3)),      # beyond N_k: nothing masked
 ])
 def test_predict_equals_counted_traffic_with_a_diagonal(algorithm, n_q, n_k, diagonal, tiling):
-    if algorithm.endswith("_tc") or algorithm in HALF or algorithm == "flash_forward_fp16x3":
+    if algorithm.endswith(("_tc", "_fp16x3")) or algorithm in HALF:
         tiling = mma_tiling(tiling, algorithm)
     report, predicted = measured_and_predicted(algorithm, 1, 1, n_q, n_k, 3, True, tiling,
                                                diagonal=diagonal)
