@@ -39,14 +39,18 @@ SHAPES = [(2, 2, 255, 97, 64, False, 1.0), (1, 2, 4099, 4099, 64, True, 1.0),
           (1, 1, 1000, 1000, 128, False, 1.0), (1, 2, 97, 4099, 80, True, 1.0),
           (1, 2, 1, 17, 8, False, 1.0)]
 
-#: The backward's shapes (B, H, N_q, N_k, d, causal, logit scale).
-BACKWARD_SHAPES = SHAPES + [(2, 2, 300, 301, 128, False, 30.0), (1, 2, 2048, 2048, 128, True, 1.0),
-                            (2, 2, 255, 97, 256, True, 1.0)]
+#: The backward's shapes (B, H, N_q, N_k, d, causal, logit scale): fewer than the forward's (a
+#: backward at each of those shapes took the GPU run past 9 minutes of compiling, 2026-12-06).
+BACKWARD_SHAPES = [(2, 2, 255, 97, 64, False, 1.0), (1, 2, 4099, 4099, 64, True, 1.0),
+                   (2, 2, 300, 301, 128, False, 30.0), (1, 2, 97, 4099, 80, True, 1.0),
+                   (2, 2, 255, 97, 256, True, 1.0)]
 
 #: The kernels these tests launch (conftest builds them first, in parallel processes).
-KERNELS = ([nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, forward="fa2_fp16x3",
-                            backward="fa2_fp16x3")
-            for _, _, n_q, n_k, d, causal, _ in BACKWARD_SHAPES]
+KERNELS = ([nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, forward="fa2_fp16x3", backward=None)
+            for _, _, n_q, n_k, d, causal, _ in SHAPES]
+           + [nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, forward="fa2_fp16x3",
+                              backward="fa2_fp16x3")
+              for _, _, n_q, n_k, d, causal, _ in BACKWARD_SHAPES]
            + [nf.KernelConfig(d=64, n_q=300, causal=True, forward="fa2_fp16x3", backward=None),
               nf.KernelConfig(d=64, n_q=300, forward="fa2_fp16x3", backward="fa2_fp16x3",
                               window=(40, 7), group=2)])
