@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from simulator.fp16x3 import VARIANT as FP16X3
+from simulator.fp16x3 import backward_default_tiling, backward_smem_bytes
 from simulator.fp16x3 import default_tiling as fp16x3_tiling
 from simulator.fp16x3 import parts_width
 from simulator.hardware import A100_40GB, H200
@@ -112,11 +113,14 @@ def test_csv_rows_match_the_tilings():
     defaults, fp16x3 = set(), set()
     for r in rows:
         assert r.ptxas and re.fullmatch(r"\d{4}-\d\d-\d\d", r.date)
-        if r.variant == FP16X3:          # fa2_fp16x3's forward: tiles of rows of 2 D16 parts
-            assert r.dynamic_smem_bytes == r.tiling.smem_bytes(r.kernel, parts_width(r.d)), r
+        if r.variant == FP16X3:          # fa2_fp16x3's kernels: tiles of rows of 2 D16 parts
+            backward = r.kernel == "flash_backward_half"       # (and dS^T's two parts)
+            assert r.dynamic_smem_bytes == (backward_smem_bytes(r.tiling, r.d) if backward else
+                                            r.tiling.smem_bytes(r.kernel, parts_width(r.d))), r
             assert r.threads == r.tiling.threads_for(r.kernel), r
-            assert r.tiling == fp16x3_tiling(r.d, None, None), r      # its own default
-            fp16x3.add((r.d, r.causal))
+            default = backward_default_tiling if backward else fp16x3_tiling
+            assert r.tiling == default(r.d, None, None), r      # its own default
+            fp16x3.add((r.kernel, r.d, r.causal))
             continue
         if r.kernel in KERNELS:
             assert r.dynamic_smem_bytes == r.tiling.smem_bytes(r.kernel, r.d or 0), r
@@ -139,8 +143,10 @@ def test_csv_rows_match_the_tilings():
     kinds = {(kernel, variant, causal) for kernel, variant, _, causal in per_d}
     head_dims = {d for _, _, d, _ in per_d}
     assert per_d == {(k, v, d, c) for k, v, c in kinds for d in head_dims}
-    assert fp16x3 == {(d, c) for d, _ in fp16x3 for c in (False, True)} and fp16x3 <= {
-        (d, c) for d in head_dims for c in (False, True)}
+    # fa2_fp16x3's forward and backward, each at the same head dims, causal and not
+    assert fp16x3 == {(k, d, c) for _, d, _ in fp16x3 for c in (False, True)
+                      for k in ("flash_forward_half", "flash_backward_half")}
+    assert {(d, c) for _, d, c in fp16x3} <= {(d, c) for d in head_dims for c in (False, True)}
 
 
 def test_csv_was_recorded_from_these_kernel_sources():

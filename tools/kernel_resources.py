@@ -16,8 +16,8 @@ also block-sparse) and the FFMA forward, backward (dQ by atomics, and without fo
 (``Tiling.kernel_default``), causal and not, at each ``--d``; the standard attention's matmuls
 (64 x 64; each transpose variant), softmax, dS and D = rowsum(dO * O) kernels with the API's 128
 threads (D at each --d), and the fp32 -> fp16 conversion of the half backward's dQ; fa2_fp16x3's
-forward (the fp16 kernel in its fp32 mode, variant "fp16x3", at its own default tilings, d = 64
-and 128: ``FP16X3_HEAD_DIMS``) and its two preparing kernels (head_amax; split_half at each --d). A blank d or
+forward and backward (the fp16 kernels in their fp32 mode, variant "fp16x3", at their own default
+tilings, d = 64 and 128: ``FP16X3_HEAD_DIMS``) and its two preparing kernels (head_amax; split_half at each --d). A blank d or
 causal in the CSV: the kernel's code depends on neither. Then every tiled kernel that the
 experiments (``--experiments``: all by default; a few minutes to list) launch in a full GPU run
 and those lack -- fig2_middle's Bc sweep, io_scaling's M sweep, short sequences' cut tiles
@@ -61,6 +61,7 @@ from numba_flash.kernels.split_half import make_head_amax, make_split_half
 from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
 from numba_flash.checks import BLOCK_SIZE
 from simulator.flash import SPARSE_VARIANT
+from simulator.fp16x3 import backward_default_tiling as fp16x3_backward_tiling, backward_smem_bytes
 from simulator.fp16x3 import (VARIANT as FP16X3, default_tiling as fp16x3_tiling, parts_width, prep_launch,
                               split_threads)
 from simulator.occupancy import asked_variant
@@ -70,7 +71,7 @@ from simulator.tiling import Tiling, table_variant
 
 OUT = Path(__file__).resolve().parent.parent / "simulator" / "kernel_resources.csv"
 HEAD_DIMS = (32, 64, 80, 128, 256)
-#: fa2_fp16x3's forward at the head dims the bench and the H200 runs time (each compile takes
+#: fa2_fp16x3's forward and backward at the head dims the bench and the H200 runs time (each compile takes
 #: minutes on 2 cores); the model's time is NaN at the others.
 FP16X3_HEAD_DIMS = (64, 128)
 #: Threads a block of the row-wise kernels (softmax, dS, D) on the GPU (numba_flash.api._row_threads).
@@ -101,11 +102,21 @@ class Config:
 
     @property
     def tile_d(self) -> int:
-        """The columns of the kernel's tiles: d, or for fa2_fp16x3's forward 2 D16 (a row's
+        """The columns of the kernel's tiles: d, or for fa2_fp16x3's kernels 2 D16 (a row's
         fp16 hi and lo parts)."""
         if self.variant == FP16X3:
             return parts_width(self.d)
         return self.d or 0
+
+    def smem_bytes(self) -> int:
+        """Dynamic shared memory a block (0 for the row kernels): ``Tiling.smem_bytes`` at
+        ``tile_d``; fa2_fp16x3's backward also holds dS^T's two parts
+        (``simulator.fp16x3.backward_smem_bytes``)."""
+        if not self.tiled:
+            return 0
+        if self.variant == FP16X3 and self.kernel == "flash_backward_half":
+            return backward_smem_bytes(self.tiling, self.d)
+        return self.tiling.smem_bytes(self.kernel, self.tile_d)
 
     @property
     def tiling(self) -> Tiling | None:
@@ -141,6 +152,8 @@ TILED = {
     ("flash_backward_dq", ""): ("bwd_dq", make_flash_backward_dq),
     ("flash_forward_half", FP16X3): ("fwd_fp16x3",
                                      lambda t, d, mask: make_flash_forward_half(t, d, mask, "float32", True)),
+    ("flash_backward_half", FP16X3): ("bwd_fp16x3",
+                                      lambda t, d, mask: make_flash_backward_half(t, d, mask, "float32", True)),
 }
 
 
@@ -149,8 +162,8 @@ def tiled(kernel: str, variant: str, d: int, causal: bool, at: Tiling | None = N
     tiling ``at`` (None: its default; the sparse variant's nested in ``BLOCK_SIZE``)."""
     kind, factory = TILED[kernel, variant]
     mask = Mask(upper=causal, sparse=True) if variant == SPARSE_VARIANT else causal
-    if variant == FP16X3 and at is None:      # its own default (simulator.fp16x3)
-        at = fp16x3_tiling(d, None, None)
+    if variant == FP16X3 and at is None:      # its own defaults (simulator.fp16x3)
+        at = (fp16x3_backward_tiling if kernel == "flash_backward_half" else fp16x3_tiling)(d, None, None)
     return Config(kernel, variant, kind, d, causal, lambda t: factory(t, d, mask),
                   block_size=BLOCK_SIZE if variant == SPARSE_VARIANT else None, at=at)
 
@@ -165,7 +178,8 @@ def configurations(head_dims, extra=()) -> list[Config]:
             for kernel, variant in TILED:
                 if variant == FP16X3 and d not in FP16X3_HEAD_DIMS:
                     continue
-                (tc if TILED[kernel, variant][0] in ("fa2_tc", "bwd_tc", "fwd_half", "bwd_half", "fwd_fp16x3")
+                (tc if TILED[kernel, variant][0] in ("fa2_tc", "bwd_tc", "fwd_half", "bwd_half", "fwd_fp16x3",
+                                                     "bwd_fp16x3")
                  else fma).append(tiled(kernel, variant, d, causal))
         fma += [Config("row_dot", "zero_dq" if zero else "", "row_dot", d, None,
                        lambda _, d=d, z=zero: make_row_dot(ROW_THREADS, d, z, "float32"), tiled=False)
@@ -292,7 +306,7 @@ def measure(chosen, index: int, device: Path | None = None, kept: dict | None = 
            "Br": _blank(tiling and tiling.Br), "Bc": _blank(tiling and tiling.Bc),
            "d": _blank(config.d), "causal": _blank(config.causal),
            "threads": str(tiling.threads_for(config.kernel) if tiling else config.threads),
-           "dynamic_smem_bytes": str(tiling.smem_bytes(config.kernel, config.tile_d) if tiling else 0),
+           "dynamic_smem_bytes": str(config.smem_bytes()),
            "register_cap": _blank(cap),
            "kernel_source": kernel_cache.function_digest(kernel.py_func.__name__), **stamp}
     row.update({key: str(value) for key, value in found.items()})
