@@ -615,7 +615,8 @@ def _fp16x3_backward(mem_key, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, sc
     bh, bh_kv = B * H, B * (H // shp.group)
     fp16x3.check_heads(bh, bh_kv)
     if tiling is None:
-        tiling = fp16x3.backward_tiling(d, n_q, n_k, mask.dropout, block_size if mask.sparse else None)
+        tiling = fp16x3.backward_default_tiling(d, n_q, n_k, mask.dropout,
+                                                block_size if mask.sparse else None)
     if isinstance(tiling, Tiling):   # (its tiles' own sizes first: rows of 2 D16 parts, dS^T twice)
         fp16x3.check_backward_fits(tiling, d, checks.smem_limit_bytes())
     tiling = checks.tiling_for(tiling, ("flash_backward_half",), fp16x3.parts_width(d), n_q, n_k,

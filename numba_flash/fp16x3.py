@@ -8,8 +8,6 @@ the backward's: the same parts of q, k and v (the forward's S recomputed from th
 made it), dO's, D = rowsum(dO * O), and the backward on the parts."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from simulator.fp16x3 import (backward_default_tiling, backward_smem_bytes, default_tiling,
@@ -41,16 +39,6 @@ def check_heads(bh: int, bh_kv: int) -> None:
     if bh + 2 * bh_kv > MAX_GRID_Y:
         raise ValueError(f"algorithm='fa2_fp16x3' takes at most {MAX_GRID_Y} heads of q, k and v "
                          f"together (B*H + 2*B*H_kv), got {bh + 2 * bh_kv}: split the batch")
-
-
-def backward_tiling(d: int, n_q: int, n_k: int, dropout: bool,
-                    block_size: tuple[int, int] | None) -> Tiling:
-    """The backward's default (``simulator.fp16x3.backward_default_tiling``), nested in a block
-    mask's blocks (``block_size``) where it has one."""
-    t = backward_default_tiling(d, n_q, n_k, dropout)
-    if block_size is not None and not t.suits_blocks(block_size):
-        t = Tiling(min(t.Br, math.gcd(t.Br, block_size[0])), min(t.Bc, math.gcd(t.Bc, block_size[1])))
-    return t
 
 
 def check_backward_fits(tiling: Tiling, d: int, limit_bytes: int) -> None:

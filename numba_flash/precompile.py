@@ -108,7 +108,7 @@ def _tilings(c: KernelConfig) -> tuple[Tiling | None, Tiling | None]:
         backward = resolve(("standard_matmul",))
     elif c.backward == "fa2_fp16x3" and not c.deterministic:   # its own default, rows of parts
         from . import fp16x3
-        backward = c.tiling or fp16x3.backward_tiling(c.d, c.n_q, c.n_k, c.dropout, c.block_size)
+        backward = c.tiling or fp16x3.backward_default_tiling(c.d, c.n_q, c.n_k, c.dropout, c.block_size)
     elif c.backward:
         backward = resolve(backward_kernels(c.backward, c.deterministic, c.dtype))
     return forward, backward

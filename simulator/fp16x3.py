@@ -27,6 +27,7 @@ The compiled kernel of launch 3 is its own variant, ``VARIANT`` (with a block ma
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 from .banks import WARP
@@ -74,11 +75,15 @@ def default_tiling(d: int, n_q: int, n_k: int, dropout: bool = False) -> Tiling:
 BACKWARD_TILES = {64: (64, 128), 128: (32, 128), 256: (16, 64)}
 
 
-def backward_default_tiling(d: int, n_q: int | None, n_k: int | None,
-                            dropout: bool = False) -> Tiling:
-    """The tiling the backward on fp16 parts runs when given none, cut to short sequences."""
+def backward_default_tiling(d: int, n_q: int | None, n_k: int | None, dropout: bool = False,
+                            block_size: tuple[int, int] | None = None) -> Tiling:
+    """The tiling the backward on fp16 parts runs when given none, cut to short sequences, and
+    with a block mask's ``block_size`` to sides that divide the blocks'."""
     br, bc = next(v for dmax, v in sorted(BACKWARD_TILES.items()) if d <= dmax or dmax == 256)
-    return Tiling(br, bc).fitted("flash_backward_half", n_q, n_k, 16 if dropout else 1)
+    t = Tiling(br, bc).fitted("flash_backward_half", n_q, n_k, 16 if dropout else 1)
+    if block_size is not None and not t.suits_blocks(block_size):
+        t = Tiling(math.gcd(t.Br, block_size[0]), math.gcd(t.Bc, block_size[1]))
+    return t
 
 
 def parts_width(d: int) -> int:

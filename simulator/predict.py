@@ -23,7 +23,6 @@ Counting conventions (all exact integers; HBM counts are docs/traffic-contract.m
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from .flash import (flash_backward, flash_backward_deterministic, flash_backward_half,
                     flash_backward_tc, flash_forward_half, flash_forward_tc, flash_forward_v1, flash_forward_v2)
@@ -77,11 +76,9 @@ def default_tiling(algorithm: str, workload: Workload, hardware: Hardware) -> Ti
     default (with a block mask, cut to nest in its blocks: ``Tiling.kernel_default``'s
     ``block_size``; "flash_forward_fp16x3": its own, ``simulator.fp16x3.default_tiling``, where
     no block mask cuts it).  Standard algorithms: what the kernels' matmul uses, Tiling(64, 64)."""
-    if algorithm == "flash_backward_fp16x3":     # its own (numba_flash.fp16x3.backward_tiling)
-        t = fp16x3_backward_tiling(workload.d, workload.N_q, workload.N_k)
-        if workload.block_mask is not None and not t.suits_blocks(workload.block_size):
-            t = Tiling(math.gcd(t.Br, workload.block_size[0]), math.gcd(t.Bc, workload.block_size[1]))
-        return t
+    if algorithm == "flash_backward_fp16x3":     # its own, as numba_flash takes it
+        blocks = None if workload.block_mask is None else workload.block_size
+        return fp16x3_backward_tiling(workload.d, workload.N_q, workload.N_k, block_size=blocks)
     if algorithm == "flash_forward_fp16x3" and workload.block_mask is None:
         return fp16x3_tiling(workload.d, workload.N_q, workload.N_k)
     if algorithm == "flash_forward_fp16x3":

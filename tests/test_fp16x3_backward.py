@@ -129,6 +129,8 @@ def test_default_tilings_fit():
     """The defaults at every head dim the kernels take fit an H200 block's shared memory
     (227 KB), cut to short sequences."""
     for d in (8, 64, 65, 128, 129, 256):
-        t = fp16x3.backward_tiling(d, 4096, 4096, False, None)
+        t = fp16x3.backward_default_tiling(d, 4096, 4096, False, None)
         assert fp16x3.backward_smem_bytes(t, d) <= 227 * 1024, (d, t)
-    assert fp16x3.backward_tiling(64, 20, 20, False, None).Br <= 32
+    assert fp16x3.backward_default_tiling(64, 20, 20, False, None).Br <= 32
+    nested = fp16x3.backward_default_tiling(128, 4096, 4096, False, (16, 64))   # a block mask's
+    assert (nested.Br, nested.Bc) == (16, 64)

@@ -112,6 +112,10 @@ def kernel_tiling(algorithm: str, d: int, n: int, block_size: tuple[int, int] | 
         from simulator.fp16x3 import default_tiling
 
         return default_tiling(d, n, n)
+    if algorithm == "flash_backward_fp16x3":
+        from simulator.fp16x3 import backward_default_tiling
+
+        return backward_default_tiling(d, n, n, block_size=block_size)
     return min((Tiling.kernel_default(k, d, n_q=n, n_k=n, block_size=block_size)
                 for k in KERNELS_OF[algorithm]), key=lambda t: t.Br * t.Bc)
 
