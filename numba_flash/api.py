@@ -284,21 +284,30 @@ def _fp16x3_forward(mem, q, k, v, shp, tiling, mask, hi, lo, scale, drop, lists,
     if memory.torch_fast_path(mem, q, k, v):
         def on_tensors(run, vector, *arrays):
             launches(run, *arrays, qscale, hi, lo, drop, _tensor_lists(lists, q))
-        # the workspaces are outputs of the plan that are not returned (fp16 bits as float16)
-        outputs = [((B, H, n_q, d), None), ((B, H, n_q), "float32")] + [
-            ((n,), "float32" if t == np.float32 else "float16") for n, t in spaces.values()]
+        outputs = [((B, H, n_q, d), None), ((B, H, n_q), "float32")] + _plan_workspaces(spaces)
         plan = _OnTensors(on_tensors, outputs, (0, 1) if return_lse else 0, aligned=3, d=d)
         out = plans.remember(key, plan)(q, k, v)
         return _with_mask(out, return_dropout_mask, mem, shp, drop, q)
     Q, K, V = _inputs(mem, shp, Q=q, K=k, V=v)
     O = mem.output((B, H, n_q, d), F32, "O", like=q)
     L = mem.output((B, H, n_q), F32, "L", like=q)
-    work = [mem.output((n,), t, name) for name, (n, t) in spaces.items()]   # (numba arrays)
+    work = _workspaces(mem, spaces)
     launches(launch, *(x.reshape(x.size) for x in (Q, K, V, O, L)), *work, qscale, hi, lo, drop,
              _device_lists(lists))
     o = mem.result(O, shp.on_host)
     out = (o, mem.result(L, shp.on_host)) if return_lse else o
     return _with_mask(out, return_dropout_mask, mem, shp, drop, q)
+
+
+def _plan_workspaces(spaces: dict) -> list:
+    """fa2_fp16x3's workspaces (``fp16x3.workspaces`` / ``backward_workspaces``) as outputs of
+    a torch plan (``_OnTensors``) that are not returned: fp16 bits as float16."""
+    return [((n,), "float32" if t == np.float32 else "float16") for n, t in spaces.values()]
+
+
+def _workspaces(mem, spaces: dict) -> list:
+    """fa2_fp16x3's workspaces as ``mem``'s outputs (numba arrays), in their order."""
+    return [mem.output((n,), t, name) for name, (n, t) in spaces.items()]
 
 
 def _dropout_kernels(mask, algorithm, shp) -> None:
@@ -631,9 +640,7 @@ def _fp16x3_backward(mem_key, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, sc
     if memory.torch_fast_path(mem, do, q, k, v, o, lse):
         def on_tensors(run, vector, *arrays):
             launches(run, *arrays, scale, qscale, hi, lo, drop, _tensor_lists(lists, q))
-        # the workspaces are outputs of the plan that are not returned (fp16 bits as float16)
-        outputs = [(tuple(x.shape), None) for x in (q, k, v)] + [
-            ((n,), "float32" if t == np.float32 else "float16") for n, t in spaces.values()]
+        outputs = [(tuple(x.shape), None) for x in (q, k, v)] + _plan_workspaces(spaces)
         plan = _OnTensors(on_tensors, outputs, (0, 1, 2), aligned=4, d=d)
         return plans.remember(mem_key, plan)(do, q, k, v, o, lse)
     dO, Q, K, V, O = _inputs(mem, shp, dO=do, Q=q, K=k, V=v, O=o)
@@ -641,7 +648,7 @@ def _fp16x3_backward(mem_key, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, sc
     dQ = mem.output((B, H, n_q, d), F32, "dQ", like=q)
     dK = mem.output((B, H // shp.group, n_k, d), F32, "dK", like=q)
     dV = mem.output((B, H // shp.group, n_k, d), F32, "dV", like=q)
-    work = [mem.output((n,), t, name) for name, (n, t) in spaces.items()]   # (numba arrays)
+    work = _workspaces(mem, spaces)
     launches(launch, *(x.reshape(x.size) for x in (dO, Q, K, V, O, L, dQ, dK, dV)), *work, scale,
              qscale, hi, lo, drop, _device_lists(lists))
     return tuple(mem.result(x, shp.on_host) for x in (dQ, dK, dV))

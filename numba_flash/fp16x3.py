@@ -66,24 +66,35 @@ def workspaces(bh: int, bh_kv: int, n_q: int, n_k: int, d: int) -> dict:
             "V parts": (bh_kv * n_k * W, np.uint16)}
 
 
+def _prepare(d: int):
+    """``prepare(run, q, k, v, partial, qs, ks, vs, n_q, n_k, heads_q, heads_kv)``: the two
+    preparing launches (the heads' maxima, then their fp16 parts) over ``heads_q`` heads of q
+    and ``heads_kv`` of k and of v (the backward's dO: q = k = v = do, heads_kv = 0)."""
+    split_block = split_threads(d, PREP_THREADS)
+    amax, split = make_head_amax(PREP_THREADS), make_split_half(d, split_block)
+
+    def prepare(run, q, k, v, partial, qs, ks, vs, n_q, n_k, heads_q, heads_kv):
+        heads = heads_q + 2 * heads_kv
+        run(amax, (GX, heads), PREP_THREADS, 0, q, k, v, partial, n_q, n_k, d, heads_q, heads_kv)
+        run(split, (SPLIT_BLOCKS, heads), split_block, 0, q, k, v, partial, qs, ks, vs, n_q, n_k,
+            heads_q, heads_kv)
+    return prepare
+
+
 def forward_launches(tiling: Tiling, d: int, mask: Mask, bh: int, bh_kv: int, n_q: int, n_k: int):
     """``launches(run, q, k, v, o, lse, partial, qs, ks, vs, qscale, hi, lo, drop, blocks)`` on
     flat arrays (q float32 (bh, n_q, d), k, v (bh_kv, n_k, d); o float32 like q, lse (bh, n_q);
     the workspaces as ``workspaces`` gives them), through ``run(kernel, grid, threads, smem,
     *args)``; ``drop`` the dropout arguments (``checks.dropout``), ``blocks`` the block lists
     (``api._device_lists``)."""
-    heads = bh + 2 * bh_kv
     forward = make_flash_forward_half(tiling, d, mask, "float32", True)
     grid = (tiling.Tr(n_q), bh)
     threads = tiling.threads_for("flash_forward_half")
     smem = smem_bytes(tiling, d)
-    split_block = split_threads(d, PREP_THREADS)
+    prepare = _prepare(d)
 
     def launches(run, q, k, v, o, lse, partial, qs, ks, vs, qscale, hi, lo, drop, blocks):
-        run(make_head_amax(PREP_THREADS), (GX, heads), PREP_THREADS, 0,
-            q, k, v, partial, n_q, n_k, d, bh, bh_kv)
-        run(make_split_half(d, split_block), (SPLIT_BLOCKS, heads), split_block, 0,
-            q, k, v, partial, qs, ks, vs, n_q, n_k, bh, bh_kv)
+        prepare(run, q, k, v, partial, qs, ks, vs, n_q, n_k, bh, bh_kv)
         run(forward, grid, threads, smem, qs, ks, vs, o, lse,
             np.float32(qscale), n_q, n_k, hi, lo, *drop, *blocks, partial)
     return launches
@@ -106,24 +117,17 @@ def backward_launches(tiling: Tiling, d: int, mask: Mask, bh: int, bh_kv: int, n
     k, v (as the forward makes them) and of dO, D = rowsum(dO * O) with dq zeroed
     (``row_dot``: the API's (kernel, grid, threads) of it), and the backward on the parts (a
     block per K/V block of a K/V head; dq summed by fp32 atomics)."""
-    heads = bh + 2 * bh_kv
     backward = make_flash_backward_half(tiling, d, mask, "float32", True)
     grid = (tiling.Tc(n_k), bh_kv)
     threads = tiling.threads_for("flash_backward_half")
     smem = backward_smem_bytes(tiling, d)
-    split_block = split_threads(d, PREP_THREADS)
-    amax, split = make_head_amax(PREP_THREADS), make_split_half(d, split_block)
+    prepare = _prepare(d)
     row_kernel, rows, row_threads = row_dot
 
     def launches(run, do, q, k, v, o, lse, dq, dk, dv, partial, qs, ks, vs, partial_do, dos, D,
                  scale, qscale, hi, lo, drop, blocks):
-        run(amax, (GX, heads), PREP_THREADS, 0, q, k, v, partial, n_q, n_k, d, bh, bh_kv)
-        run(split, (SPLIT_BLOCKS, heads), split_block, 0, q, k, v, partial, qs, ks, vs, n_q, n_k,
-            bh, bh_kv)
-        # dO's heads alone (the preparing kernels' "q" heads; no K/V heads)
-        run(amax, (GX, bh), PREP_THREADS, 0, do, do, do, partial_do, n_q, n_q, d, bh, 0)
-        run(split, (SPLIT_BLOCKS, bh), split_block, 0, do, do, do, partial_do, dos, dos, dos,
-            n_q, n_q, bh, 0)
+        prepare(run, q, k, v, partial, qs, ks, vs, n_q, n_k, bh, bh_kv)
+        prepare(run, do, do, do, partial_do, dos, dos, dos, n_q, n_q, bh, 0)   # dO's heads alone
         run(row_kernel, rows, row_threads, 0, do, o, D, dq, n_q)
         run(backward, grid, threads, smem, qs, ks, vs, dos, lse, D, dq, dk, dv,
             np.float32(scale), np.float32(qscale), n_q, n_k, hi, lo, *drop, *blocks, partial,
