@@ -160,7 +160,9 @@ class Op:
     instruction issues (1: none; ``sass.stall_counts``), and whether only trips on an edge
     tile run it (``edge``: code under a ``needs_mask`` branch, which interior tiles jump over;
     ``Phase.edge_trips``), and for a ``DEPBAR.LE SB0, n`` its ``n`` (``depbar``: the warp's
-    committed cp.async groups it lets stay in flight; None for every other instruction)."""
+    committed cp.async groups it lets stay in flight; None for every other instruction), and
+    whether only a query head's first trip in a block runs it (``head``: code under a branch
+    on a head's start, e.g. fa2_fp16x3's backward reading the head's scales; ``Phase.head_share``)."""
 
     key: str
     pipe: str
@@ -173,6 +175,7 @@ class Op:
     stall: int = 1
     edge: bool = False
     depbar: int | None = None
+    head: bool = False
 
 
 def op(key: str, dests=(), srcs=(), barrier: bool | None = None, depbar: int | None = None) -> Op:
@@ -351,7 +354,8 @@ def _parse_registers(text: str) -> tuple[str, ...]:
 
 def encode_loop(text: str, line_roles: dict[int, int] | None = None,
                 row_lines: frozenset[int] = frozenset(),
-                mask_lines: dict[int, bool] | None = None) -> dict | None:
+                mask_lines: dict[int, bool] | None = None,
+                head_lines: dict[int, bool] | None = None) -> dict | None:
     """The main loop of a kernel's ``nvdisasm -c`` text, for the JSON file (None without a
     loop): its address range; ``opcodes``: [opcode_key, pipe_class] of each distinct opcode;
     ``instructions``: one string an instruction, ``"<opcode index>;<dests>;<srcs>;<flags>"``
@@ -364,7 +368,9 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None,
     ``row_lines`` line, a call of a row copy -- has a guard; else any instruction of such a
     line) and ``e`` (``Op.edge``: code a forward branch of the main loop jumps over, all of it
     on ``mask_lines`` and some on a line it maps to True -- the kernel-source lines of an ``if``
-    on ``needs_mask``: ``sass.skipped_by_branches``), then, where ``text`` has the encodings
+    on ``needs_mask``: ``sass.skipped_by_branches``) and ``h`` (``Op.head``: the same of
+    ``head_lines``, the lines of an ``if`` that calls a function run at a query head's start),
+    then, where ``text`` has the encodings
     (``nvdisasm -hex``), ``;<stall count>``
     (``Op.stall``); ``inner_loops``: each loop nested in it, as indices of its first and last
     instruction, depth, trips (null: not known statically, ``stream_for`` inlines
@@ -393,6 +399,8 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None,
         rows = {i.address for i in main.instructions if any(a <= i.address <= b for a, b in spans)}
     on_mask = _by_source_line(text, mask_lines) if mask_lines else {}
     edge = skipped_by_branches(main.instructions, on_mask.get, loops) if on_mask else frozenset()
+    on_head = _by_source_line(text, head_lines) if head_lines else {}
+    head = skipped_by_branches(main.instructions, on_head.get, loops) if on_head else frozenset()
     stalls = stall_counts(text)
     opcodes, encoded = {}, []
     for n, i in enumerate(main.instructions):
@@ -408,7 +416,7 @@ def encode_loop(text: str, line_roles: dict[int, int] | None = None,
         row = "r" if i.address in rows and n not in nested else ""
         encoded.append(f"{k};{_format_registers(o.dests)};{_format_registers(o.srcs)};"
                        f"{'B' if o.barrier else ''}{'' if role is None else role}{row}"
-                       f"{'e' if i.address in edge else ''}"
+                       f"{'e' if i.address in edge else ''}{'h' if i.address in head else ''}"
                        + (f";{stalls[i.address]}" if stalls else ""))
     return {"start": f"{main.start:x}", "end": f"{main.end:x}",
             "opcodes": [list(k) for k in opcodes], "instructions": encoded, "inner_loops": inner}
@@ -456,7 +464,7 @@ def decode_loop(loop: dict, inner_trips=None, peel_runs=None, stalls: bool = Tru
         role = next((int(c) for c in flags if c.isdigit()), None)
         ops.append(Op(key, pipe, _parse_registers(dests), _parse_registers(srcs), "B" in flags,
                       _wavefronts(key, pipe), role, "r" in flags, int(stall[0]) if stall and stalls else 1,
-                      "e" in flags, RECORDED_DEPBAR if key == "DEPBAR" else None))
+                      "e" in flags, RECORDED_DEPBAR if key == "DEPBAR" else None, "h" in flags))
     inner = loop["inner_loops"]
     trips = [(n if n is not None else 1) for n in
              (inner_trips if inner_trips is not None else [r["trips"] for r in inner])]

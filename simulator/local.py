@@ -16,7 +16,9 @@ Local traffic of a launch, from the compiled kernel (never guessed):
   capacity), else it misses. Loads outside the nested loops (and each nested loop's first
   pass) reuse their slot once a main-loop trip: in between the blocks touch their whole spill
   frame (``stack_frame_bytes`` x threads x blocks) and stream one trip's K/V (or Q/dO) tiles
-  through L1. A nested loop's further passes (``nested_runs``' extra, where positive) reuse
+  through L1 -- those that L1 keeps: a ``cp.async.cg`` copy allocates no L1 line
+  (``SectorTraffic.bypassed``; H100, 2026-12-06: fa2_fp16x3's causal backward at d = 64, 52 B
+  of spills a thread beside 16-byte cp.async tiles, hit L1 on 99.3 % of its spill loads). A nested loop's further passes (``nested_runs``' extra, where positive) reuse
   their slots once an iteration of that loop: in between the blocks touch that loop's local
   accesses and its global loads only (its static LDL, STL and LDG bytes a thread, x threads x
   blocks: an upper bound of the distinct lines). Stores go on to L2 (L1 writes through).
@@ -122,8 +124,10 @@ def local_traffic(p: Phase, w: Workload, tiling: Tiling, hw: Hardware) -> LocalT
         stores = (whole.stl_bytes - loop.stl_bytes) * blocks + per_trip[1] * trips
         # less what a trip does not run: a row copy's set-up in the warps without a row, the
         # copies peeled before a nested loop beyond those its trips need, the other role's
-        # code, the masking code on interior tiles (``trips.skipped``)
-        left = skipped(kernel, t, w.d, causal, variant, rows_per_trip(p), p.edge_share)
+        # code, the masking code on interior tiles, a head's start code on its later trips
+        # (``trips.skipped``)
+        left = skipped(kernel, t, w.d, causal, variant, rows_per_trip(p), p.edge_share,
+                       p.head_share(w.BH))
         loads = (loads - left.get("ldl_bytes", 0.0) * trips) * res.threads
         stores = (stores - left.get("stl_bytes", 0.0) * trips) * res.threads
     else:
@@ -170,11 +174,13 @@ def nested_runs(p: Phase, kernel: str, t: Tiling, w: Workload, variant: str):
 
 
 def _tile_bytes_per_trip(p: Phase, w: Workload, trips: int) -> float:
-    """Global bytes one block loads through L1 per main-loop trip: its tile loads, in sectors
-    (atomic adds are sent to L2, not loaded: ``simulator.sectors``)."""
+    """Global bytes one block loads into L1 lines per main-loop trip: its tile loads, in
+    sectors, but for cp.async.cg copies (atomic adds are sent to L2, not loaded:
+    ``simulator.sectors``)."""
     from .sectors import SECTOR_BYTES, sector_traffic
 
-    return sector_traffic(p, w).missed * SECTOR_BYTES / trips if trips else 0.0
+    s = sector_traffic(p, w)
+    return (s.missed - s.bypassed) * SECTOR_BYTES / trips if trips else 0.0
 
 
 def dirty_residue(view: L2Phase, capacity_bytes: float) -> float:

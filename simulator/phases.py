@@ -94,6 +94,15 @@ class Phase:
         trips = sum(self.block_trips)
         return sum(self.edge_trips) / trips if self.edge_trips and trips else 1.0
 
+    def head_share(self, bh: int) -> float:
+        """The share of the main loop's trips that are a block's first of a query head (the
+        only ones that run the code under a branch on a head's start, ``issue.Op.head``): each
+        block with trips visits bh / ``grid_heads(bh)`` query heads (its K/V head's group
+        under GQA; one head where the grid has a block per query head)."""
+        trips = sum(self.block_trips)
+        starts = sum(1 for n in self.block_trips if n) * bh / self.grid_heads(bh)
+        return starts / trips if trips else 1.0
+
     def grid_heads(self, bh: int) -> int:
         """``heads``, or ``bh`` (the workload's B*H) where it was not set."""
         return self.heads or bh

@@ -56,7 +56,10 @@ blocks an SM from ptxas's registers and the shared memory):
    interior tiles jump over (``issue.Op.edge``, where ptxas compiles the mask as a branch: the
    half kernels, the causal tensor-core backward's per-score test); where a launch has trips
    of both kinds each kind is simulated, and an edge
-   trip weighs the ratio of their cycles in interior ones.
+   trip weighs the ratio of their cycles in interior ones. Likewise a block's first trip of
+   each query head, where the loop holds code only those run (``issue.Op.head``: fa2_fp16x3's
+   backward works out the head's scale factors there): simulated with that code, it weighs
+   the ratio to a plain trip.
 4. Cycles at the clock measured under the kernel's kind of load (the mma benchmark's clock for
    tensor-core kernels, the FFMA one's for the others): the kernel's time, as ncu's
    ``gpu__time_duration`` counts it (the gap between launches, ``MachineRates.launch_gap_s``,
@@ -80,7 +83,7 @@ from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
 from .issue import global_load_latency, memory_latencies
 from .local import local_traffic, nested_runs, recorded_causal, rows_per_trip
-from .trips import has_edge_code, inner_trips, outer_trips, skipped, warp_stream
+from .trips import has_edge_code, head_counts, inner_trips, outer_trips, skipped, warp_stream
 from .workload import Workload
 
 #: Independent mma accumulator chains a warp of our tensor-core kernels keeps (at least).
@@ -277,7 +280,8 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
                      for k in range(1, share + 1)}
                  for e in kinds}
     weight = 1.0
-    if all(c is not None for trip in simulated.values() for c in trip.values()):
+    simulated_trips = all(c is not None for trip in simulated.values() for c in trip.values())
+    if simulated_trips:
         trip_cycles = simulated[kinds[0]].__getitem__  # k resident blocks: a trip of each, side by side
         if len(kinds) == 2:
             weight = simulated[True][share] / simulated[False][share]
@@ -286,7 +290,15 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     # the work outside the main loop, in trips: a block's share of a full SM's throughput, or
     # the latency of its tile copies where that is longer (the SM's other blocks go on)
     outside = max(share * t_out, chain) / trip_cycles(share)
-    work = [n + outside for n in _launch_order(p, heads, weight)]
+    # a query head's first trip in a block also runs the head's start code, which the
+    # simulated trips leave out: simulated with it, it counts as that many plain trips, once
+    # for each query head a block with trips visits
+    starts = 0.0
+    if simulated_trips and head_counts(kernel, tiling, w.d, causal, variant):
+        first = _simulated_trip(kernel, variant, tiling, w, occ, r, fmt, spills_miss, share,
+                                rows_per_trip(p), l2_miss, kinds[0], red_sectors=red_sectors, head=True)
+        starts = (first / simulated[kinds[0]][share] - 1.0) * w.BH / heads
+    work = [n + outside + (starts if n else 0.0) for n in _launch_order(p, heads, weight)]
     cycles = shared_makespan(work, hw.sm_count, share, trip_cycles)
     clock = r.mma_clock_hz if loop.hmma else r.clock_hz
     return cycles / clock
@@ -298,7 +310,8 @@ def block_counts(p: Phase, w: Workload, tiling: Tiling, warps: int) -> tuple[dic
     (``simulator.sass``), the strided tile copies before the main loop as often as they run
     (``outer_trips``: Qi of the forwards, Kj, Vj of the backwards), each loop nested in it as
     often as it runs (``nested_runs``), less what a trip does not run (``trips.skipped``: the
-    trip is the mean over the launch's trips, edge tiles' share ``Phase.edge_share``)."""
+    trip is the mean over the launch's trips, edge tiles' share ``Phase.edge_share``, a query
+    head's first trips' ``Phase.head_share``)."""
     kernel, variant = p.code
     causal = recorded_causal(p, w)
     loop = sass(kernel, tiling, w.d, causal, variant, region=MAIN_LOOP)
@@ -309,20 +322,23 @@ def block_counts(p: Phase, w: Workload, tiling: Tiling, warps: int) -> tuple[dic
     trip = _counts(loop, [], warps)
     for region, extra in nested_runs(p, kernel, tiling, w, variant):
         trip = {k: v + extra * getattr(region, k) * warps for k, v in trip.items()}
-    left = skipped(kernel, tiling, w.d, causal, variant, rows_per_trip(p), p.edge_share)
+    left = skipped(kernel, tiling, w.d, causal, variant, rows_per_trip(p), p.edge_share,
+                   p.head_share(w.BH))
     return outside, {k: v - left.get(k, 0.0) * warps for k, v in trip.items()}
 
 
 def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: MachineRates,
                     fmt: str = "tf32", spills_miss: bool = False, resident: int | None = None,
                     rows: int | None = None, l2_miss: float = 0.0, edge: bool = True,
-                    red_sectors: float | None = None, account: dict | None = None):
+                    red_sectors: float | None = None, account: dict | None = None,
+                    head: bool = False):
     """Cycles of one main-loop trip of every resident block (``resident`` of them: None, as
     many as ``occ`` fits) by the issue simulator, or None
     where it cannot run (no recorded stream, nested loops of unknown trips, a band kernel
     never recorded: ``Workload.kernel_causal`` None). Global loads at the L2's latency, spill
     refills at L1's, or L2's where they miss L1 (``spills_miss``: ``simulator.local``); a trip
-    on an ``edge`` tile (with the masking code only those run, ``issue.Op.edge``) or not;
+    on an ``edge`` tile (with the masking code only those run, ``issue.Op.edge``) or not, a
+    query head's first (``head``: with its start code, ``issue.Op.head``) or not;
     ``red_sectors``: the sectors a global reduction of the loop sends to L2 (None: a coalesced
     warp's, ``issue.loop_cycles``); ``account``: ``issue.simulate``'s, filled by the
     simulation (``issue.stall_reasons``)."""
@@ -347,7 +363,7 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     # copies' runs, and a row copy's set-up, can differ between warps); one stream where
     # they are all the same
     warps = [4 * (i // blocks) for i in range(per_scheduler)]
-    own = {v: warp_stream(kernel, t, w.d, causal, variant, rows, v, edge) for v in set(warps)}
+    own = {v: warp_stream(kernel, t, w.d, causal, variant, rows, v, edge, head) for v in set(warps)}
     distinct = set(own.values())
     stream = distinct.pop() if len(distinct) == 1 else Streams(tuple(own[v] for v in warps))
     l2, l1 = memory_latencies(r)

@@ -29,6 +29,9 @@ Per kernel (``Phase.kernel``), from its code:
   copied at a 144-byte shared stride cost 1.50 sectors per 32 bytes, at a 128-byte stride 1.00
   (every cp.async / ld mode, 18 KiB to 227 KB of shared memory a block). Where d % 8 != 0 they
   copy element by element through registers (the rows' sectors, as the fp32 kernels).
+  Their 16-byte copies are ``cp.async.cg``: cached in L2 only, so L1 allocates no line for
+  them (``SectorTraffic.bypassed``; the lines a spill refill competes with, ``simulator.local``,
+  are the other loads').
   fa2_fp16x3's forward (``sector_kernel``) copies its fp16 parts of q, k, v so, rows of
   ``Workload.D_parts`` elements, and stores its fp32 O as the tensor-core forward does.
   They store O, dK, dV from C fragments one 2-byte element a lane (columns
@@ -134,12 +137,14 @@ class SectorTraffic:
 
     requested: load sectors the warps ask L1 for; missed: those L1 fetches from L2 (distinct
     sectors, ``requested - missed`` hit); stored: sectors of stores sent on to L2; reduced:
-    sectors of atomic adds sent to L2."""
+    sectors of atomic adds sent to L2; bypassed: those of ``missed`` fetched by 16-byte
+    ``cp.async.cg`` copies, which L1 passes on without keeping a line."""
 
     requested: float
     missed: float
     stored: float
     reduced: float
+    bypassed: float = 0.0
 
 
 def sector_kernel(p: Phase) -> str | None:
@@ -162,7 +167,7 @@ def sector_traffic(p: Phase, w: Workload) -> SectorTraffic:
     atomic = ATOMIC.get(kernel, ())
     factors = LOAD_REQUESTS.get(kernel, {})
     chunked = CP_ASYNC.get(kernel, ())
-    requested = missed = stored = reduced = 0.0
+    requested = missed = stored = reduced = bypassed = 0.0
     for name, n in p.hbm_reads.items():
         if name in atomic:
             continue
@@ -174,6 +179,7 @@ def sector_traffic(p: Phase, w: Workload) -> SectorTraffic:
         if name in chunked and row * size % CHUNK_BYTES == 0:
             head_rows = w.N_q if name in _QUERY_ROWS else w.N_k
             s = n / row * cp_async_row_sectors(row, head_rows, size)
+            bypassed += s
         else:
             s = tensor_sectors(name, n, w)
         missed += s
@@ -184,4 +190,4 @@ def sector_traffic(p: Phase, w: Workload) -> SectorTraffic:
             reduced += s * RED_SECTORS.get(kernel, 1)
         else:
             stored += s * STORE_REQUESTS.get(kernel, {}).get(name, 1)
-    return SectorTraffic(requested, missed, stored, reduced)
+    return SectorTraffic(requested, missed, stored, reduced, bypassed)

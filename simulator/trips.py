@@ -51,7 +51,9 @@ trips in different warps (``warp_rows``): per warp for the issue simulator's str
 mean for instruction counts. None where a loop's line is none of these: the caller then counts
 each nested loop once. A warp of the warp-pair kernels runs the common code and its own role's
 (``issue.Op.role``); the masking code ptxas branches over on interior tiles (``issue.Op.edge``)
-runs on edge trips only (``warp_stream``'s ``edge``; ``skipped``'s ``edge_share``). Pure
+runs on edge trips only (``warp_stream``'s ``edge``; ``skipped``'s ``edge_share``), the code
+under a branch on a query head's start (``issue.Op.head``) on a block's first trip of each
+query head only (``warp_stream``'s ``head``; ``skipped``'s ``head_share``; ``head_counts``). Pure
 Python: reads the kernel sources as text, imports no numba.
 """
 from __future__ import annotations
@@ -206,13 +208,14 @@ def _mean(rows) -> tuple:
 
 
 def warp_stream(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "",
-                rows_per_trip: int | None = None, warp: int = 0, edge: bool = True) -> tuple | None:
+                rows_per_trip: int | None = None, warp: int = 0, edge: bool = True,
+                head: bool = True) -> tuple | None:
     """The main-loop trip warp ``warp`` of a block runs, as ``simulator.issue`` ops: each
     nested loop inlined its ``inner_trips``, the copies peeled before a loop as many as
     ``peel_runs``, the set-up of a row copy (``issue.Op.rows_only``) only in a warp that
-    owns a row, and the masking code of edge tiles (``issue.Op.edge``) only on an ``edge``
-    trip. None where a trip count is not known; LookupError where the loop is not
-    recorded."""
+    owns a row, the masking code of edge tiles (``issue.Op.edge``) only on an ``edge``
+    trip, and a head's start code (``issue.Op.head``) only on a ``head`` trip. None where a
+    trip count is not known; LookupError where the loop is not recorded."""
     from .issue import stream_for
 
     found = _nested_counts(kernel, tiling, d, causal, variant, rows_per_trip, warp)
@@ -221,9 +224,25 @@ def warp_stream(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str 
     trips, runs = found
     body = stream_for(kernel, tiling, d, causal, variant, trips or None, peel_runs=runs)
     rowless = warp in warps_without_rows(tiling.Br, tiling.threads_for(kernel))
-    if rowless or not edge:
-        return tuple(o for o in body if not (rowless and o.rows_only) and (edge or not o.edge))
+    if rowless or not edge or not head:
+        return tuple(o for o in body if not (rowless and o.rows_only) and (edge or not o.edge)
+                     and (head or not o.head))
     return body
+
+
+def head_counts(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "") -> dict[str, float]:
+    """Warp instructions a warp runs of a head's start code (``issue.Op.head``), by
+    ``issue.Op.pipe`` and ``total``; empty where the loop has none or is not recorded."""
+    from .issue import stream_for
+
+    try:
+        ops = [o for o in stream_for(kernel, tiling, d, causal, variant) if o.head]
+    except LookupError:
+        return {}
+    out: Counter = Counter(o.pipe for o in ops)
+    if ops:
+        out["total"] = len(ops)
+    return dict(out)
 
 
 def has_edge_code(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "") -> bool:
@@ -238,14 +257,16 @@ def has_edge_code(kernel: str, tiling: Tiling, d: int, causal: bool, variant: st
 
 @lru_cache(maxsize=None)
 def skipped(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "",
-            rows_per_trip: int | None = None, edge_share: float = 1.0) -> dict[str, float]:
+            rows_per_trip: int | None = None, edge_share: float = 1.0,
+            head_share: float = 1.0) -> dict[str, float]:
     """What a main-loop trip does not run of the code the static count gives it (its body and
     each nested loop as often as ``inner_trips``), per warp, the mean over the block's warps
     and over trips: the copies peeled before nested loops beyond ``peel_runs``, a row copy's
     set-up (``issue.Op.rows_only``) in the warps without a row (``warp_stream``), the other
     role's code in a warp of the warp-pair kernels (``issue.Op.role``: role = warp % 2), and
     the masking code of edge tiles (``issue.Op.edge``) on the 1 - ``edge_share`` of trips on
-    interior tiles (``Phase.edge_share``). Warp instructions by ``issue.Op.pipe`` and
+    interior tiles (``Phase.edge_share``), a head's start code (``issue.Op.head``) on the 1 -
+    ``head_share`` of trips that start no query head (``Phase.head_share``). Warp instructions by ``issue.Op.pipe`` and
     ``total``, and the local-memory bytes a thread does not read (``ldl_bytes``) or write
     (``stl_bytes``). Empty where the loop's stream or trips are not known."""
     from .issue import stream_for
@@ -266,6 +287,7 @@ def skipped(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = ""
                 if sign < 0 and o.role is not None and o.role != w % 2:
                     continue                # another role's: this warp skips it
                 n = sign * (edge_share if o.edge and sign < 0 else 1.0)   # run on edge trips only
+                n *= head_share if o.head and sign < 0 else 1.0          # ... on a head's first
                 out[o.pipe] += n
                 out["total"] += n
                 if o.pipe in ("ldl", "stl"):

@@ -28,7 +28,8 @@ call line outside its loop body (the guard and set-up ptxas places before a
 ``rows_only`` (``row_copy_lines``); and the code a branch of an ``if`` on ``needs_mask`` skips
 (on that statement's lines, the values it reads, or address arithmetic ptxas sank into it:
 ``mask_lines``, ``simulator.sass.skipped_by_branches``) carries ``edge``: only trips on edge
-tiles run it.
+tiles run it; the code a branch of an ``if`` that calls a function of ``ONCE_PER_HEAD`` skips
+(``head_lines``) carries ``head``: only a block's first trip of each query head runs it.
 
 ``--keep DIR`` writes each kernel's disassembly there and its stamp (kernel-source digest,
 linker version, date) in ``DIR/STAMP``; ``--from-sass DIR`` rebuilds the file from those (also
@@ -112,6 +113,55 @@ def _asks_for_mask(test) -> bool:
                 and test.func.id == "needs_mask"))
 
 
+#: Device functions the kernels call at a query head's first step only (fa2_fp16x3's backward:
+#: the head's scales and factors).
+ONCE_PER_HEAD = ("head_factors",)
+
+
+def _calls_once_per_head(node) -> bool:
+    """Whether an ``if`` statement's body calls a function of ``ONCE_PER_HEAD``."""
+    return any(isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and c.func.id in ONCE_PER_HEAD
+               for part in node.body for c in ast.walk(part))
+
+
+def head_lines(kernel_file: Path) -> dict[int, bool]:
+    """Lines of ``kernel_file`` a head-start branch's code may come from (``issue.Op.head``),
+    as ``mask_lines`` for the ``if`` statements that call a ``ONCE_PER_HEAD`` function
+    (``_calls_once_per_head``); also False for the lines of the kernel's parameters the branch
+    reads (the argument loads ptxas places in it)."""
+    out: dict[int, bool] = {}
+    for function in ast.walk(ast.parse(kernel_file.read_text())):
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        ifs = [node for node in ast.walk(function) if isinstance(node, ast.If) and _calls_once_per_head(node)]
+        read = _names_read(ifs)
+        if read & {a.arg for a in function.args.args}:
+            out.update(dict.fromkeys(range(function.lineno, function.body[0].lineno), False))
+        out.update(_branch_lines(function, ifs, read))
+    return out
+
+
+def _names_read(ifs) -> set[str]:
+    """The names the tests and bodies of ``if`` statements read."""
+    return {n.id for node in ifs for part in (node.test, *node.body) for n in ast.walk(part)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+
+
+def _branch_lines(function, ifs, read: set[str]) -> dict[int, bool]:
+    """False for the lines of ``function``'s assignments of the names ``read``, then True for
+    the lines of the ``if`` statements ``ifs``, test and body."""
+    out: dict[int, bool] = {}
+    for node in ast.walk(function):
+        if isinstance(node, (ast.Assign, ast.AugAssign)) and any(
+                isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in read
+                for target in getattr(node, "targets", [getattr(node, "target", None)])
+                for n in ast.walk(target)):
+            out.update(dict.fromkeys(range(node.lineno, node.end_lineno + 1), False))
+    for node in ifs:
+        out.update(dict.fromkeys(range(node.lineno, node.body[-1].end_lineno + 1), True))
+    return out
+
+
 def mask_lines(kernel_file: Path) -> dict[int, bool]:
     """Lines of ``kernel_file`` a mask branch's code may come from (``issue.Op.edge``): True for
     the lines of its ``if`` statements on ``needs_mask`` (``_asks_for_mask``), test and body
@@ -125,16 +175,7 @@ def mask_lines(kernel_file: Path) -> dict[int, bool]:
             continue
         ifs = [node for node in ast.walk(function)
                if isinstance(node, ast.If) and _asks_for_mask(node.test)]
-        read = {n.id for node in ifs for part in (node.test, *node.body) for n in ast.walk(part)
-                if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-        for node in ast.walk(function):
-            if isinstance(node, (ast.Assign, ast.AugAssign)) and any(
-                    isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store) and n.id in read
-                    for target in getattr(node, "targets", [getattr(node, "target", None)])
-                    for n in ast.walk(target)):
-                out.update(dict.fromkeys(range(node.lineno, node.end_lineno + 1), False))
-        for node in ifs:
-            out.update(dict.fromkeys(range(node.lineno, node.body[-1].end_lineno + 1), True))
+        out.update(_branch_lines(function, ifs, _names_read(ifs)))
     return out
 
 
@@ -176,7 +217,8 @@ def main(argv) -> None:
             file = kernel_file_of(text)
             loop = encode_loop(text, warp_roles(file) if paired and file else None,
                                row_copy_lines(file) if file else frozenset(),
-                               mask_lines(file) if file else None)
+                               mask_lines(file) if file else None,
+                               head_lines(file) if file else None)
             name = (f"{key['kernel']:18s} {key['variant']:13s} d={key['d']:4s} "
                     f"causal={key['causal']:5s} {key['Br']:>3s}x{key['Bc']:<3s}")
             if loop is None:
