@@ -5,7 +5,7 @@ import numba_flash as nf
 from simulator.tiling import H200_SMEM_PER_BLOCK
 
 from . import (test_gpu, test_gpu_band, test_gpu_block_sparse, test_gpu_dropout, test_gpu_fp16x3,
-               test_gpu_half, test_gpu_varlen, test_torch_gpu)
+               test_gpu_fp16x3_d256, test_gpu_half, test_gpu_varlen, test_torch_gpu)
 
 
 def _configs():
@@ -29,7 +29,7 @@ def _configs():
     for n_q, n_k, d, causal in test_gpu.MANY_ROW_BLOCKS:
         yield nf.KernelConfig(d=d, n_q=n_q, n_k=n_k, causal=causal, forward=None, backward="fa2")
     for module in (test_torch_gpu, test_gpu_half, test_gpu_band, test_gpu_dropout,
-                   test_gpu_block_sparse, test_gpu_varlen, test_gpu_fp16x3):
+                   test_gpu_block_sparse, test_gpu_varlen, test_gpu_fp16x3, test_gpu_fp16x3_d256):
         yield from module.KERNELS
 
 
