@@ -8,8 +8,9 @@ Local traffic of a launch, from the compiled kernel (never guessed):
   lane in consecutive words, so it fills whole sectors: bytes = per-thread bytes x threads,
   less what a trip does not run of its static code (``simulator.trips.skipped``): the main
   loop's set-up of a row copy (``Op.rows_only``: ``range(tid, Br, T)``'s guard and spill
-  refills, run only by the warps that own a row) and the copies ptxas peeled before a nested
-  loop beyond those a warp needs.
+  refills, run only by the warps that own a row), the copies ptxas peeled before a nested
+  loop beyond those a warp needs, and a query head's start code on the trips that start none
+  (``Op.head``).
 - misses, by reuse distance: a load hits if, since the last use of its slot, the blocks
   resident on an SM touched fewer distinct lines than the L1 left beside shared memory
   (``Hardware.l1_smem_bytes - Occupancy.carveout``; LRU keeps what is reused within its
@@ -17,9 +18,11 @@ Local traffic of a launch, from the compiled kernel (never guessed):
   pass) reuse their slot once a main-loop trip: in between the blocks touch their whole spill
   frame (``stack_frame_bytes`` x threads x blocks) and stream one trip's K/V (or Q/dO) tiles
   through L1 -- those that L1 keeps: a ``cp.async.cg`` copy allocates no L1 line
-  (``SectorTraffic.bypassed``; H100, 2026-12-06: fa2_fp16x3's causal backward at d = 64, 52 B
-  of spills a thread beside 16-byte cp.async tiles, hit L1 on 99.3 % of its spill loads). A nested loop's further passes (``nested_runs``' extra, where positive) reuse
-  their slots once an iteration of that loop: in between the blocks touch that loop's local
+  (``SectorTraffic.bypassed``; H100, 2026-12-06: fa2_fp16x3's causal backward at d = 64,
+  52 B of spills a thread beside 16-byte cp.async tiles, hit L1 on 99.3 % of its spill
+  loads). This also turns the predicted misses of the fp16 / bf16 forward at d = 256 (704 B
+  of stack frame a thread) into hits: not measured yet. A nested loop's further passes
+  (``nested_runs``' extra, where positive) reuse their slots once an iteration of that loop: in between the blocks touch that loop's local
   accesses and its global loads only (its static LDL, STL and LDG bytes a thread, x threads x
   blocks: an upper bound of the distinct lines). Stores go on to L2 (L1 writes through).
 Dirty residue: L2 writes back lazily, so a launch's DRAM writes miss what is still dirty in L2

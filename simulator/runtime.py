@@ -58,8 +58,10 @@ blocks an SM from ptxas's registers and the shared memory):
    of both kinds each kind is simulated, and an edge
    trip weighs the ratio of their cycles in interior ones. Likewise a block's first trip of
    each query head, where the loop holds code only those run (``issue.Op.head``: fa2_fp16x3's
-   backward works out the head's scale factors there): simulated with that code, it weighs
-   the ratio to a plain trip.
+   backward works out the head's scale factors there): simulated with that code (as a trip of
+   the launch's first kind, interior where it has them: a causal head's first step, on the
+   diagonal, then counts its edge code and its head code apart), it weighs the ratio to a plain
+   trip.
 4. Cycles at the clock measured under the kernel's kind of load (the mma benchmark's clock for
    tensor-core kernels, the FFMA one's for the others): the kernel's time, as ncu's
    ``gpu__time_duration`` counts it (the gap between launches, ``MachineRates.launch_gap_s``,

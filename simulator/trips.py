@@ -230,9 +230,11 @@ def warp_stream(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str 
     return body
 
 
+@lru_cache(maxsize=None)
 def head_counts(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "") -> dict[str, float]:
-    """Warp instructions a warp runs of a head's start code (``issue.Op.head``), by
-    ``issue.Op.pipe`` and ``total``; empty where the loop has none or is not recorded."""
+    """Warp instructions of the recorded main loop's head start code (``issue.Op.head``; every
+    warp runs it), by ``issue.Op.pipe`` and ``total``; empty where the loop has none or is not
+    recorded."""
     from .issue import stream_for
 
     try:
@@ -266,8 +268,8 @@ def skipped(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = ""
     role's code in a warp of the warp-pair kernels (``issue.Op.role``: role = warp % 2), and
     the masking code of edge tiles (``issue.Op.edge``) on the 1 - ``edge_share`` of trips on
     interior tiles (``Phase.edge_share``), a head's start code (``issue.Op.head``) on the 1 -
-    ``head_share`` of trips that start no query head (``Phase.head_share``). Warp instructions by ``issue.Op.pipe`` and
-    ``total``, and the local-memory bytes a thread does not read (``ldl_bytes``) or write
+    ``head_share`` of trips that start no query head (``Phase.head_share``). Warp
+    instructions by ``issue.Op.pipe`` and ``total``, and the local-memory bytes a thread does not read (``ldl_bytes``) or write
     (``stl_bytes``). Empty where the loop's stream or trips are not known."""
     from .issue import stream_for
 
@@ -286,8 +288,8 @@ def skipped(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = ""
             for o in ops:
                 if sign < 0 and o.role is not None and o.role != w % 2:
                     continue                # another role's: this warp skips it
-                n = sign * (edge_share if o.edge and sign < 0 else 1.0)   # run on edge trips only
-                n *= head_share if o.head and sign < 0 else 1.0          # ... on a head's first
+                n = sign * (edge_share if o.edge and sign < 0 else 1.0)   # on edge trips only
+                n *= head_share if o.head and sign < 0 else 1.0          # on a head's first
                 out[o.pipe] += n
                 out["total"] += n
                 if o.pipe in ("ldl", "stl"):

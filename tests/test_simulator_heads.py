@@ -66,6 +66,32 @@ def test_head_share_is_a_blocks_first_trip_of_each_query_head(trips, heads, bh, 
     assert p.head_share(bh) == pytest.approx(share)
 
 
+@pytest.mark.parametrize("n,d,causal,kv_heads", [(1000, 64, True, None), (777, 128, False, 4),
+                                                  (500, 64, True, 2), (300, 64, False, 1)])
+def test_head_starts_are_the_query_heads_each_block_with_row_blocks_visits(n, d, causal, kv_heads):
+    """head_share x trips: one start for each query head of a K/V block's group (GQA), for
+    every K/V block that sees a row block (the kernel's ``ii == first`` steps)."""
+    import simulator
+    from simulator.blocks import BlockGrid
+    from simulator.fp16x3 import backward_default_tiling
+
+    w = simulator.Workload(B=2, H=8, N_q=n, N_k=n, d=d, causal=causal, kv_heads=kv_heads)
+    t = backward_default_tiling(d, n, n)
+    p = next(ph for ph in simulator.predict("flash_backward_fp16x3", w, t).phases if ph.block_trips)
+    g = BlockGrid(w.N_q, w.N_k, t.Br, t.Bc, w.causal, None, w.window)
+    starts = p.head_share(w.BH) * sum(p.block_trips) * p.grid_heads(w.BH)
+    assert starts == pytest.approx(w.BH * int((g.na > 0).sum()))
+
+
+def test_the_stall_tool_follows_the_head_trips():
+    """tools/stall_model.py watches the runtime's trip simulations: a query head's first trip
+    (simulated with the head code) passes through, and the trip it reports is a plain one."""
+    import stall_model
+
+    calls = stall_model.simulated_calls(Case("fa2_fp16x3", "fwd_bwd", 2, 16, 2048, 64), "H100_SXM")
+    assert ("flash_backward_half", "fp16x3") in calls
+
+
 def _backward(case):
     report = model.reports(case, gpu="H100_SXM")[1]
     p = next(ph for ph in report.phases if ph.block_trips)
