@@ -22,9 +22,10 @@ Local traffic of a launch, from the compiled kernel (never guessed):
   52 B of spills a thread beside 16-byte cp.async tiles, hit L1 on 99.3 % of its spill
   loads). This also turns the predicted misses of the fp16 / bf16 forward at d = 256 (704 B
   of stack frame a thread) into hits: not measured yet. A nested loop's further passes
-  (``nested_runs``' extra, where positive) reuse their slots once an iteration of that loop: in between the blocks touch that loop's local
-  accesses and its global loads only (its static LDL, STL and LDG bytes a thread, x threads x
-  blocks: an upper bound of the distinct lines). Stores go on to L2 (L1 writes through).
+  (``nested_runs``' extra, where positive) reuse their slots once an iteration of that loop:
+  in between the blocks touch that loop's local accesses and its global loads only (its
+  static LDL, STL and LDG bytes a thread, x threads x blocks: an upper bound of the distinct
+  lines). Stores go on to L2 (L1 writes through).
 Dirty residue: L2 writes back lazily, so a launch's DRAM writes miss what is still dirty in L2
 when it ends. The lines a launch streams through L2 (its compulsory reads and writes) share
 what the working set of its last blocks (``L2Phase.final_working_set_bytes``: K and V of the

@@ -85,7 +85,7 @@ from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
 from .issue import global_load_latency, memory_latencies
 from .local import local_traffic, nested_runs, recorded_causal, rows_per_trip
-from .trips import has_edge_code, head_counts, inner_trips, outer_trips, skipped, warp_stream
+from .trips import has_edge_code, has_head_code, inner_trips, outer_trips, skipped, warp_stream
 from .workload import Workload
 
 #: Independent mma accumulator chains a warp of our tensor-core kernels keeps (at least).
@@ -296,7 +296,7 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     # simulated trips leave out: simulated with it, it counts as that many plain trips, once
     # for each query head a block with trips visits
     starts = 0.0
-    if simulated_trips and head_counts(kernel, tiling, w.d, causal, variant):
+    if simulated_trips and has_head_code(kernel, tiling, w.d, causal, variant):
         first = _simulated_trip(kernel, variant, tiling, w, occ, r, fmt, spills_miss, share,
                                 rows_per_trip(p), l2_miss, kinds[0], red_sectors=red_sectors, head=True)
         starts = (first / simulated[kinds[0]][share] - 1.0) * w.BH / heads

@@ -53,8 +53,8 @@ each nested loop once. A warp of the warp-pair kernels runs the common code and 
 (``issue.Op.role``); the masking code ptxas branches over on interior tiles (``issue.Op.edge``)
 runs on edge trips only (``warp_stream``'s ``edge``; ``skipped``'s ``edge_share``), the code
 under a branch on a query head's start (``issue.Op.head``) on a block's first trip of each
-query head only (``warp_stream``'s ``head``; ``skipped``'s ``head_share``; ``head_counts``). Pure
-Python: reads the kernel sources as text, imports no numba.
+query head only (``warp_stream``'s ``head``; ``skipped``'s ``head_share``; ``has_head_code``).
+Pure Python: reads the kernel sources as text, imports no numba.
 """
 from __future__ import annotations
 
@@ -230,21 +230,15 @@ def warp_stream(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str 
     return body
 
 
-@lru_cache(maxsize=None)
-def head_counts(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "") -> dict[str, float]:
-    """Warp instructions of the recorded main loop's head start code (``issue.Op.head``; every
-    warp runs it), by ``issue.Op.pipe`` and ``total``; empty where the loop has none or is not
-    recorded."""
+def has_head_code(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "") -> bool:
+    """Whether the recorded main loop holds code only a query head's first trip runs
+    (``issue.Op.head``)."""
     from .issue import stream_for
 
     try:
-        ops = [o for o in stream_for(kernel, tiling, d, causal, variant) if o.head]
+        return any(o.head for o in stream_for(kernel, tiling, d, causal, variant))
     except LookupError:
-        return {}
-    out: Counter = Counter(o.pipe for o in ops)
-    if ops:
-        out["total"] = len(ops)
-    return dict(out)
+        return False
 
 
 def has_edge_code(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "") -> bool:
@@ -269,8 +263,9 @@ def skipped(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = ""
     the masking code of edge tiles (``issue.Op.edge``) on the 1 - ``edge_share`` of trips on
     interior tiles (``Phase.edge_share``), a head's start code (``issue.Op.head``) on the 1 -
     ``head_share`` of trips that start no query head (``Phase.head_share``). Warp
-    instructions by ``issue.Op.pipe`` and ``total``, and the local-memory bytes a thread does not read (``ldl_bytes``) or write
-    (``stl_bytes``). Empty where the loop's stream or trips are not known."""
+    instructions by ``issue.Op.pipe`` and ``total``, and the local-memory bytes a thread does
+    not read (``ldl_bytes``) or write (``stl_bytes``). Empty where the loop's stream or trips
+    are not known."""
     from .issue import stream_for
 
     warps = -(-tiling.threads_for(kernel) // 32)

@@ -17,12 +17,12 @@ import pytest
 
 from experiments.common.cases import Case
 from experiments.common import model
-from simulator.issue import decode_loop, encode_loop
+from simulator.issue import decode_loop, encode_loop, stream_for
 from simulator.local import local_traffic
 from simulator.phases import phase
 from simulator.runtime import block_counts
 from simulator.sectors import sector_traffic
-from simulator.trips import head_counts, skipped, warp_stream
+from simulator.trips import has_head_code, skipped, warp_stream
 
 from .test_simulator_edges import LOOP
 
@@ -101,7 +101,9 @@ def _backward(case):
 def test_the_fp16x3_backward_runs_its_head_code_once_a_query_head(monkeypatch):
     p, w, t = _backward(Case("fa2_fp16x3", "fwd_bwd", 2, 16, 2048, 64))
     kernel, variant = p.code
-    head = head_counts(kernel, t, w.d, w.kernel_causal, variant)
+    ops = [o for o in stream_for(kernel, t, w.d, w.kernel_causal, variant) if o.head]
+    assert has_head_code(kernel, t, w.d, w.kernel_causal, variant)
+    head = {"total": len(ops), "fp64": sum(o.pipe == "fp64" for o in ops)}
     assert 400 < head["total"] < 600 and head.get("fp64", 0) > 20     # float64 scale products
     stream = warp_stream(kernel, t, w.d, w.kernel_causal, variant)
     assert len(stream) - len(warp_stream(kernel, t, w.d, w.kernel_causal, variant, head=False)) == head["total"]
