@@ -53,8 +53,15 @@ AMAX_FLOPS, SPLIT_FLOPS = 1, 2
 
 #: Default (Br, Bc) by head dim: at d <= 64 128 x 32 (2 row tiles a warp: 242 registers, no
 #: spills); above, 16-row warps (Br an odd multiple of 16), since two row tiles of d = 128 spill
-#: (ptxas, sm_90: 520 bytes at 128 x 32).
-DEFAULT_TILES = {64: (128, 32), 256: (80, 32)}
+#: (ptxas, sm_90: 520 bytes at 128 x 32). At 255 registers a warp, a scheduler's register file
+#: holds two warps: d <= 128 takes 112 x 32 (7 warps: three schedulers run two), where 80 x 32
+#: (5 warps) left three schedulers one warp each, and the barrier of every step keeps a block at
+#: the pace of its busiest scheduler. H200, 2026-12-06 (tools/fp16x3_forward.py, per-call CUDA
+#: events, results/h200/tuning/fp16x3_forward_112_2026-12-06.log): 80 x 32 -> 112 x 32 63.8 ->
+#: 94.7 TFLOP/s at (4,16,4096,128), 57.3 -> 80.9 causal (2,32,4096,128), 61.2 -> 85.2 at
+#: (8,32,2048,128), 69.4 -> 102.0 at (1,16,16384,128). Above 128 the shared memory (rows of
+#: 2 D16 parts) holds 80 x 32 at most.
+DEFAULT_TILES = {64: (128, 32), 128: (112, 32), 256: (80, 32)}
 
 
 def default_tiling(d: int, n_q: int, n_k: int, dropout: bool = False) -> Tiling:

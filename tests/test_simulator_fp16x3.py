@@ -119,7 +119,7 @@ def test_the_parts_are_copied_by_cp_async_and_o_stored_as_the_tc_forward():
 def test_default_tiling_suits_the_fp16_kernel(d):
     t = predict(FP16X3, Workload(1, 2, 4096, 4096, d)).tiling
     assert t == default_tiling(d, 4096, 4096) and t.suits_mma("flash_forward_half")
-    assert t.Br == (128 if d <= 64 else 80) and t.Bc == 32
+    assert t.Br == (128 if d <= 64 else 112 if d <= 128 else 80) and t.Bc == 32
     short = predict(FP16X3, Workload(1, 2, 40, 40, d)).tiling
     assert short == default_tiling(d, 40, 40) and short.Br < t.Br
     assert d <= 64 or short.Br % 32 == 16                  # 16-row warps above d = 64
