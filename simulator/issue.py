@@ -68,8 +68,8 @@ alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cy
   A copy issued before the loop (the first stage's prefetch) is not simulated: the first
   trip's DEPBAR finds no group, and the steady state counts from it;
 - ``BAR.SYNC`` / ``BAR.RED``: a warp waits until every simulated warp of its block has arrived
-  (the block's warps spread evenly over the 4 schedulers, the other schedulers progressing
-  alike), then resumes ``barrier_cycles_at(4 x warps of the block here)`` after the last
+  (the caller simulates the busiest scheduler: an SM deals its warp slots to the 4 in turn,
+  so the others hold as many of the block's warps or fewer and arrive no later), then resumes ``barrier_cycles_at(4 x warps of the block here)`` after the last
   arrival issued (a loop of barriers alone takes that a barrier, as it was measured); with ``blocks`` > 1
   the scheduler's warps are split round-robin into that many blocks, each barrier its own;
 - instructions are taken as the static stream: every instruction of the body once a trip,

@@ -8,7 +8,9 @@ blocks an SM from ptxas's registers and the shared memory):
 1. A trip of the main loop. Where the loop's instruction stream is recorded and the trips of
    the loops nested in it are known (``simulator.trips``), the
    issue simulator (``simulator.issue.loop_cycles``) gives the cycles the SM's schedulers need
-   for one trip of each resident block: the resident warps interleaved on each scheduler,
+   for one trip of each resident block: the resident warps interleaved on the scheduler that
+   holds the most of them (warp slots go to the 4 schedulers in turn: a block of 5 warps puts
+   two on one, and a trip, ending at a barrier, waits for that pair),
    dependency latencies (global loads at the L2 latency, plus DRAM's beyond it for the share
    of their bytes the L2 model sends to DRAM; spill refills at L1's or, where any of the
    launch's spill loads miss L1 (``simulator.local``: in practice where the frames do not fit
@@ -357,7 +359,12 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     if trips is None or len(record["inner_loops"]) != len(trips):
         return None
     blocks = occ.blocks_per_sm if resident is None else resident
-    per_scheduler = max(1, round(blocks * occ.warps_per_block / 4))
+    # the busiest scheduler's warps: an SM deals its warp slots to the 4 schedulers in turn,
+    # so a block of 5 warps puts two on one scheduler and one on each other; with a barrier a
+    # trip, every warp of the block waits for that scheduler's pair (H200, 2026-12-06: the
+    # fp16x3 forward's 80 x 32 blocks of 5 warps ran a trip in about the time of 112 x 32's 7,
+    # results/h200/tuning/fp16x3_forward_112_2026-12-06.log)
+    per_scheduler = max(1, -(-blocks * occ.warps_per_block // 4))
     if per_scheduler % blocks:
         return None          # the simulator splits a scheduler's warps evenly over the blocks
     # scheduler 0's warps, 0, 4, 8, ... of each block (simulated warp i belongs to block

@@ -195,3 +195,20 @@ def test_backward_launches_and_the_fp16_backward_on_parts(d):
     assert r.other_flops == sum(p.other_flops for p in nominal) + 3 * inputs
     with pytest.raises(ValueError, match="dtype_bytes must be 4"):
         predict("flash_backward_fp16x3", dataclasses.replace(w, dtype_bytes=2))
+
+
+@pytest.mark.parametrize("tiling, warps, busiest", [(Tiling(80, 32), 5, 2), (Tiling(112, 32), 7, 2)])
+def test_a_trip_is_simulated_on_the_busiest_scheduler(monkeypatch, tiling, warps, busiest):
+    """16-row warps at d = 128 (255 registers: one block an SM): warp slots go to the 4
+    schedulers in turn, so 5 warps put two on one scheduler, and the trip, ending at a barrier,
+    is that scheduler's (the H200 ran 80 x 32 at about 112 x 32's trip time)."""
+    import simulator.issue as issue
+
+    seen = []
+    real = issue.loop_cycles
+    monkeypatch.setattr(issue, "loop_cycles",
+                        lambda stream, per_scheduler, *a, **k: seen.append(per_scheduler)
+                        or real(stream, per_scheduler, *a, **k))
+    report = predict(FP16X3, Workload(2, 16, 2048, 2048, 128), tiling, hardware=H200)
+    assert report.tiling.threads_for("flash_forward_half") == 32 * warps
+    assert seen and set(seen) == {busiest}
