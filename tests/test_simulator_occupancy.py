@@ -101,6 +101,12 @@ def test_waves():
 
 
 # ---- the resources CSV ---------------------------------------------------------------------
+#: fa2_fp16x3's tilings other than today's defaults that committed ncu measurements ran (the
+#: model re-predicts them: tests/test_tables_cover_experiments.py): 80 x 32, the forward's
+#: default at d = 128 until 2026-12-06 (results/h200/levels/fp16x3/, results/h100/levels/).
+FP16X3_MEASURED_AT = {("flash_forward_half", Tiling(80, 32), 128)}
+
+
 def test_csv_rows_match_the_tilings():
     """Each row's shared memory and threads are its tiling's; every tiled kernel, variant and
     causal has a row at today's default tiling at each recorded head dim (a default changed
@@ -119,8 +125,10 @@ def test_csv_rows_match_the_tilings():
                                             r.tiling.smem_bytes(r.kernel, parts_width(r.d))), r
             assert r.threads == r.tiling.threads_for(r.kernel), r
             default = backward_default_tiling if backward else fp16x3_tiling
-            assert r.tiling == default(r.d, None, None), r      # its own default
-            fp16x3.add((r.kernel, r.d, r.causal))
+            if r.tiling == default(r.d, None, None):            # its own default, and those
+                fp16x3.add((r.kernel, r.d, r.causal))           # committed measurements ran
+            else:
+                assert (r.kernel, r.tiling, r.d) in FP16X3_MEASURED_AT, r
             continue
         if r.kernel in KERNELS:
             assert r.dynamic_smem_bytes == r.tiling.smem_bytes(r.kernel, r.d or 0), r
