@@ -1,10 +1,15 @@
-"""FP16X3_BACKWARD measured case by case (each case's counters written as soon as it is done)."""
+"""FP16X3_BACKWARD measured case by case (each case's counters written as soon as it is done).
+
+    python call_levels.py OUT SECONDS [FIRST]   (no case starts after SECONDS; from case FIRST on)"""
 import sys, time
 from pathlib import Path
 from experiments.levels import FP16X3_BACKWARD, measure_alone
 if __name__ == "__main__":
     out, deadline = Path(sys.argv[1]), time.time() + float(sys.argv[2])
+    first = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     for i, case in enumerate(FP16X3_BACKWARD):
+        if i < first:
+            continue
         if time.time() > deadline:
             print("out of time before", case.label, flush=True)
             break
