@@ -17,6 +17,7 @@ run's ``levels_kernels.csv``, that run's counters beside this model's prediction
 """
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import tempfile
 from pathlib import Path
@@ -338,6 +339,14 @@ def collect(ctx: RunContext, cases_by_split: dict[str, tuple[Case, ...]]) -> lis
     return rows
 
 
+def split_of(case: Case) -> str:
+    """The name of the split (``SPLITS``) ``case`` was measured in: its label's, or where its
+    label names a tiling no split's case does (measured at a default tiling since changed, and
+    labelled with it), its label's without the tiling; "other" where neither is a split's."""
+    splits = {c.label: name for name, cases in SPLITS.items() for c in cases}
+    return splits.get(case.label) or splits.get(dataclasses.replace(case, tiling=None).label, "other")
+
+
 def repredict(kernels_csv: Path) -> list[dict]:
     """Level rows of a GPU run's raw counters (its ``levels_kernels.csv``) beside this model's
     predictions for the GPU measured (``model.gpu_of_device``: an H100's by its datasheet and
@@ -346,13 +355,12 @@ def repredict(kernels_csv: Path) -> list[dict]:
     ``measured_*`` columns."""
     from experiments.common.repredict import measurement
 
-    splits = {c.label: name for name, cases in SPLITS.items() for c in cases}
     rows = []
     for label, launches in read_kernels(kernels_csv).items():
         case = Case.from_label(label)
         counters = Counters(0, 0, 0, 0, 0, len(launches), tuple(k for _, k in launches))
         gpu = _measured_gpu(launches)
-        case_rows, _ = rows_for(case, splits.get(label, "other"), counters, gpu)
+        case_rows, _ = rows_for(case, split_of(case), counters, gpu)
         for row in case_rows:
             row.update(measurement(launches[0][0]))
         rows += case_rows

@@ -3,7 +3,8 @@ configurations ``measure`` accepts."""
 import pytest
 
 from experiments.common.cases import Case
-from experiments.levels import (CASE_OF_ALGORITHM, case_for, measured_levels, split_by_algorithm)
+from experiments.levels import (CASE_OF_ALGORITHM, case_for, measured_levels, split_by_algorithm,
+                               split_of)
 from simulator import Workload
 
 
@@ -133,3 +134,9 @@ def test_a_run_predicts_for_the_card_it_runs_on(monkeypatch):
                       ("NVIDIA A40", "H200_MEASURED")):          # (no datasheet: the H200's)
         monkeypatch.setattr(metadata, "device_name", lambda device, n=name: n)
         assert levels.card("gpu") == gpu
+
+
+def test_a_case_labelled_with_a_since_changed_default_tiling_keeps_its_split():
+    assert split_of(Case.from_label("fa2_fp16x3/fwd/B2H16N2048d128")) == "fp16x3"
+    assert split_of(Case.from_label("fa2_fp16x3/fwd/B2H16N2048d128/Br80Bc32")) == "fp16x3"
+    assert split_of(Case.from_label("fa2_fp16x3/fwd/B2H16N2048d96/Br80Bc32")) == "other"
