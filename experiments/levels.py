@@ -18,6 +18,7 @@ run's ``levels_kernels.csv``, that run's counters beside this model's prediction
 from __future__ import annotations
 
 import dataclasses
+import functools
 import statistics
 import tempfile
 from pathlib import Path
@@ -168,8 +169,8 @@ FP16X3 = (
 #: committed; d = 64 and 128 (the default tilings 64 x 128 and 32 x 128, whose registers and SASS
 #: are recorded), causal and not, shapes neither the bench nor the tests time. The first two
 #: measured on an H100 on 2026-12-06 (results/h100/levels/fp16x3_backward), and the model
-#: changed after them (a head's start code once a head, cp.async.cg copies beside spills): the
-#: other four are still held out.
+#: changed after them (a head's start code once a head, cp.async.cg copies beside spills); the
+#: other four on 2026-12-07, held out until then.
 FP16X3_BACKWARD = (
     Case("fa2_fp16x3", "fwd_bwd", 2, 16, 2048, 64),
     Case("fa2_fp16x3", "fwd_bwd", 4, 8, 3072, 64, causal=True),
@@ -339,11 +340,17 @@ def collect(ctx: RunContext, cases_by_split: dict[str, tuple[Case, ...]]) -> lis
     return rows
 
 
+@functools.lru_cache(maxsize=None)
+def _split_names() -> dict[str, str]:
+    """Case label -> the name of its split (``SPLITS``), built once."""
+    return {c.label: name for name, cases in SPLITS.items() for c in cases}
+
+
 def split_of(case: Case) -> str:
     """The name of the split (``SPLITS``) ``case`` was measured in: its label's, or where its
     label names a tiling no split's case does (measured at a default tiling since changed, and
     labelled with it), its label's without the tiling; "other" where neither is a split's."""
-    splits = {c.label: name for name, cases in SPLITS.items() for c in cases}
+    splits = _split_names()
     return splits.get(case.label) or splits.get(dataclasses.replace(case, tiling=None).label, "other")
 
 
