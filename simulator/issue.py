@@ -69,7 +69,9 @@ alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cy
   trip's DEPBAR finds no group, and the steady state counts from it;
 - ``BAR.SYNC`` / ``BAR.RED``: a warp waits until every simulated warp of its block has arrived
   (the caller simulates the busiest scheduler: an SM deals its warp slots to the 4 in turn,
-  so the others hold as many of the block's warps or fewer and arrive no later), then resumes ``barrier_cycles_at(4 x warps of the block here)`` after the last
+  so the others hold as many of the block's warps or fewer and arrive no later), then resumes
+  ``barrier_cycles_at(the block's warps)`` (the caller's ``block_warps``; 4 x the block's warps
+  here where it gives none) after the last
   arrival issued (a loop of barriers alone takes that a barrier, as it was measured); with ``blocks`` > 1
   the scheduler's warps are split round-robin into that many blocks, each barrier its own;
 - instructions are taken as the static stream: every instruction of the body once a trip,
@@ -646,7 +648,7 @@ _CACHE: dict = {}
 def loop_cycles(stream, warps_per_scheduler: int, rates: MachineRates, trips: int = 3,
                 global_latency: float | None = None, local_latency: float | None = None, blocks: int = 1,
                 policy: str = "oldest", mma_format: str = "tf32", red_sectors: float | None = None,
-                account: dict | None = None) -> float:
+                account: dict | None = None, block_warps: int | None = None) -> float:
     """Cycles one scheduler needs a trip of the loop ``stream`` (a sequence of ``Op``) when
     ``warps_per_scheduler`` warps run it, in steady state over ``trips`` trips (module
     docstring); ``stream`` may instead be ``Streams`` (one per warp: loops whose trips differ
@@ -656,16 +658,19 @@ def loop_cycles(stream, warps_per_scheduler: int, rates: MachineRates, trips: in
     ``mma_format``: the HMMA's ("tf32", "float16", "bfloat16": its measured rate and latency);
     ``red_sectors``: 32-byte sectors a global reduction (a warp instruction) sends to L2 (None:
     a coalesced warp's, 32 lanes x its width / 32); ``account``: ``simulate``'s (the
-    simulation then runs again, uncached)."""
+    simulation then runs again, uncached); ``block_warps``: the warps of a whole block, whose
+    barrier's cost is measured by block size (None: 4 x the block's warps here, a block spread
+    evenly over the 4 schedulers)."""
     stream = stream if isinstance(stream, Streams) else tuple(stream)
     if account is not None:
         return simulate(stream, warps_per_scheduler, rates, trips, global_latency, local_latency, blocks,
-                        policy, mma_format, red_sectors, account).cycles_per_trip
+                        policy, mma_format, red_sectors, account, block_warps).cycles_per_trip
     key = (stream, warps_per_scheduler, _rates_key(rates), trips, global_latency, local_latency,
-           blocks, policy, mma_format, red_sectors)
+           blocks, policy, mma_format, red_sectors, block_warps)
     if key not in _CACHE:
         _CACHE[key] = simulate(stream, warps_per_scheduler, rates, trips, global_latency,
-                               local_latency, blocks, policy, mma_format, red_sectors).cycles_per_trip
+                               local_latency, blocks, policy, mma_format, red_sectors,
+                               block_warps=block_warps).cycles_per_trip
     return _CACHE[key]
 
 
@@ -761,10 +766,11 @@ def stall_reasons(account: dict) -> dict[str, float]:
 def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
              global_latency: float | None = None, local_latency: float | None = None, blocks: int = 1,
              policy: str = "oldest", mma_format: str = "tf32", red_sectors: float | None = None,
-             account: dict | None = None) -> Simulation:
-    """The cycle-by-cycle simulation behind ``loop_cycles``. ``account``: a dict to fill with
-    the warps' cycles between their issues by reason, as ncu's warp-state sampling names them
-    (``STALL_REASONS``; ``stall_reasons`` turns it into cycles per issued instruction)."""
+             account: dict | None = None, block_warps: int | None = None) -> Simulation:
+    """The cycle-by-cycle simulation behind ``loop_cycles`` (``block_warps`` as there).
+    ``account``: a dict to fill with the warps' cycles between their issues by reason, as ncu's
+    warp-state sampling names them (``STALL_REASONS``; ``stall_reasons`` turns it into cycles
+    per issued instruction)."""
     per_warp = stream.per_warp if isinstance(stream, Streams) else (tuple(stream),) * warps
     if len(per_warp) != warps:
         raise ValueError(f"{len(per_warp)} streams for {warps} warps")
@@ -790,7 +796,7 @@ def simulate(stream, warps: int, r: MachineRates, trips: int = 3,
                 "fmalite": 2 * per / r.ffma_per_cycle, "fp64": 2 * per / r.ffma_per_cycle}
     hold = r.mma_dispatch_cycles or 0.0
     warps_per_block = warps // blocks
-    barrier_cost = (r.barrier_cycles_at(SCHEDULERS * warps_per_block)
+    barrier_cost = (r.barrier_cycles_at(block_warps or SCHEDULERS * warps_per_block)
                     if any(o.barrier for body in per_warp for o in body) else 0.0)
     lengths = [len(body) for body in per_warp]
     totals = [n * trips for n in lengths]

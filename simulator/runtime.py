@@ -384,7 +384,7 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     return max(loop_cycles(_of_role(stream, role), per_scheduler, r,
                            global_latency=global_load_latency(r, l2_miss),
                            local_latency=l2 if spills_miss else l1, blocks=blocks, mma_format=fmt,
-                           red_sectors=red_sectors, account=account)
+                           red_sectors=red_sectors, account=account, block_warps=occ.warps_per_block)
                for role in roles)
 
 

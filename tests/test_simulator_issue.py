@@ -138,6 +138,18 @@ def test_a_barrier_costs_its_measured_cycles(rates):
     assert plain < two <= barrier
 
 
+def test_a_barrier_costs_what_a_block_of_its_warps_measured(rates):
+    """A block of 5 warps puts 2 on the busiest scheduler: its barrier costs a 5-warp block's
+    measured cycles, not an 8-warp one's (``block_warps``)."""
+    half = [op("NOP")] * N
+    plain = loop_cycles(half + [op("NOP")] + half, 2, rates)
+    five = loop_cycles(half + [op("BAR.SYNC")] + half, 2, rates, block_warps=5)
+    eight = loop_cycles(half + [op("BAR.SYNC")] + half, 2, rates)
+    assert five - plain == pytest.approx(rates.barrier_cycles_at(5) - 1)
+    assert eight - plain == pytest.approx(rates.barrier_cycles_at(2 * SCHEDULERS) - 1)
+    assert rates.barrier_cycles_at(5) < rates.barrier_cycles_at(8)
+
+
 # ---- the recorded loops ----------------------------------------------------------------
 def test_json_was_recorded_from_these_kernel_sources():
     from numba_flash.kernel_cache import stale_functions
