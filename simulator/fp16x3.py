@@ -51,25 +51,29 @@ PREP_NAMES = ("head maxima", "split into fp16 parts")
 AMAX_FLOPS, SPLIT_FLOPS = 1, 2
 
 
-#: Default (Br, Bc) by head dim: at d <= 64 128 x 32 (2 row tiles a warp: 242 registers, no
-#: spills); above, 16-row warps (Br an odd multiple of 16), since two row tiles of d = 128 spill
-#: (ptxas, sm_90: 520 bytes at 128 x 32). At 255 registers a warp, a scheduler's register file
-#: holds two warps: d <= 128 takes 112 x 32 (7 warps: three schedulers run two), where 80 x 32
-#: (5 warps) left three schedulers one warp each, and the barrier of every step keeps a block at
-#: the pace of its busiest scheduler. H200, 2026-12-06 (tools/fp16x3_forward.py, per-call CUDA
-#: events, results/h200/tuning/fp16x3_forward_112_2026-12-06.log): 80 x 32 -> 112 x 32 63.8 ->
-#: 94.7 TFLOP/s at (4,16,4096,128), 57.3 -> 80.9 causal (2,32,4096,128), 61.2 -> 85.2 at
-#: (8,32,2048,128), 69.4 -> 102.0 at (1,16,16384,128). Above 128 the shared memory (rows of
-#: 2 D16 parts) holds 80 x 32 at most.
-DEFAULT_TILES = {64: (128, 32), 128: (112, 32), 256: (80, 32)}
+#: Default tiling by head dim: at d <= 64 128 x 32 (2 row tiles a warp: 242 registers, no
+#: spills); above, 16-row warps (Br an odd multiple of 16, or ``Tiling.warp_rows``), since two
+#: row tiles of d = 128 spill (ptxas, sm_90: 520 bytes at 128 x 32). At 255 registers a warp, a
+#: scheduler's register file holds two warps, and the barrier of every step keeps a block at
+#: the pace of its busiest scheduler: d <= 128 takes 112 x 32 (7 warps: three schedulers run
+#: two), where 80 x 32 (5 warps) left three schedulers one warp each. H200, 2026-12-06
+#: (tools/fp16x3_forward.py, per-call CUDA events,
+#: results/h200/tuning/fp16x3_forward_112_2026-12-06.log): 80 x 32 -> 112 x 32 63.8 -> 94.7
+#: TFLOP/s at (4,16,4096,128), 57.3 -> 80.9 causal (2,32,4096,128), 61.2 -> 85.2 at
+#: (8,32,2048,128), 69.4 -> 102.0 at (1,16,16384,128). 128 x 32 with ``warp_rows=16`` (8 warps,
+#: two on every scheduler; nvJitLink 13.0, sm_90a: 255 registers, no spills) is in the kernel
+#: tables and the model predicts it 13-18 % faster than 112 x 32 at those shapes; not measured
+#: on a GPU yet, so not the default. Above 128 the shared memory (rows of 2 D16 parts) holds
+#: 80 x 32 at most.
+DEFAULT_TILES = {64: Tiling(128, 32), 128: Tiling(112, 32), 256: Tiling(80, 32)}
 
 
 def default_tiling(d: int, n_q: int, n_k: int, dropout: bool = False) -> Tiling:
-    """The tiling "fa2_fp16x3" runs when given none, cut to short sequences (above d = 64 to an
-    odd multiple of 16 rows: 16-row warps)."""
-    br, bc = next(v for dmax, v in sorted(DEFAULT_TILES.items()) if d <= dmax or dmax == 256)
-    t = Tiling(br, bc).fitted("flash_forward_half", n_q, n_k, 16 if dropout else 1)
-    if d > 64 and t.Br % 32 == 0:
+    """The tiling "fa2_fp16x3" runs when given none, cut to short sequences (above d = 64 with
+    16-row warps: ``warp_rows``, or an odd multiple of 16 rows)."""
+    t = next(v for dmax, v in sorted(DEFAULT_TILES.items()) if d <= dmax or dmax == 256)
+    t = t.fitted("flash_forward_half", n_q, n_k, 16 if dropout else 1)
+    if d > 64 and t.rows_per_warp("flash_forward_half") > 16:
         t = Tiling(t.Br - 16, t.Bc)
     return t
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Mapping
 
 from .hardware import H200, Hardware
-from .tiling import WARP_PAIRS_VARIANT, Tiling, table_variant
+from .tiling import TILING_VARIANTS, Tiling, table_variant, tiling_of_table
 
 WARP = 32
 #: Kernel resources as the linker reports them (ptxas -v's lines): written by
@@ -208,16 +208,15 @@ def _optional(text: str, kind):
 
 def asked_variant(variant: str) -> str:
     """The variant a kernel is asked for, from a table row's variant: ``tiling.table_variant``'s
-    inverse (``WARP_PAIRS_VARIANT`` left out, which the row's tiling implies)."""
-    return "+".join(p for p in variant.split("+") if p and p != WARP_PAIRS_VARIANT)
+    inverse (``TILING_VARIANTS`` left out, which the row's tiling implies)."""
+    return "+".join(p for p in variant.split("+") if p and p not in TILING_VARIANTS)
 
 
 def key_fields(r: Mapping[str, str]) -> dict:
     """The columns that name a compiled kernel (kernel, function, variant, tiling, d, causal)
     of a row of kernel_resources.csv or kernel_sass.csv, parsed."""
-    pairs = WARP_PAIRS_VARIANT in r["variant"].split("+")
     return dict(kernel=r["kernel"], function=r["function"], variant=r["variant"],
-                tiling=Tiling(int(r["Br"]), int(r["Bc"]), pairs) if r["Br"] else None,
+                tiling=tiling_of_table(int(r["Br"]), int(r["Bc"]), r["variant"]) if r["Br"] else None,
                 d=_optional(r["d"], int), causal=_optional(r["causal"], lambda s: s == "True"))
 
 

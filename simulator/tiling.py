@@ -40,15 +40,29 @@ PAIR_BARRIERS = 15
 #: ``warp_pairs``: the recorded tables (resources, SASS, loops) key it by this, as their Br, Bc
 #: columns do not say.
 WARP_PAIRS_VARIANT = "warp_pairs"
+#: ... and of one compiled for a tiling with ``warp_rows`` = 16 (the fp16 / bf16 forward's
+#: warps of one 16-row tile where Br is a multiple of 32).
+WARP_ROWS_VARIANT = "warp_rows16"
+#: The variants a tiling's flags add (``table_variant``), which the tables' Br, Bc columns do not say.
+TILING_VARIANTS = (WARP_PAIRS_VARIANT, WARP_ROWS_VARIANT)
 
 
 def table_variant(variant: str, tiling: "Tiling | None") -> str:
     """The recorded tables' variant of a kernel of ``variant`` compiled for ``tiling``:
-    ``variant`` with ``WARP_PAIRS_VARIANT`` joined where ``tiling.warp_pairs`` (once)."""
+    ``variant`` with ``WARP_PAIRS_VARIANT`` joined where ``tiling.warp_pairs`` and
+    ``WARP_ROWS_VARIANT`` where ``tiling.warp_rows`` (each once)."""
     parts = [p for p in variant.split("+") if p]
-    if tiling is not None and tiling.warp_pairs and WARP_PAIRS_VARIANT not in parts:
-        parts.append(WARP_PAIRS_VARIANT)
+    flags = (tiling is not None and tiling.warp_pairs, tiling is not None and bool(tiling.warp_rows))
+    for name, on in zip(TILING_VARIANTS, flags):
+        if on and name not in parts:
+            parts.append(name)
     return "+".join(parts)
+
+
+def tiling_of_table(br: int, bc: int, variant: str) -> "Tiling":
+    """The Tiling of a table row (its Br, Bc and variant): ``table_variant``'s inverse."""
+    parts = variant.split("+")
+    return Tiling(br, bc, WARP_PAIRS_VARIANT in parts, MMA_ROWS if WARP_ROWS_VARIANT in parts else 0)
 #: Dropout (``spec.Mask.dropout``): each Philox call covers 8 scores of a block of 16 rows x 16
 #: keys (``numba_flash.reference.dropout_keep``) that the kernels' lanes must find inside one
 #: tile, so with dropout Br and Bc are multiples of DROPOUT_SIDE (``check_dropout``).
@@ -137,11 +151,18 @@ class Tiling:
     ignore it): two warps a 16-key tile of Bc instead of one, one computing S^T, P^T and dV,
     the other dP^T, dS^T and dK (P^T passed through shared memory), so a block has Bc/8 warps
     and each lane holds one of the dK, dV accumulators, not both (that kernel's v12: wide
-    heads, where one warp's two would take 128 registers at d = 128)."""
+    heads, where one warp's two would take 128 registers at d = 128).
+
+    ``warp_rows`` (the fp16 / bf16 forward, ``flash_forward_half``, only): 16 gives each warp
+    one 16-row tile of Br where Br is a multiple of 32, whose warps otherwise take two (0: the
+    kernel's choice, ``rows_per_warp``). One tile a warp leaves room in the registers for
+    fa2_fp16x3's rows of 2 D16 parts at d = 128 (two tiles spill there), and a block of Br = 128
+    then has 8 warps, two on each scheduler."""
 
     Br: int
     Bc: int
     warp_pairs: bool = False
+    warp_rows: int = 0
 
     def __post_init__(self):
         for name in ("Br", "Bc"):
@@ -150,6 +171,13 @@ class Tiling:
                 raise ValueError(f"Tiling.{name} must be a positive int, got {value!r}")
         if not isinstance(self.warp_pairs, bool):
             raise ValueError(f"Tiling.warp_pairs must be a bool, got {self.warp_pairs!r}")
+        if self.warp_rows not in (0, MMA_ROWS) or isinstance(self.warp_rows, bool):
+            raise ValueError(f"Tiling.warp_rows must be 0 (the kernel's choice) or {MMA_ROWS}, "
+                             f"got {self.warp_rows!r}")
+        if self.warp_rows and self.Br % (2 * MMA_ROWS):
+            raise ValueError(f"Tiling(Br={self.Br}, Bc={self.Bc}, warp_rows={self.warp_rows}): Br "
+                             f"is not a multiple of {2 * MMA_ROWS}, so its warps own {MMA_ROWS} rows "
+                             "already: leave warp_rows at 0")
         if self.threads > 1024:
             raise ValueError(
                 f"Tiling(Br={self.Br}, Bc={self.Bc}) needs {self.threads} threads a block; "
@@ -158,7 +186,8 @@ class Tiling:
 
     def __repr__(self) -> str:
         pairs = ", warp_pairs=True" if self.warp_pairs else ""
-        return f"{type(self).__name__}(Br={self.Br}, Bc={self.Bc}{pairs})"
+        rows = f", warp_rows={self.warp_rows}" if self.warp_rows else ""
+        return f"{type(self).__name__}(Br={self.Br}, Bc={self.Bc}{pairs}{rows})"
 
     # ---- thread layout -------------------------------------------------------------------
     @property
@@ -200,8 +229,8 @@ class Tiling:
         """Rows (of the side with one warp per MMA_ROWS, ``MMA_KERNELS``) each warp of a
         tensor-core kernel owns: MMA_ROWS, except in the fp16 / bf16 forward, where a warp
         takes two 16-row tiles when Br allows (each K and V fragment it loads then feeds two
-        mma: half the shared-memory reads a product)."""
-        if kernel == "flash_forward_half" and self.Br % (2 * MMA_ROWS) == 0:
+        mma: half the shared-memory reads a product), unless ``warp_rows`` says 16."""
+        if kernel == "flash_forward_half" and self.Br % (2 * MMA_ROWS) == 0 and not self.warp_rows:
             return 2 * MMA_ROWS
         return MMA_ROWS
 
@@ -445,7 +474,7 @@ class Tiling:
             br = min(br, fit_side(n_q, max(grain_r, grain)))
         if grain_c and n_k is not None:
             bc = min(bc, fit_side(n_k, max(grain_c, grain)))
-        return replace(self, Br=br, Bc=bc)
+        return replace(self, Br=br, Bc=bc, warp_rows=self.warp_rows if br % (2 * MMA_ROWS) == 0 else 0)
 
 
 def fit_side(n: int, grain: int) -> int:

@@ -42,6 +42,7 @@ def check(q, k, v, tiling=None, **options):
     (1, 1, 40, 23, 59, True, nf.Tiling(32, 16)),  # odd d, N_q > N_k causal
     (1, 1, 23, 40, 40, True, nf.Tiling(16, 32)),  # N_q < N_k causal, 16-row warps
     (1, 1, 33, 33, 80, False, nf.Tiling(64, 16)), # two row tiles a warp, ragged rows
+    (1, 1, 45, 33, 72, True, nf.Tiling(32, 16, warp_rows=16)),  # a warp a 16-row tile, Br = 32
 ])
 def test_forward_awkward_shapes(B, H, n_q, n_k, d, causal, tiling):
     check(*inputs(0, B, H, n_q, n_k, d), causal=causal, tiling=tiling)

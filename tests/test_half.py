@@ -26,6 +26,7 @@ from .helpers import check_half_backward as check_backward, check_half_forward a
     (40, 23, 59, True, 0, nf.Tiling(32, 16)),        # odd d (element copies), top-left causal
     (23, 40, 40, True, None, nf.Tiling(16, 32)),     # N_q < N_k causal, a warp per 16 rows
     (33, 33, 80, False, None, nf.Tiling(64, 16)),    # two 16-row tiles a warp, ragged rows
+    (33, 33, 80, False, None, nf.Tiling(64, 16, warp_rows=16)),  # ... one a warp: 4 warps
 ])
 def test_forward_within_the_rule(fmt, n_q, n_k, d, causal, diagonal, tiling):
     check_forward(fmt, 1, 2, n_q, n_k, d, causal, diagonal, tiling)
@@ -83,6 +84,7 @@ def test_backward_random_shapes(fmt, n_q, n_k, d, causal, seed):
     (37, 20, True, nf.Tiling(32, 16)),    # N_q > N_k: rows and row blocks that see nothing
     (20, 37, True, nf.Tiling(16, 16)),
     (33, 33, False, nf.Tiling(64, 32)),
+    (33, 33, False, nf.Tiling(64, 32, warp_rows=16)),
 ])
 def test_half_forward_traffic_is_the_models(n_q, n_k, causal, tiling):
     rng = np.random.default_rng(0)

@@ -120,9 +120,10 @@ def test_default_tiling_suits_the_fp16_kernel(d):
     t = predict(FP16X3, Workload(1, 2, 4096, 4096, d)).tiling
     assert t == default_tiling(d, 4096, 4096) and t.suits_mma("flash_forward_half")
     assert t.Br == (128 if d <= 64 else 112 if d <= 128 else 80) and t.Bc == 32
+    assert t.rows_per_warp("flash_forward_half") == (32 if d <= 64 else 16)
     short = predict(FP16X3, Workload(1, 2, 40, 40, d)).tiling
     assert short == default_tiling(d, 40, 40) and short.Br < t.Br
-    assert d <= 64 or short.Br % 32 == 16                  # 16-row warps above d = 64
+    assert d <= 64 or short.rows_per_warp("flash_forward_half") == 16   # 16-row warps above d = 64
 
 
 @FAST

@@ -75,3 +75,23 @@ def test_small_input_with_default_tilings_is_exact(rng):
     for g, g_ref in zip(grads, ref.attention_backward(do, q, k, v, causal=True)):
         assert_close(g, g_ref, 1e-4)
     assert np.isfinite(o).all()
+
+
+def test_warp_rows_gives_the_fp16_forward_a_warp_a_16_row_tile():
+    from simulator.tiling import table_variant, tiling_of_table
+
+    one, two = Tiling(128, 32, warp_rows=16), Tiling(128, 32)
+    assert one.rows_per_warp("flash_forward_half") == 16 and two.rows_per_warp("flash_forward_half") == 32
+    assert one.threads_for("flash_forward_half") == 256 and two.threads_for("flash_forward_half") == 128
+    assert one.threads_for("flash_forward_tc") == two.threads_for("flash_forward_tc")   # its kernel only
+    assert one != two and repr(one) == "Tiling(Br=128, Bc=32, warp_rows=16)"
+    assert table_variant("fp16x3", one) == "fp16x3+warp_rows16" and table_variant("fp16x3", two) == "fp16x3"
+    assert tiling_of_table(128, 32, "fp16x3+warp_rows16") == one
+    # cut for a short sequence: kept where Br is still a multiple of 32, else implied
+    assert one.fitted("flash_forward_half", 40, 40) == Tiling(64, 32, warp_rows=16)
+    assert one.fitted("flash_forward_half", 9, 40) == Tiling(16, 32)
+    for bad in (8, 32, True):
+        with pytest.raises(ValueError, match="warp_rows"):
+            Tiling(128, 32, warp_rows=bad)
+    with pytest.raises(ValueError, match="leave warp_rows at 0"):
+        Tiling(80, 32, warp_rows=16)

@@ -2,7 +2,7 @@
 3xTF32 forward (the API's "fa2") and SDPA EFFICIENT_ATTENTION, on the GPU: accuracy first, then
 per-call CUDA events, median of 10 (tools/tune_forward.median_ms), each in the same run.
 
-    python tools/fp16x3_forward.py [--tilings 128x32 64x64] [--shapes 4,16,4096,64 ...]
+    python tools/fp16x3_forward.py [--tilings 112x32 128x32w16] [--shapes 4,16,4096,64 ...]
         [--checks 2,2,255,97,64 ...] [--jobs 12]
 
 Accuracy (``--checks`` B,H,N_q,N_k,d[,causal][,x30]): max |o - o_fp64| / max |o_fp64| and the
@@ -32,11 +32,14 @@ CHECKS = ["2,2,255,97,64", "1,2,4099,4099,64,causal", "2,2,300,301,40,x30", "2,2
 
 
 def tiling_of(text):
+    """'112x32' -> Tiling(112, 32); '128x32w16' -> Tiling(128, 32, warp_rows=16) (a warp a
+    16-row tile); 'default' -> None (the API's)."""
     from simulator.tiling import Tiling
     if text == "default":
         return None
-    br, bc = text.split("x")
-    return Tiling(int(br), int(bc))
+    sides, _, rows = text.partition("w")
+    br, bc = sides.split("x")
+    return Tiling(int(br), int(bc), warp_rows=int(rows or 0))
 
 
 def pick(tilings, d):

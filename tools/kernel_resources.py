@@ -67,7 +67,7 @@ from simulator.fp16x3 import (VARIANT as FP16X3, default_tiling as fp16x3_tiling
 from simulator.occupancy import asked_variant
 from simulator.sass import parse, tally
 from simulator.spec import Mask
-from simulator.tiling import Tiling, table_variant
+from simulator.tiling import Tiling, table_variant, tiling_of_table
 
 OUT = Path(__file__).resolve().parent.parent / "simulator" / "kernel_resources.csv"
 HEAD_DIMS = (32, 64, 80, 128, 256)
@@ -202,7 +202,7 @@ def configurations(head_dims, extra=()) -> list[Config]:
     # the half backward's dQ_accum -> dQ (fp16)
     standard.append(Config("convert", "narrow", "convert_narrow", None, None,
                            lambda _: make_convert("float16", False), tiled=False))
-    others = [tiled(kernel, variant, d, causal, Tiling(br, bc))
+    others = [tiled(kernel, asked_variant(variant), d, causal, tiling_of_table(br, bc, variant))
               for kernel, variant, br, bc, d, causal in extra]
     return tc + fma + standard + others
 
@@ -232,7 +232,7 @@ def experiment_keys(names, head_dims=HEAD_DIMS) -> list[tuple]:
                     continue
                 own = p.tiling or t          # (the deterministic backward's forward: its own)
                 if config_key(tiled(kernel, base, w.d, w.kernel_causal, own)) not in known:
-                    found.add((kernel, base, own.Br, own.Bc, w.d, w.kernel_causal))
+                    found.add((kernel, table_variant(base, own), own.Br, own.Bc, w.d, w.kernel_causal))
     return sorted(found)
 
 

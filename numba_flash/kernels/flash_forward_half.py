@@ -2,7 +2,8 @@
 format is a compile-time parameter): mma.sync m16n8k16 with fp32 accumulators.
 
 Algorithm (per query head h, row block i; Tr x B*H blocks, Br/32 warps each, Br/16 where Br
-is not a multiple of 32: Tiling.rows_per_warp; K/V head h // group under GQA / MQA)::
+is not a multiple of 32 or Tiling.warp_rows says 16: Tiling.rows_per_warp; K/V head h // group
+under GQA / MQA)::
 
     Qi, Kfirst, Vfirst: HBM -> SRAM by cp.async (one group), wait, barrier
     m = -inf, l = 0, O_acc = 0        (registers: each warp owns its rows of S, P and O)
