@@ -188,7 +188,7 @@ def pipe_class(key: str) -> str:
 
 # ---- parsing and loops -------------------------------------------------------------------
 #: "/*0a40*/  @!P0 LDC.64 R28, c[0x0][0x2a0] ;": address, mnemonic (past a predicate), operands
-_INSTRUCTION = re.compile(
+INSTRUCTION_LINE = re.compile(
     r"^\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P(?:T|\d)\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
 _LABEL = re.compile(r"^([.$\w]+):\s*$")
 _TARGET = re.compile(r"`\(([^)]+)\)")
@@ -219,7 +219,7 @@ def parse(text: str) -> tuple[Instruction, ...]:
         if label:
             pending.append(label.group(1))
             continue
-        found = _INSTRUCTION.match(line)
+        found = INSTRUCTION_LINE.match(line)
         if not found:
             continue
         address = int(found.group(1), 16)
@@ -252,7 +252,7 @@ def stall_counts(text: str) -> dict[int, int]:
     least 1."""
     out, lines = {}, text.splitlines()
     for line, after in zip(lines, lines[1:]):
-        found, high = _INSTRUCTION.match(line), _HIGH_WORD.match(after)
+        found, high = INSTRUCTION_LINE.match(line), _HIGH_WORD.match(after)
         if found and high:
             out[int(found.group(1), 16)] = max(1, (int(high.group(1), 16) >> 41) & 0xF)
     return out
@@ -273,7 +273,7 @@ def source_lines(text: str) -> dict[int, tuple[str, int]]:
         elif "@function" in line:
             current = None
         else:
-            found = _INSTRUCTION.match(line)
+            found = INSTRUCTION_LINE.match(line)
             if found and current:
                 out[int(found.group(1), 16)] = current
     return out

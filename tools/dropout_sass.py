@@ -28,7 +28,7 @@ from kernel_sass import launch_sass   # noqa: E402
 from numba_flash.kernels.flash_forward_fa2_tc import make_flash_forward_fa2_tc   # noqa: E402
 from numba_flash.kernels.flash_forward_half import make_flash_forward_half   # noqa: E402
 from numba_flash.reference import PHILOX_M   # noqa: E402
-from simulator.sass import parse, regions, tally   # noqa: E402
+from simulator.sass import INSTRUCTION_LINE, MAIN_LOOP, parse, regions, tally   # noqa: E402
 from simulator.spec import Mask   # noqa: E402
 from simulator.tiling import Tiling   # noqa: E402
 
@@ -47,15 +47,16 @@ def philox_multiplies(text: str, loop) -> int:
     names = {f"{m - (1 << 32):#x}" for m in PHILOX_M} | {f"{m:#x}" for m in PHILOX_M}
     found = 0
     for line in text.splitlines():
-        at = re.match(r"\s*/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P(?:T|\d)\s+)?(IMAD\.WIDE\.U32\b[^;]*)", line)
-        if at and loop.start <= int(at.group(1), 16) <= loop.end:
-            found += any(re.search(rf"{n}\b", at.group(2)) for n in names)
+        at = INSTRUCTION_LINE.match(line)        # address, mnemonic, operands
+        if (at and at.group(2).startswith("IMAD.WIDE.U32")
+                and loop.start <= int(at.group(1), 16) <= loop.end):
+            found += any(re.search(rf"{n}\b", at.group(3)) for n in names)
     return found
 
 
 def main_loop(text: str):
     """The main-loop region of a disassembly."""
-    return next(r for r in regions(parse(text)) if r.name == "main_loop")
+    return next(r for r in regions(parse(text)) if r.name == MAIN_LOOP)
 
 
 def study(kind: str, d: int) -> list[str]:
