@@ -115,7 +115,9 @@ tools/tune_half.py; results/h200/tuning/tune_half_v*.csv):
         P shift no longer makes room for it); Philox rounds on 32-bit words (tiles.dropout_words:
         one IMAD.WIDE.U32 a multiply, unsigned counter arithmetic, one 32-bit compare a score).
         Main-loop SASS of a trip (nvJitLink, sm_90a; tools/dropout_sass.py, 2026-12-07): fp16
-        d = 64 dropout adds 511 instructions a warp (+45 %; v9: 933, +82 %). Not timed on the GPU.
+        d = 64 dropout adds 511 instructions a warp (+45 %; v9: 933, +82 %). H100, 2026-12-07
+        (tools/dropout_timing.py, p = 0.1, v9 timed in the same call): fp16 d = 64 with dropout
+        2.28 -> 1.82 ms (+116 -> +73 % over the same call without), d = 128 +58 -> +39 %.
 """
 from __future__ import annotations
 
