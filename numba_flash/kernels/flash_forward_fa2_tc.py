@@ -124,8 +124,8 @@ TFLOP/s); same measurement (H200, fp32, B=4 H=16 N=4096 d=64, tools/tune_forward
         2026-12-04.)
     v15 dropout: 1 / (1 - p) applied to O once a row instead of to each kept P; Philox rounds
         on 32-bit words (tiles.dropout_words: one IMAD.WIDE.U32 a multiply, unsigned counter
-        arithmetic, one 32-bit compare a score). Main-loop SASS of a trip (nvJitLink, sm_90a;
-        tools/dropout_sass.py, 2026-12-07): see the half forward's v10. H100, 2026-12-07
+        arithmetic, one 32-bit compare a score; its SASS counted for the half forward, v10,
+        not for this one). H100, 2026-12-07
         (tools/dropout_timing.py, p = 0.1, v14 timed in the same call): d = 64 with dropout
         6.35 -> 5.90 ms (+20 -> +11 % over the same call without), d = 128 +3.4 -> +2.9 %.
 """

@@ -35,12 +35,12 @@ address above holds with the row twice as wide, the lo fragment D16 columns on).
 hi hi + hi lo + lo hi (the two cross terms first), three mma where the fp16 kernel has one:
     S' = (s_q Qi)(s_k Kj)^T        scale * log2(e) / (s_q s_k) applied where the fp16 kernel
                                    applies scale * log2(e)
-    P' = exp2(S - m_p)             m_p = m - 15 (with dropout m - 15 + ceil(log2 rp)): P' in
+    P' = exp2(S - m_p)             m_p = m - 15: P' in
                                    [0, 2^15] keeps its lo part a normal fp16 down to P = 2^-17;
                                    split into hi + lo; the running max recurrence (alpha) runs
                                    on m_p
     P' (s_v Vj) summed from zero on the tensor cores each tile, added to O_acc in fp32
-    O = O_acc / (l' s_v), l' = sum of P'; L = (m_p + log2 l') ln 2
+    O = O_acc / (l' s_v) (times rp with dropout), l' = sum of P'; L = (m_p + log2 l') ln 2
 
 SRAM (uint16 elements): Qi (Br x LD), then for each of two stages Kj and Vj (Bc x LD each;
 Tiling.smem_terms' "Kj" and "Vj" count both stages),
@@ -118,6 +118,8 @@ tools/tune_half.py; results/h200/tuning/tune_half_v*.csv):
         d = 64 dropout adds 511 instructions a warp (+45 %; v9: 933, +82 %). H100, 2026-12-07
         (tools/dropout_timing.py, p = 0.1, v9 timed in the same call): fp16 d = 64 with dropout
         2.28 -> 1.82 ms (+116 -> +73 % over the same call without), d = 128 +58 -> +39 %.
+        (rp applied after the division by l' s_v since 2026-12-07 ~06:10 UTC, not timed: before,
+        O's scale rp / s_v could overflow fp32 for p near 1 and a v head near 2^127.)
 """
 from __future__ import annotations
 
@@ -228,7 +230,7 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
             first, end = key_block_range(row0, row0 + rows - 1, hi, lo, BC, n_k, UPPER, LOWER)
         kv0 = (bh // GROUP) * n_k     # first row of this query head's K/V head
         qs = qscale                   # split: S = (s_q q)(s_k k)^T / (s_q s_k); O = (P' s_v v) / (l' s_v)
-        o_scale = rp if DROPOUT else ONE   # dropout's 1 / (1 - p), once a row, not once a score
+        o_scale = ONE
         shift = ZERO
         if SPLIT:
             heads, heads_kv = cuda.gridDim.y, cuda.gridDim.y // GROUP
@@ -237,7 +239,7 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
             if -FP32_TINY < qs < FP32_TINY:   # (0 would turn a masked -inf into NaN)
                 qs = FP32_TINY if qscale > ZERO else -FP32_TINY
             shift = P_SHIFT
-            o_scale = o_scale / scale_of(partial, heads + heads_kv + bh // GROUP)
+            o_scale = ONE / scale_of(partial, heads + heads_kv + bh // GROUP)
 
         copy_q(smem, QO, q, bh * n_q + row0, rows, tid)
         if first < end:               # step jj's block in stage jj % 2, the first one too
@@ -412,6 +414,8 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
                 row_l = quad_sum(l[mt, hr])
                 if r < rows:
                     inv = ZERO if row_l == ZERO else o_scale / row_l   # l = 0: the row saw no key
+                    if DROPOUT:   # 1 / (1 - p) once a row, not once a score; after the division
+                        inv = inv * rp   # (1 / s_v may be 2^113: rp / s_v could overflow)
                     at = uint64((bh * n_q + row0 + r) * d + 2 * t)
                     for n in static_range(OT):
                         for e in static_range(2):
