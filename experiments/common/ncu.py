@@ -271,3 +271,13 @@ def profile_child(metrics: str, code: str, args: list[str], options: tuple = (),
                           "--metrics", metrics, sys.executable, "-c", code, *args],
                          capture_output=True, text=True, timeout=timeout)
     return parse_ncu_csv(out.stdout), out.stderr
+
+
+def profile_launches(metrics: str, code: str, expected: int, args=(), timeout: int = 300) -> list[dict]:
+    """The readings of the ``expected`` kernels ``python -c CODE ARGS`` launches between its
+    profiler start and stop (``profile_child`` with ``--profile-from-start off``), in order;
+    SystemExit with ncu's reason otherwise (the microbenchmarks of tools/)."""
+    kernels, stderr = profile_child(metrics, code, list(args), ("--profile-from-start", "off"), timeout)
+    if not kernels or len(kernels) != expected:
+        sys.exit(f"ncu gave {len(kernels or [])} readings of {expected}: {stderr[-2000:]}")
+    return kernels
