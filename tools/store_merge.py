@@ -4,6 +4,7 @@ ncu on a kernel that runs only that epilogue.
     python tools/store_merge.py OUT.json        # needs a GPU and ncu on the PATH
     python tools/store_merge.py --pressure OUT.json   # one block an SM, long gaps
     python tools/store_merge.py --kernel OUT.json     # the half forward itself, same counters
+    python tools/store_merge.py --context OUT.json    # the epilogue beside what the kernel does
 
 The half forward (numba_flash/kernels/flash_forward_half.py) stores O one 16-bit word a thread
 a store: a warp's store (mt, hr, n, e) writes rows g = 0..7 (+ 16 mt + 8 hr) at columns
@@ -36,12 +37,24 @@ SMS = 132
 PRESSURE = [(d, 1, gap, warps, SMS) for d in (32, 64, 128) for warps in (1, 4) for gap in (0, 64, 512)]
 
 
+#: what else the kernel does around its stores (``--context``): "lse" stores a 32-bit word a row
+#: (lanes t = 0) after each row group, as the kernel's lse; "smem" fills and re-reads 48 KB of
+#: shared memory first (the kernel's carveout); "spin" runs 2000 x (block % 8) dependent FMAs
+#: first (blocks ending at different times, as after a main loop); "all": the three
+CONTEXTS = ("", "lse", "smem", "spin", "all")
+CONTEXT = [(d, 2, 0, WARPS, 0, c) for d in (32, 64, 128) for c in CONTEXTS]
+SMEM_WORDS = 12288
+SPIN = 2000
+
+
 def configs():
-    """(d, MT, gap, warps a block, blocks or 0 for one block a row group) of each profiled
-    launch, in order: ``--pressure`` runs PRESSURE instead."""
+    """(d, MT, gap, warps a block, blocks or 0 for one block a row group, context) of each
+    profiled launch, in order: ``--pressure`` runs PRESSURE, ``--context`` CONTEXT instead."""
     if "--pressure" in sys.argv:
-        return PRESSURE
-    return [(d, mt, gap, WARPS, 0) for d in DS for mt in MTS for gap in GAPS]
+        return [c + ("",) for c in PRESSURE]
+    if "--context" in sys.argv:
+        return CONTEXT
+    return [(d, mt, gap, WARPS, 0, "") for d in DS for mt in MTS for gap in GAPS]
 
 
 def rows_of(d: int, mt: int, warps: int) -> int:
@@ -52,18 +65,31 @@ def rows_of(d: int, mt: int, warps: int) -> int:
     return max(1, size // (2 * d) // br) * br
 
 
-def make_kernel(d: int, mt_count: int, gap: int, warps: int):
+def make_kernel(d: int, mt_count: int, gap: int, warps: int, context: str = ""):
     """The half forward's O epilogue for head dim ``d`` and ``mt_count`` 16-row tiles a warp,
-    blocks striding over the row groups: o (rows, d) uint16, flat."""
+    blocks striding over the row groups, in ``context`` (CONTEXTS): o (rows, d) uint16, flat;
+    lse (rows,) float32."""
     ot = (d + 7) // 8
     br = warps * 16 * mt_count
+    lse_stores = context in ("lse", "all")
+    smem_words = SMEM_WORDS if context in ("smem", "all") else 1
+    spin = SPIN if context in ("spin", "all") else 0
 
     @cuda.jit
-    def store_o(o, seed):
+    def store_o(o, lse, seed):
         lane = cuda.threadIdx.x % 32
         warp = cuda.threadIdx.x // 32
         g, t = lane // 4, lane % 4
         x = seed + float32(lane)
+        buf = cuda.shared.array(smem_words, float32)
+        if smem_words > 1:
+            for i in range(cuda.threadIdx.x, smem_words, cuda.blockDim.x):
+                buf[i] = x
+            cuda.syncthreads()   # the words re-read below were written by other threads
+            for i in range(cuda.threadIdx.x, smem_words, cuda.blockDim.x):
+                x += buf[smem_words - 1 - i]
+        for _ in range(spin * (cuda.blockIdx.x % 8)):
+            x = x * float32(0.999) + float32(0.5)
         group = cuda.blockIdx.x
         while group * br < o.size // d:
             wrow = group * br + warp * 16 * mt_count
@@ -77,6 +103,8 @@ def make_kernel(d: int, mt_count: int, gap: int, warps: int):
                                 for _ in range(gap):
                                     x = x * float32(0.999) + float32(0.5)
                                 o[at + 8 * n + e] = uint16(x)
+                    if lse_stores and t == 0:
+                        lse[r] = x
             group += cuda.gridDim.x
     return store_o
 
@@ -84,16 +112,16 @@ def make_kernel(d: int, mt_count: int, gap: int, warps: int):
 def child():
     """Every launch once unprofiled (compile), then all under the profiler's start/stop."""
     runs = []
-    for d, mt, gap, warps, blocks in configs():
+    for d, mt, gap, warps, blocks, context in configs():
         rows = rows_of(d, mt, warps)
-        runs.append((make_kernel(d, mt, gap, warps), blocks or rows // (warps * 16 * mt), warps,
-                     cuda.device_array(rows * d, np.uint16)))
-    for kernel, blocks, warps, o in runs:
-        kernel[blocks, 32 * warps](o, float32(1.0))
+        runs.append((make_kernel(d, mt, gap, warps, context), blocks or rows // (warps * 16 * mt), warps,
+                     cuda.device_array(rows * d, np.uint16), cuda.device_array(rows, np.float32)))
+    for kernel, blocks, warps, o, lse in runs:
+        kernel[blocks, 32 * warps](o, lse, float32(1.0))
     cuda.synchronize()
     cuda.profile_start()
-    for kernel, blocks, warps, o in runs:
-        kernel[blocks, 32 * warps](o, float32(1.0))
+    for kernel, blocks, warps, o, lse in runs:
+        kernel[blocks, 32 * warps](o, lse, float32(1.0))
         cuda.synchronize()
     cuda.profile_stop()
 
@@ -136,14 +164,14 @@ def main(path):
     code = "import sys; sys.path.insert(0, 'tools'); import store_merge; store_merge.child()"
     kernels = profile_launches(METRICS, code, len(configs()), sys.argv[1:-1], timeout=600)
     records = []
-    for (d, mt, gap, warps, blocks), k in zip(configs(), kernels):
+    for (d, mt, gap, warps, blocks, context), k in zip(configs(), kernels):
         rows = rows_of(d, mt, warps)
-        o_sectors = rows * -(-2 * d // 32)
-        rec = {"d": d, "mt": mt, "gap": gap, "warps": warps, "blocks": blocks, "rows": rows,
+        o_sectors = rows * -(-2 * d // 32) + (rows // 8 if context in ("lse", "all") else 0)
+        rec = {"d": d, "mt": mt, "gap": gap, "warps": warps, "blocks": blocks, "context": context, "rows": rows,
                "o_sectors": o_sectors, **k,
                "l2_write_per_o_sector": k["l2_write_sectors"] / o_sectors}
         records.append(rec)
-        print(f"d {d:3d} MT {mt} gap {gap:3d} warps {warps} blocks {blocks or 'all'}: L2 write sectors / O sectors {rec['l2_write_per_o_sector']:.3f}"
+        print(f"d {d:3d} MT {mt} gap {gap:3d} warps {warps} blocks {blocks or 'all'} {context or '-':4s}: L2 write sectors / O sectors {rec['l2_write_per_o_sector']:.3f}"
               f"  xbar {k['xbar_st_sectors'] / o_sectors:.3f}  L1 st sectors {k['l1_st_sectors'] / o_sectors:.3f}"
               f"  requests {k['l1_st_requests']:.0f}  {k['gpu_time_ns'] / 1e3:.1f} us", flush=True)
     write_json(path, records)
