@@ -56,16 +56,17 @@ AMAX_FLOPS, SPLIT_FLOPS = 1, 2
 #: row tiles of d = 128 spill (ptxas, sm_90: 520 bytes at 128 x 32). At 255 registers a warp, a
 #: scheduler's register file holds two warps, and the barrier of every step keeps a block at
 #: the pace of its busiest scheduler: d <= 128 takes 112 x 32 (7 warps: three schedulers run
-#: two), where 80 x 32 (5 warps) left three schedulers one warp each. H200, 2026-12-06
-#: (tools/fp16x3_forward.py, per-call CUDA events,
+#: two), where 80 x 32 (5 warps) left three schedulers one warp each; 128 x 32 with
+#: ``warp_rows=16`` (8 warps, two on every scheduler; nvJitLink 13.0, sm_90a: 255 registers,
+#: no spills) evens them out. H200, 2026-12-06 (tools/fp16x3_forward.py, per-call CUDA events,
 #: results/h200/tuning/fp16x3_forward_112_2026-12-06.log): 80 x 32 -> 112 x 32 63.8 -> 94.7
 #: TFLOP/s at (4,16,4096,128), 57.3 -> 80.9 causal (2,32,4096,128), 61.2 -> 85.2 at
-#: (8,32,2048,128), 69.4 -> 102.0 at (1,16,16384,128). 128 x 32 with ``warp_rows=16`` (8 warps,
-#: two on every scheduler; nvJitLink 13.0, sm_90a: 255 registers, no spills) is in the kernel
-#: tables and the model predicts it 13-18 % faster than 112 x 32 at those shapes; not measured
-#: on a GPU yet, so not the default. Above 128 the shared memory (rows of 2 D16 parts) holds
-#: 80 x 32 at most.
-DEFAULT_TILES = {64: Tiling(128, 32), 128: Tiling(112, 32), 256: Tiling(80, 32)}
+#: (8,32,2048,128), 69.4 -> 102.0 at (1,16,16384,128); H100, 2026-12-07 (same tool, one call,
+#: results/h100/tuning/fp16x3_forward_2026-12-07.log): 112 x 32 -> 128 x 32 w16 5.917 -> 5.786
+#: ms, 3.575 -> 3.316 causal, 6.554 -> 6.227, 21.412 -> 21.351 at those shapes (0.3-7.2 %
+#: faster; the model had predicted 13-18 %). Above 128 the shared memory (rows of 2 D16 parts)
+#: holds 80 x 32 at most.
+DEFAULT_TILES = {64: Tiling(128, 32), 128: Tiling(128, 32, warp_rows=16), 256: Tiling(80, 32)}
 
 
 def default_tiling(d: int, n_q: int, n_k: int, dropout: bool = False) -> Tiling:

@@ -119,7 +119,7 @@ def test_the_parts_are_copied_by_cp_async_and_o_stored_as_the_tc_forward():
 def test_default_tiling_suits_the_fp16_kernel(d):
     t = predict(FP16X3, Workload(1, 2, 4096, 4096, d)).tiling
     assert t == default_tiling(d, 4096, 4096) and t.suits_mma("flash_forward_half")
-    assert t.Br == (128 if d <= 64 else 112 if d <= 128 else 80) and t.Bc == 32
+    assert t.Br == (128 if d <= 128 else 80) and t.Bc == 32 and t.warp_rows == (16 if 64 < d <= 128 else 0)
     assert t.rows_per_warp("flash_forward_half") == (32 if d <= 64 else 16)
     short = predict(FP16X3, Workload(1, 2, 40, 40, d)).tiling
     assert short == default_tiling(d, 40, 40) and short.Br < t.Br
