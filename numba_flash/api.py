@@ -202,12 +202,13 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
                                algorithm=algorithm, tiling=tiling,
                                return_dropout_mask=return_dropout_mask)
     blocks_key = checks.block_mask_key(block_mask)
-    key = None if dropout_p or blocks_key is checks.UNKEYED else plans.key("forward", (q, k, v), (
-        causal, softmax_scale, return_lse, algorithm, tiling, diagonal, window, dropout_p,
-        dropout_seed, return_dropout_mask, blocks_key, block_size))
+    key = None if blocks_key is checks.UNKEYED or return_dropout_mask is not False else plans.key(
+        "forward", (q, k, v), (causal, softmax_scale, return_lse, algorithm, tiling, diagonal, window,
+                               dropout_p, _seed_key(dropout_p, dropout_seed), return_dropout_mask,
+                               blocks_key, block_size))
     plan = plans.get(key)
     if plan is not None:
-        return plan(q, k, v)
+        return plan(q, k, v, scalars=_seed_words(dropout_p, dropout_seed))
     if not isinstance(algorithm, str) or algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(ALGORITHMS)}, got {algorithm!r}")
     shp = checks.attention_shapes(q, k, v, grouped=True)
@@ -243,11 +244,12 @@ def flash_attention(q, k, v, *, causal=False, softmax_scale=None, return_lse=Fal
                                key, return_lse, return_dropout_mask)
     if algorithm == "fa2" and memory.torch_fast_path(mem, q, k, v):
         B, H, n_q, d = shp.B, shp.H, shp.N_q, shp.d
-        plan = _OnTensors(_forward_launches(shp, tiling, mask, hi, lo, scale, grid, threads, smem, drop,
+        planned, seed = plans.planned_dropout(drop)
+        plan = _OnTensors(_forward_launches(shp, tiling, mask, hi, lo, scale, grid, threads, smem, planned,
                                             _tensor_lists(lists, q)),
                           [((B, H, n_q, d), None), ((B, H, n_q), "float32")], (0, 1) if return_lse else 0,
                           aligned=3, d=d)
-        out = plans.remember(key, plan)(q, k, v)
+        out = plans.remember(key, plan)(q, k, v, scalars=seed)
         return _with_mask(out, return_dropout_mask, mem, shp, drop, q)
     Q, K, V = _inputs(mem, shp, Q=q, K=k, V=v)
     O = mem.output((B, H, n_q, d), np.uint16 if shp.half else F32, "O", like=q)
@@ -282,11 +284,13 @@ def _fp16x3_forward(mem, q, k, v, shp, tiling, mask, hi, lo, scale, drop, lists,
     spaces = fp16x3.workspaces(bh, bh_kv, n_q, n_k, d)
     qscale = F32(scale * LOG2E)
     if memory.torch_fast_path(mem, q, k, v):
+        planned, seed = plans.planned_dropout(drop)
+
         def on_tensors(run, vector, *arrays):
-            launches(run, *arrays, qscale, hi, lo, drop, _tensor_lists(lists, q))
+            launches(run, *arrays, qscale, hi, lo, planned, _tensor_lists(lists, q))
         outputs = [((B, H, n_q, d), None), ((B, H, n_q), "float32")] + _plan_workspaces(spaces)
         plan = _OnTensors(on_tensors, outputs, (0, 1) if return_lse else 0, aligned=3, d=d)
-        out = plans.remember(key, plan)(q, k, v)
+        out = plans.remember(key, plan)(q, k, v, scalars=seed)
         return _with_mask(out, return_dropout_mask, mem, shp, drop, q)
     Q, K, V = _inputs(mem, shp, Q=q, K=k, V=v)
     O = mem.output((B, H, n_q, d), F32, "O", like=q)
@@ -297,6 +301,18 @@ def _fp16x3_forward(mem, q, k, v, shp, tiling, mask, hi, lo, scale, drop, lists,
     o = mem.result(O, shp.on_host)
     out = (o, mem.result(L, shp.on_host)) if return_lse else o
     return _with_mask(out, return_dropout_mask, mem, shp, drop, q)
+
+
+def _seed_key(p, seed):
+    """What a launch plan's key takes of ``dropout_seed``: with dropout_p > 0 only its type (the
+    seed's words are scalars each call passes: ``plans.planned_dropout``), else the seed."""
+    return type(seed) if p else seed
+
+
+def _seed_words(p, seed) -> tuple:
+    """The seed's words a replayed call passes (``checks.dropout``, which checks the seed as a
+    checked call does), none without dropout."""
+    return checks.dropout(p, seed)[:2] if p else ()
 
 
 def _plan_workspaces(spaces: dict) -> list:
@@ -397,7 +413,9 @@ class _OnTensors:
         self._aligned, self._vector_d = aligned, d % 8 == 0
         self._replays: dict[bool, plans.Replay] = {}
 
-    def __call__(self, *inputs):
+    def __call__(self, *inputs, scalars: tuple = ()):
+        """The outputs of the launches on ``inputs`` and the call's ``scalars`` (dropout's seed
+        words: ``plans.planned_dropout``)."""
         torch = sys.modules["torch"]
         like = inputs[0]
         outs = [torch.empty(shape, dtype=getattr(torch, dtype) if dtype else like.dtype,
@@ -408,9 +426,9 @@ class _OnTensors:
             flat = [(x.view(torch.int16) if x.element_size() == 2 else x).view(-1)
                     for x in (*inputs, *outs)]
             self._replays[vector] = plans.Replay(
-                lambda run, *arrays: self._launches(run, vector, *arrays), *flat)
+                lambda run, *arrays: self._launches(run, vector, *arrays), *flat, scalars=scalars)
         else:
-            replay.replay(*(x.data_ptr() for x in inputs), *(x.data_ptr() for x in outs))
+            replay.replay(*(x.data_ptr() for x in inputs), *(x.data_ptr() for x in outs), scalars=scalars)
         r = self._returns
         return outs[r] if isinstance(r, int) else tuple(outs[i] for i in r)
 
@@ -516,13 +534,13 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
                                 deterministic=deterministic, algorithm=algorithm,
                                 kv_split=kv_split)
     blocks_key = checks.block_mask_key(block_mask)
-    key = None if dropout_p or blocks_key is checks.UNKEYED else plans.key(
+    key = None if blocks_key is checks.UNKEYED else plans.key(
         "backward", (do, q, k, v, o, lse), (causal, softmax_scale, tiling, deterministic, algorithm,
-                                           diagonal, window, dropout_p, dropout_seed, blocks_key,
-                                           block_size, kv_split))
+                                           diagonal, window, dropout_p, _seed_key(dropout_p, dropout_seed),
+                                           blocks_key, block_size, kv_split))
     plan = plans.get(key)
     if plan is not None:
-        return plan(do, q, k, v, o, lse)
+        return plan(do, q, k, v, o, lse, scalars=_seed_words(dropout_p, dropout_seed))
     if not isinstance(algorithm, str) or algorithm not in BACKWARD_ALGORITHMS:
         raise ValueError(f"algorithm must be one of {sorted(BACKWARD_ALGORITHMS)}, got {algorithm!r}")
     shp = checks.backward_shapes(do, q, k, v, o, "lse", lse, lambda s: (s.B, s.H, s.N_q),
@@ -561,7 +579,8 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
                        deterministic=deterministic, algorithm=algorithm, diagonal=diagonal,
                        window=window, dropout_p=dropout_p,
                        dropout_seed=dropout_seed, block_mask=block_mask, block_size=block_size)
-        return plans.remember(key, _SplitBackward(split, options))(do, q, k, v, o, lse)
+        return plans.remember(None if mask.dropout else key, _SplitBackward(split, options))(
+            do, q, k, v, o, lse)
     diagonal = hi
 
     mem = memory.active()
@@ -571,11 +590,12 @@ def flash_attention_backward(do, q, k, v, o, lse, *, causal=False, softmax_scale
     if tc and memory.torch_fast_path(mem, do, q, k, v, o, lse):
         # (inputs do, q, k, v, o, lse; outputs dq, dk, dv, then the fp32 workspaces)
         workspaces = [((bh * n_q,), "float32")] + ([((bh * n_q * d,), "float32")] if shp.half else [])
-        plan = _OnTensors(_backward_tc_launches(shp, tiling, mask, hi, lo, scale, drop,
+        planned, seed = plans.planned_dropout(drop)
+        plan = _OnTensors(_backward_tc_launches(shp, tiling, mask, hi, lo, scale, planned,
                                                 _tensor_lists(lists, q)),
                           [(tuple(x.shape), None) for x in (q, k, v)] + workspaces, (0, 1, 2),
                           aligned=4, d=d)
-        return plans.remember(key, plan)(do, q, k, v, o, lse)
+        return plans.remember(key, plan)(do, q, k, v, o, lse, scalars=seed)
     if kernels == ("flash_backward_half",):
         return _backward_half(mem, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, scale, drop,
                               _device_lists(lists))
@@ -638,11 +658,13 @@ def _fp16x3_backward(mem_key, do, q, k, v, o, lse, shp, tiling, mask, hi, lo, sc
     qscale = F32(scale * LOG2E)
     mem = memory.active()
     if memory.torch_fast_path(mem, do, q, k, v, o, lse):
+        planned, seed = plans.planned_dropout(drop)
+
         def on_tensors(run, vector, *arrays):
-            launches(run, *arrays, scale, qscale, hi, lo, drop, _tensor_lists(lists, q))
+            launches(run, *arrays, scale, qscale, hi, lo, planned, _tensor_lists(lists, q))
         outputs = [(tuple(x.shape), None) for x in (q, k, v)] + _plan_workspaces(spaces)
         plan = _OnTensors(on_tensors, outputs, (0, 1, 2), aligned=4, d=d)
-        return plans.remember(mem_key, plan)(do, q, k, v, o, lse)
+        return plans.remember(mem_key, plan)(do, q, k, v, o, lse, scalars=seed)
     dO, Q, K, V, O = _inputs(mem, shp, dO=do, Q=q, K=k, V=v, O=o)
     L = mem.input(lse, "L")
     dQ = mem.output((B, H, n_q, d), F32, "dQ", like=q)
@@ -701,7 +723,9 @@ class _SplitBackward:
     def __init__(self, s: int, options: dict):
         self.s, self.options = s, options
 
-    def __call__(self, do, q, k, v, o, lse):
+    def __call__(self, do, q, k, v, o, lse, scalars: tuple = ()):
+        """(``scalars``: always empty: a split call with dropout is kept as no plan, its
+        options holding the seed.)"""
         k_split, v_split = (split_calls.repeat_heads(x, self.s) for x in (k, v))
         dq, dk, dv = flash_attention_backward(do, q, k_split, v_split, o, lse, kv_split=1,
                                               **self.options)

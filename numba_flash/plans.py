@@ -13,6 +13,9 @@ the tensors and the options with their types. Where the checks passed for a key 
 any call with that key, so a replay skips them. Alignment, the one property of the data
 pointers a kernel choice depends on, is read again by each replay (``aligned16``).
 
+Dropout's seed is no part of the key: the launches take it as scalars a plan refills on each
+call (``Scalar``: its two 32-bit words), so training, a new seed every step, replays too.
+
 A ``Replay`` is built by running a call's launch sequence once with a recording ``run``
 (``run(kernel, grid, threads, smem_bytes, *args)``, the signature of ``launch.launch_tensors``):
 each launch goes through ``launch_tensors`` (compiling, raising the shared-memory limit) and is
@@ -100,6 +103,28 @@ def aligned16(*tensors) -> bool:
     return all(x.data_ptr() % 16 == 0 for x in tensors)
 
 
+class Scalar:
+    """A launch's scalar argument that a plan takes anew on every call: ``Scalar(i)`` stands, in
+    the launches a ``Replay`` records, for the i-th of the call's ``scalars``."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+
+#: The dropout seed's two words (``checks.dropout``'s seed_lo, seed_hi) as a plan's scalars.
+SEED = (Scalar(0), Scalar(1))
+
+
+def planned_dropout(drop: tuple) -> tuple[tuple, tuple]:
+    """(the dropout arguments a plan records, the call's scalars) for ``checks.dropout``'s
+    ``drop``: the seed's words as ``SEED``, taken from each call; none without dropout."""
+    if any(drop[:3]) or drop[3] != 1:     # (seed_lo, seed_hi, keep_from, rp): not NO_DROPOUT
+        return (*SEED, *drop[2:]), tuple(drop[:2])
+    return drop, ()
+
+
 class Replay:
     """``launches(run, *slots)``'s kernel launches, run once now on ``slots`` (flat torch tensors
     or views of them) and replayed by ``replay(*data_pointers)`` with one data pointer per slot,
@@ -108,38 +133,44 @@ class Replay:
     tensor given twice) still get their own pointers. Array arguments that are no slot (the
     block lists of ``api``) keep their pointers, and the replay keeps them alive."""
 
-    def __init__(self, launches, *slots):
+    def __init__(self, launches, *slots, scalars: tuple = ()):
         # (a view each: one tensor passed as two slots becomes two objects, one per slot)
         slots = tuple(s.view(s.shape) for s in slots)
-        self._slots = slots
+        self._slots, self._scalars = slots, scalars
         self._launches: list[_Packed] = []
         self._lock = threading.Lock()   # (a replay writes its packed pointers, then launches)
         launches(self._run, *slots)
-        self._slots = None        # (the recorded call's tensors are not kept alive)
+        self._slots = self._scalars = None   # (the recorded call's tensors are not kept alive)
 
     def _run(self, kernel, grid, threads, smem_bytes, *args):
-        _launch.launch_tensors(kernel, grid, threads, smem_bytes, *args)
-        self._launches.append(_Packed(kernel, grid, threads, smem_bytes, args, self._slots))
+        values = tuple(self._scalars[a.index] if isinstance(a, Scalar) else a for a in args)
+        _launch.launch_tensors(kernel, grid, threads, smem_bytes, *values)
+        self._launches.append(_Packed(kernel, grid, threads, smem_bytes, args, values, self._slots))
 
-    def replay(self, *pointers) -> None:
+    def replay(self, *pointers, scalars: tuple = ()) -> None:
+        """The recorded launches on the call's data pointers (one a slot, in the slots' order)
+        and ``scalars`` (the values of the ``Scalar`` arguments, by index)."""
         with self._lock:
             for packed in self._launches:
-                packed.launch(pointers)
+                packed.launch(pointers, scalars)
 
 
 class _Packed:
-    """One launch with its parameters packed as ctypes values (``Replay``)."""
+    """One launch with its parameters packed as ctypes values (``Replay``): ``args`` as the
+    launches passed them (``Scalar`` markers included), ``values`` as launched (each marker's
+    value of the recorded call)."""
 
-    def __init__(self, kernel, grid, threads, smem_bytes, args, slots):
+    def __init__(self, kernel, grid, threads, smem_bytes, args, values, slots):
         from numba.cuda import types
 
-        device = next(a.device.index for a in args if hasattr(a, "data_ptr"))
-        cukernel, argument_types = _launch._plans[(kernel, device, tuple(map(_launch._kind, args)))]
+        device = next(a.device.index for a in values if hasattr(a, "data_ptr"))
+        cukernel, argument_types = _launch._plans[(kernel, device, tuple(map(_launch._kind, values)))]
         handle = getattr(cukernel, "handle", None) or cukernel._handle
         self._function = ctypes.c_void_p(int(handle))
         self._values, self._pointers = [], []     # ctypes values; (value, slot) of each data pointer
+        self._scalars = []        # (value, index) of each Scalar argument
         self._constants = []      # array arguments that are no slot, kept alive with the launch
-        for ty, arg in zip(argument_types, args):
+        for ty, marker, arg in zip(argument_types, args, values):
             if isinstance(ty, types.Array):
                 n, itemsize = arg.numel(), arg.element_size()
                 data = ctypes.c_void_p(arg.data_ptr())
@@ -150,17 +181,20 @@ class _Packed:
                     self._pointers.append((data, slot))
                 self._values += [ctypes.c_void_p(0), ctypes.c_void_p(0), ctypes.c_int64(n),
                                  ctypes.c_int64(itemsize), data, ctypes.c_int64(n), ctypes.c_int64(itemsize)]
-            elif ty == types.float32:
-                self._values.append(ctypes.c_float(arg))
             else:
-                self._values.append(getattr(ctypes, f"c_{ty}")(arg))
+                value = ctypes.c_float(arg) if ty == types.float32 else getattr(ctypes, f"c_{ty}")(arg)
+                self._values.append(value)
+                if isinstance(marker, Scalar):
+                    self._scalars.append((value, marker.index))
         self._params = (ctypes.c_void_p * len(self._values))(*map(ctypes.addressof, self._values))
         grid = grid if isinstance(grid, tuple) else (grid,)
         self._dims = (*grid, *(1,) * (3 - len(grid)), threads, 1, 1, smem_bytes)
 
-    def launch(self, pointers) -> None:
+    def launch(self, pointers, scalars=()) -> None:
         for value, slot in self._pointers:
             value.value = pointers[slot]
+        for value, index in self._scalars:
+            value.value = scalars[index]
         err = _driver().cuLaunchKernel(self._function, *self._dims, None, self._params, None)
         if err:
             name = ctypes.c_char_p()

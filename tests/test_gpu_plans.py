@@ -1,5 +1,6 @@
 """Launch plans of torch calls (``numba_flash.plans``) on the GPU (``pytest -m gpu``): a repeated
-call replays its plan and returns what the checked path returns; a call that differs in anything
+call replays its plan and returns what the checked path returns (with dropout, whatever its
+seed); a call that differs in anything
 the checks read (a shape, a dtype, an option's value or type) is checked again; inputs a plan
 cannot take (non-contiguous, requiring grad, another stream, poisoned outputs) never reach one."""
 import numpy as np
@@ -43,6 +44,35 @@ def test_replays_equal_the_checked_path(dtype):
         refs = _checked(nf.flash_attention_backward, do, q, k, v, o, lse, causal=True)
         for a, b in zip(grads, refs):      # (dq by atomics: equal up to their order)
             torch.testing.assert_close(a, b, rtol=2e-3 if dtype != torch.float32 else 1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_dropout_replays_take_each_calls_seed(dtype):
+    """A call with dropout replays its plan whatever its seed (the seed's words are the plan's
+    scalars), forward and backward, and returns what the checked path returns with that seed;
+    a bad seed still raises on a replay."""
+    plans.PLANS.clear()
+    q, k, v, do = _inputs(dtype)
+    for seed in (1, 2**33 + 5, 7):         # the first call records; the others replay
+        opts = dict(causal=True, dropout_p=0.2, dropout_seed=seed)
+        o, lse = nf.flash_attention(q, k, v, return_lse=True, **opts)
+        grads = nf.flash_attention_backward(do, q, k, v, o, lse, **opts)
+        assert len(plans.PLANS) == 2
+        o_ref, lse_ref = _checked(nf.flash_attention, q, k, v, return_lse=True, **opts)
+        torch.testing.assert_close(o, o_ref, rtol=0, atol=0)
+        torch.testing.assert_close(lse, lse_ref, rtol=0, atol=0)
+        refs = _checked(nf.flash_attention_backward, do, q, k, v, o, lse, **opts)
+        for a, b in zip(grads, refs):
+            torch.testing.assert_close(a, b, rtol=2e-3 if dtype != torch.float32 else 1e-5, atol=1e-3)
+    other = nf.flash_attention(q, k, v, causal=True, dropout_p=0.2, dropout_seed=8)
+    assert not torch.equal(other, o)
+    for _ in range(2):      # (a plan would drop the mask the second time)
+        _, mask = nf.flash_attention(q, k, v, causal=True, return_dropout_mask=True)
+        assert mask.all()
+    with pytest.raises(ValueError, match="dropout_seed"):
+        nf.flash_attention(q, k, v, causal=True, dropout_p=0.2, dropout_seed=-1)
+    with pytest.raises(ValueError, match="dropout_seed"):
+        nf.flash_attention(q, k, v, causal=True, dropout_p=0.2, dropout_seed=None)
 
 
 def test_aliased_and_unaligned_inputs_replay_correctly():

@@ -87,6 +87,28 @@ def test_the_recorded_call_is_not_kept_alive(stand_ins):
     assert replay._slots is None
 
 
+def test_scalars_are_taken_from_each_call(stand_ins):
+    """A ``Scalar`` argument is launched with the recording call's value and refilled, by its
+    index, from each replay's ``scalars``; the other arguments stay as recorded."""
+    recorded, driver = stand_ins
+    x = torch.zeros(6)
+    replay = plans.Replay(lambda run, a, b: run("kernel", 1, 32, 0, a, b, np.float32(2), plans.SEED[1]),
+                          x, x, scalars=(5, 7))
+    assert recorded[0][-1] == 7 and replay._scalars is None
+    for word in (11, 2**32 - 1):
+        replay.replay(x.data_ptr(), x.data_ptr(), scalars=(0, word))
+        assert driver.launches[-1][1][-2:] == [2.0, word]
+
+
+def test_planned_dropout_takes_the_seed_words_from_each_call():
+    from numba_flash import checks
+
+    drop = checks.dropout(0.25, 2**40 + 9)
+    planned, words = plans.planned_dropout(drop)
+    assert planned == (*plans.SEED, *drop[2:]) and words == (9, 2**8)
+    assert plans.planned_dropout(checks.NO_DROPOUT) == (checks.NO_DROPOUT, ())
+
+
 def test_no_plan_without_torch_cuda_tensors():
     x = torch.zeros(2, 2, 4, 8)
     assert plans.key("forward", (x, x, x), (False,)) is None          # CPU tensors
