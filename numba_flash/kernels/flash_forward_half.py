@@ -35,12 +35,12 @@ address above holds with the row twice as wide, the lo fragment D16 columns on).
 hi hi + hi lo + lo hi (the two cross terms first), three mma where the fp16 kernel has one:
     S' = (s_q Qi)(s_k Kj)^T        scale * log2(e) / (s_q s_k) applied where the fp16 kernel
                                    applies scale * log2(e)
-    P' = exp2(S - m_p)             m_p = m - 15 (with dropout m - 15 + ceil(log2 rp)): P' in
+    P' = exp2(S - m_p)             m_p = m - 15: P' in
                                    [0, 2^15] keeps its lo part a normal fp16 down to P = 2^-17;
                                    split into hi + lo; the running max recurrence (alpha) runs
                                    on m_p
     P' (s_v Vj) summed from zero on the tensor cores each tile, added to O_acc in fp32
-    O = O_acc / (l' s_v), l' = sum of P'; L = (m_p + log2 l') ln 2
+    O = O_acc / (l' s_v) (times rp with dropout), l' = sum of P'; L = (m_p + log2 l') ln 2
 
 SRAM (uint16 elements): Qi (Br x LD), then for each of two stages Kj and Vj (Bc x LD each;
 Tiling.smem_terms' "Kj" and "Vj" count both stages),
@@ -111,6 +111,15 @@ tools/tune_half.py; results/h200/tuning/tune_half_v*.csv):
         105.2 TFLOP/s (3xTF32 51.5, EFFICIENT 35.2: 2.99x), (1,16,16384,64) 115.6 (3.28x),
         causal 91.9 (2.83x), (4,16,4096,128) 63.5 (1.37x), (8,32,2048,128) 60.8 (1.31x)
         (results/h200/tuning/fp16x3_forward_2026-12-05b.log).
+    v10 dropout: 1 / (1 - p) applied to O once a row instead of to each kept P (the split's
+        P shift no longer makes room for it); Philox rounds on 32-bit words (tiles.dropout_words:
+        one IMAD.WIDE.U32 a multiply, unsigned counter arithmetic, one 32-bit compare a score).
+        Main-loop SASS of a trip (nvJitLink, sm_90a; tools/dropout_sass.py, 2026-12-07): fp16
+        d = 64 dropout adds 511 instructions a warp (+45 %; v9: 933, +82 %). H100, 2026-12-07
+        (tools/dropout_timing.py, p = 0.1, v9 timed in the same call): fp16 d = 64 with dropout
+        2.28 -> 1.82 ms (+116 -> +73 % over the same call without), d = 128 +58 -> +39 %.
+        (rp applied after the division by l' s_v since 2026-12-07 ~06:10 UTC, not timed: before,
+        O's scale rp / s_v could overflow fp32 for p near 1 and a v head near 2^127.)
 """
 from __future__ import annotations
 
@@ -132,7 +141,7 @@ from .tiles import (LN2, NEG_INF, ONE, ZERO, dropout_kept, dropout_words, key_bl
                     needs_mask, tile_major_block)
 from .unroll import static_range, unrolled
 
-VERSION = 9
+VERSION = 10
 
 
 @kernel_factory
@@ -171,9 +180,9 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
     PARTS = 2 if SPLIT else 1          # fragments a product's operands come in (hi, lo)
     # (A part, B part) of each mma a product takes: split, the two cross terms first
     PRODUCTS = ((0, 1), (1, 0), (0, 0)) if SPLIT else ((0, 0),)
-    # split: P' = 2^15 P (P' as fp16 parts keeps 22 bits down to P = 2^-17), l sums P'; with
-    # dropout 2^(15 - ceil(log2 rp)) P, so that the kept P' rp stays below 2^15 too; rows whose
-    # running max is past 2^22 (where m - 15 would round) take no shift: their P are powers of 2
+    # split: P' = 2^15 P (P' as fp16 parts keeps 22 bits down to P = 2^-17), l sums P'; rows
+    # whose running max is past 2^22 (where m - 15 would round) take no shift: their P are
+    # powers of 2
     P_SHIFT = np.float32(15.0)
     SHIFT_UP_TO = np.float32(2.0**22)
     KS, NT, OT = D16 // 16, BC // 8, D16 // 8   # k steps of Qi Kj^T; n tiles of S; of O
@@ -229,7 +238,7 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
             qs = qscale / scale_of(partial, bh) / scale_of(partial, heads + bh // GROUP)
             if -FP32_TINY < qs < FP32_TINY:   # (0 would turn a masked -inf into NaN)
                 qs = FP32_TINY if qscale > ZERO else -FP32_TINY
-            shift = P_SHIFT - (float32(math.ceil(math.log2(rp))) if DROPOUT else ZERO)
+            shift = P_SHIFT
             o_scale = ONE / scale_of(partial, heads + heads_kv + bh // GROUP)
 
         copy_q(smem, QO, q, bh * n_q + row0, rows, tid)
@@ -338,8 +347,9 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
                     l[mt, hr] = alpha * l[mt, hr] + row_sum
                     m[mt, hr] = m_new
                     rescale[mt, hr] = alpha
-                if DROPOUT:   # l summed the undropped P; P V takes P kept / (1 - p), or 0: one
-                    # Philox call a pair of n tiles, as flash_forward_fa2_tc (word 2hr + n % 2, half e)
+                if DROPOUT:   # l summed the undropped P; P V takes P kept, or 0 (O's scale has
+                    # the 1 / (1 - p)): one Philox call a pair of n tiles, as flash_forward_fa2_tc
+                    # (word 2hr + n % 2, half e)
                     for n in static_range(NT):
                         if n % 2 == 0:
                             wd[0], wd[1], wd[2], wd[3] = dropout_words(
@@ -347,7 +357,7 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
                         for hr in static_range(2):
                             for e in static_range(2):
                                 kept = dropout_kept(wd[2 * hr + n % 2], e, keep_from)
-                                s[mt, n, 2 * hr + e] = s[mt, n, 2 * hr + e] * rp if kept else ZERO
+                                s[mt, n, 2 * hr + e] = s[mt, n, 2 * hr + e] if kept else ZERO
                 # P as A fragments of 16-key steps: keys 16kk + 2t (+1) of rows g, g + 8, then + 8
                 for kk in static_range(PK):
                     for q4 in static_range(4):   # register q4: keys 2t, 2t + 1 (+ 8 for q4 >= 2)
@@ -404,6 +414,8 @@ def make_flash_forward_half(tiling: Tiling, d: int, mask: Mask | bool, dtype: st
                 row_l = quad_sum(l[mt, hr])
                 if r < rows:
                     inv = ZERO if row_l == ZERO else o_scale / row_l   # l = 0: the row saw no key
+                    if DROPOUT:   # 1 / (1 - p) once a row, not once a score; after the division
+                        inv = inv * rp   # (1 / s_v may be 2^113: rp / s_v could overflow)
                     at = uint64((bh * n_q + row0 + r) * d + 2 * t)
                     for n in static_range(OT):
                         for e in static_range(2):

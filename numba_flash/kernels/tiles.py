@@ -18,10 +18,11 @@ from functools import lru_cache
 from types import SimpleNamespace
 
 import numpy as np
-from numba import cuda, float32, uint64
+from numba import cuda, float32, uint32, uint64
 
 from simulator.tiling import Tiling
 
+from ..memory import simulator_enabled
 from ..reference import PHILOX_M, PHILOX_W
 
 from .unroll import static_range, unrolled
@@ -98,6 +99,36 @@ _W0, _W1 = np.uint64(PHILOX_W[0]), np.uint64(PHILOX_W[1])
 _LOW32, _S32 = np.uint64(0xFFFFFFFF), np.uint64(32)
 
 
+def _gpu_mul_wide():
+    from llvmlite import ir
+    from numba.cuda import types
+    from numba.cuda.extending import intrinsic
+
+    i32, i64 = ir.IntType(32), ir.IntType(64)
+
+    @intrinsic
+    def mul_wide(typingctx, x, m):
+        """The 64-bit product of the low 32 bits of x and of m (uint64): one ``mul.wide.u32``,
+        one ``IMAD.WIDE.U32``. Numba's uint64 product compiles to a 64-bit multiply that ptxas
+        completes with a multiply-add for the high word and an add, where it cannot tell that
+        the high words are 0 (tools/dropout_sass.py, 2026-12-07: 2 more instructions a round
+        multiply of the half forward's Philox)."""
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(i64, [i32, i32]), "mul.wide.u32 $0, $1, $2;", "=l,r,r")
+            return builder.call(asm, [builder.trunc(a, i32) for a in args])
+        return types.uint64(types.uint64, types.uint64), codegen
+    return mul_wide
+
+
+@cuda.jit(device=True)
+def _simulated_mul_wide(x, m):
+    """``mul_wide`` under the CUDA simulator (no inline PTX there)."""
+    return (x & _LOW32) * (m & _LOW32)
+
+
+_mul_wide = _simulated_mul_wide if simulator_enabled() else _gpu_mul_wide()
+
+
 @cuda.jit(device=True)
 def philox4x32_10(c0, c1, c2, c3, k0, k1):
     """The four 32-bit words (as uint64) of Philox4x32-10 at counter (c0, c1, c2, c3) under key
@@ -105,8 +136,8 @@ def philox4x32_10(c0, c1, c2, c3, k0, k1):
     ``dropout_words``."""
     x0, x1, x2, x3 = c0, c1, c2, c3
     for _ in range(10):
-        p0 = _M0 * x0
-        p1 = _M1 * x2
+        p0 = _mul_wide(x0, _M0)
+        p1 = _mul_wide(x2, _M1)
         x0, x1, x2, x3 = (p1 >> _S32) ^ x1 ^ k0, p1 & _LOW32, (p0 >> _S32) ^ x3 ^ k1, p0 & _LOW32
         k0 = (k0 + _W0) & _LOW32
         k1 = (k1 + _W1) & _LOW32
@@ -120,9 +151,13 @@ def dropout_words(seed_lo, seed_hi, bh, r, c):
     bh, r % 2). A call holds 8 scores: rows r, r + 8 (r % 16 < 8, same parity) x keys c, c + 1,
     c + 8, c + 9 (c % 16 < 8, even) -- an mma C fragment's share of two 8-key tiles, which one
     lane holds whole in the forward (half of it in the transposed backward); score (r, c) takes
-    half c % 2 of word ``dropout_word(r, c)``."""
-    return philox4x32_10(uint64(4 * (c // 16) + c % 8 // 2), uint64(4 * (r // 16) + r % 8 // 2),
-                         uint64(bh), uint64(r % 2), uint64(seed_lo), uint64(seed_hi))
+    half c % 2 of word ``dropout_word(r, c)``. The counter words come from unsigned shifts (r
+    and c are never negative; Python's signed // and % cost a correction each) and the key's
+    high words are cleared, so that every round multiplies 32-bit words."""
+    cu, ru = uint64(c), uint64(r)
+    return philox4x32_10((cu >> uint64(4)) * uint64(4) + ((cu >> uint64(1)) & uint64(3)),
+                         (ru >> uint64(4)) * uint64(4) + ((ru >> uint64(1)) & uint64(3)),
+                         uint64(bh), ru & uint64(1), uint64(seed_lo) & _LOW32, uint64(seed_hi) & _LOW32)
 
 
 @cuda.jit(device=True)
@@ -134,8 +169,10 @@ def dropout_word(r, c):
 @cuda.jit(device=True)
 def dropout_kept(word, c, keep_from):
     """Whether the score in column c whose Philox word is ``word`` is kept: its 16-bit random,
-    half c % 2 of the word, is at least ``keep_from`` (p 2^16, rounded)."""
-    return ((word >> uint64(16 * (c % 2))) & uint64(0xFFFF)) >= uint64(keep_from)
+    half c % 2 of the word, is at least ``keep_from`` (p 2^16, rounded; < 2^16, as dropout_p <
+    1). Compared in 32 bits as that half times 2^16 against keep_from 2^16: the high half is the
+    word itself, the low one the word shifted up 16 (one compare, and a shift for the low half)."""
+    return uint32(word << uint64(16 - 16 * (c % 2))) >= uint32(keep_from * 65536)
 
 
 @cuda.jit(device=True)
