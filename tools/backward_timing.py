@@ -20,6 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path.cwd()))   # the tree it runs in
 
+from tiling_arg import tiling_of  # noqa: E402 (after the tree is on the path)
+
 SHAPES = ["4,16,4096,128", "2,32,4096,128,causal", "8,32,2048,128", "4,16,4096,64",
           "16,16,1024,64", "4,16,4096,64,causal"]
 
@@ -27,15 +29,6 @@ SHAPES = ["4,16,4096,128", "2,32,4096,128,causal", "8,32,2048,128", "4,16,4096,6
 def parse(shape: str):
     parts = shape.split(",")
     return (*map(int, parts[:4]), len(parts) > 4 and parts[4] == "causal")
-
-
-def tiling_of(text: str):
-    """'16x64p' -> Tiling(16, 64, warp_pairs=True); 'default' -> None (the API's)."""
-    from simulator.tiling import Tiling
-    if text == "default":
-        return None
-    br, bc = text.rstrip("p").split("x")
-    return Tiling(int(br), int(bc), text.endswith("p"))
 
 
 def main():

@@ -25,7 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path.cwd()))   # the tree it runs in
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fp16x3_forward import grad_errors, tiling_of  # noqa: E402 (the tools folder, just added)
+from fp16x3_forward import grad_errors  # noqa: E402 (the tools folder, just added)
+from tiling_arg import tiling_of  # noqa: E402
 
 SHAPES = ["4,16,4096,64", "1,16,16384,64", "4,16,4096,64,causal", "16,16,1024,64", "32,12,512,64",
           "4,16,4096,128", "1,16,16384,128", "2,32,4096,128,causal", "8,32,2048,128"]

@@ -24,22 +24,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path.cwd()))   # the tree it runs in
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from tiling_arg import tiling_of  # noqa: E402 (after the tree is on the path)
+
 SHAPES = ["4,16,4096,64", "1,16,16384,64", "4,16,4096,64,causal", "16,16,1024,64", "32,12,512,64",
           "4,16,4096,128", "2,32,4096,128,causal", "8,32,2048,128"]
 CHECKS = ["2,2,255,97,64", "1,2,4099,4099,64,causal", "2,2,300,301,40,x30", "2,2,255,97,111",
           "1,1,1000,1000,128", "2,2,300,301,128,x30", "1,2,97,4099,80,causal", "1,2,1,17,8",
           "2,2,255,97,256"]
-
-
-def tiling_of(text):
-    """'112x32' -> Tiling(112, 32); '128x32w16' -> Tiling(128, 32, warp_rows=16) (a warp a
-    16-row tile); 'default' -> None (the API's)."""
-    from simulator.tiling import Tiling
-    if text == "default":
-        return None
-    sides, _, rows = text.partition("w")
-    br, bc = sides.split("x")
-    return Tiling(int(br), int(bc), warp_rows=int(rows or 0))
 
 
 def pick(tilings, d):

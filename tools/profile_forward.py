@@ -14,6 +14,7 @@ import argparse
 import torch
 
 import numba_flash as nf
+from tiling_arg import tiling_of
 
 
 def main():
@@ -27,7 +28,7 @@ def main():
     ap.add_argument("--tiling", default=None, help="Br x Bc, e.g. 128x64 (default: the API's)")
     ap.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"))
     args = ap.parse_args()
-    tiling = nf.Tiling(*(int(x) for x in args.tiling.split("x"))) if args.tiling else None
+    tiling = tiling_of(args.tiling) if args.tiling else None
     q, k, v = (torch.randn(args.b, args.h, args.n, args.d, device="cuda", dtype=getattr(torch, args.dtype))
                for _ in range(3))
     for _ in range(2):

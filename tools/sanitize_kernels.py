@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 
 import numba_flash as nf
-from backward_timing import tiling_of
+from tiling_arg import tiling_of
 from numba_flash import reference as ref
 
 

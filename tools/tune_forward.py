@@ -16,6 +16,7 @@ import torch
 import numba_flash as nf
 from numba_flash import launch
 from numba_flash.kernels import flash_forward_fa2, flash_forward_fa2_tc
+from tiling_arg import tiling_of
 
 
 def median_ms(fn, sets, reps=20, warmup=5):
@@ -67,7 +68,7 @@ def main():
     for alg, cap, tiling in ((a, c, t) for a in args.algorithms.split(",")
                              for c in args.caps.split(",") for t in args.tilings.split(",")):
         value = None if cap == "none" else int(cap)
-        tiling = nf.Tiling(*(int(x) for x in tiling.split("x")))
+        tiling = tiling_of(tiling)
         launch.REGISTER_CAPS[nf.api.ALGORITHMS[alg]] = value
         launch.CAPPED_UP_TO_HEAD_DIM.pop(nf.api.ALGORITHMS[alg], None)
         for factory in (flash_forward_fa2.make_flash_forward_fa2, flash_forward_fa2_tc.make_flash_forward_fa2_tc):
@@ -92,7 +93,7 @@ def time_backward(args, alg, tiling, sets, flops, fwd_ms):
     torch.nn.functional.scaled_dot_product_attention(q64, k64, v64, is_causal=args.causal).backward(
         sets[0][3].double())
     for balg, bt in ((a, t) for a in args.bwd_algorithms.split(",") for t in args.bwd_tilings.split(",")):
-        btiling = None if bt == "default" else nf.Tiling(*(int(x) for x in bt.split("x")))
+        btiling = tiling_of(bt)
         bwd = lambda q, k, v, do, o, lse: nf.flash_attention_backward(
             do, q, k, v, o, lse, causal=args.causal, tiling=btiling, algorithm=balg)
         grads = bwd(*saved[0])

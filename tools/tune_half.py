@@ -28,6 +28,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import numba_flash as nf
 from experiments.common.metadata import run_metadata
 from experiments.common.results import write_rows
+from tiling_arg import tiling_of
 
 
 def median_ms(fn, sets, reps=20, warmup=3):
@@ -98,7 +99,7 @@ def main():
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     shapes = [(tuple(int(x) for x in s.rstrip("c").split(",")), s.endswith("c")) for s in args.shapes]
-    tilings = [nf.Tiling(*(int(x) for x in t.split("x"))) for t in args.tilings]
+    tilings = [tiling_of(t) for t in args.tilings]
     configs = [nf.KernelConfig(d=shape[3], n_q=shape[2], causal=causal, dtype=dt,
                                **(dict(forward=None) if args.backward else dict(backward=None)),
                                tiling=t)
