@@ -33,6 +33,7 @@ from collections import OrderedDict
 
 from . import launch as _launch
 from . import memory
+from .checks import NO_DROPOUT
 
 #: Plans kept, least recently used dropped first: one per distinct shape and option set.
 PLANS_KEPT = 256
@@ -120,9 +121,9 @@ SEED = (Scalar(0), Scalar(1))
 def planned_dropout(drop: tuple) -> tuple[tuple, tuple]:
     """(the dropout arguments a plan records, the call's scalars) for ``checks.dropout``'s
     ``drop``: the seed's words as ``SEED``, taken from each call; none without dropout."""
-    if any(drop[:3]) or drop[3] != 1:     # (seed_lo, seed_hi, keep_from, rp): not NO_DROPOUT
-        return (*SEED, *drop[2:]), tuple(drop[:2])
-    return drop, ()
+    if drop == NO_DROPOUT:
+        return drop, ()
+    return (*SEED, *drop[2:]), tuple(drop[:2])     # (seed_lo, seed_hi, keep_from, rp)
 
 
 class Replay:

@@ -62,24 +62,30 @@ def make_kernel():
     return write_then_wait
 
 
+def profile_each(launches):
+    """Each launch (a callable) once unprofiled (compile, warm), then each again under the
+    profiler's start/stop, one at a time (the tools' ncu children)."""
+    for launch in launches:
+        launch()
+    cuda.synchronize()
+    cuda.profile_start()
+    for launch in launches:
+        launch()
+        cuda.synchronize()
+    cuda.profile_stop()
+
+
 def child():
-    """Every launch once unprofiled (compile, warm), then all under the profiler's start/stop,
-    each into its own output buffer (so no launch finds another's lines in L2)."""
+    """Every launch profiled (``profile_each``), each into its own output buffer (so no launch
+    finds another's lines in L2)."""
     kernel = make_kernel()
-    runs = []
+    launches = []
     for w, r, t in configs():
         n = w * 2**18
         src = cuda.to_device(np.ones(max(r, 1) * n, np.float32))
         out = cuda.device_array(n, np.float32)
-        runs.append((out, src, r, t))
-    for run in runs:
-        kernel[BLOCKS, THREADS](*run)
-    cuda.synchronize()
-    cuda.profile_start()
-    for run in runs:
-        kernel[BLOCKS, THREADS](*run)
-        cuda.synchronize()
-    cuda.profile_stop()
+        launches.append(lambda out=out, src=src, r=r, t=t: kernel[BLOCKS, THREADS](out, src, r, t))
+    profile_each(launches)
 
 
 def main_hot(path):

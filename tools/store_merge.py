@@ -20,7 +20,7 @@ import sys
 import numpy as np
 from numba import cuda, float32, uint16
 
-from l2_drain import write_json
+from l2_drain import profile_each, write_json
 
 DS = (16, 32, 48, 64, 80, 96, 128, 256)
 MTS = (1, 2)
@@ -110,20 +110,15 @@ def make_kernel(d: int, mt_count: int, gap: int, warps: int, context: str = ""):
 
 
 def child():
-    """Every launch once unprofiled (compile), then all under the profiler's start/stop."""
-    runs = []
+    """Every launch profiled (``l2_drain.profile_each``)."""
+    launches = []
     for d, mt, gap, warps, blocks, context in configs():
         rows = rows_of(d, mt, warps)
-        runs.append((make_kernel(d, mt, gap, warps, context), blocks or rows // (warps * 16 * mt), warps,
-                     cuda.device_array(rows * d, np.uint16), cuda.device_array(rows, np.float32)))
-    for kernel, blocks, warps, o, lse in runs:
-        kernel[blocks, 32 * warps](o, lse, float32(1.0))
-    cuda.synchronize()
-    cuda.profile_start()
-    for kernel, blocks, warps, o, lse in runs:
-        kernel[blocks, 32 * warps](o, lse, float32(1.0))
-        cuda.synchronize()
-    cuda.profile_stop()
+        kernel = make_kernel(d, mt, gap, warps, context)
+        grid = blocks or rows // (warps * 16 * mt)
+        o, lse = cuda.device_array(rows * d, np.uint16), cuda.device_array(rows, np.float32)
+        launches.append(lambda k=kernel, g=grid, w=warps, o=o, lse=lse: k[g, 32 * w](o, lse, float32(1.0)))
+    profile_each(launches)
 
 
 KERNEL_DS = (32, 64, 128)
