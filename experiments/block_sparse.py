@@ -36,7 +36,8 @@ no host work), and
   kernel times.  The issue's target, "block-sparse at fraction s runs in <= s x dense + 10 %",
   read as 10 % on top of s x dense: time <= 1.1 s x dense, i.e. ``time_vs_fraction <= 1.1``
   (``meets_target``; window's reading of its own target).  ``excess_vs_dense`` = time / dense
-  - s is the other reading's measure, (s + 0.1) x dense: <= 0.1.
+  - s is the other reading's measure, (s + 0.1) x dense: <= 0.1; ``kernel_excess_vs_dense``
+  the same of the kernel times (``measure.times_against_dense``).
 
 FLOPs: ``flops`` by the benchmark convention (4 B H N^2 d forward, x (1 + 2.5) with the
 backward; a block mask not discounted), ``sparse_flops`` the kept blocks' own (x s: 4 d per
@@ -56,7 +57,7 @@ import numpy as np
 from experiments.common import model, plotting
 from experiments.common.cases import Case
 from experiments.common.context import NO_GPU, RunContext
-from experiments.common.measure import add_note, against_dense, time_rows, timing_or_note
+from experiments.common.measure import add_note, times_against_dense, timing_or_note
 from experiments.common.model import Predicted
 from experiments.common.traffic import compared_columns, measure_traffic
 
@@ -144,14 +145,8 @@ def _row(requested: float | None, case: Case, got, predicted: Predicted | str) -
 def _add_times(ctx: RunContext, rows: list[dict], cases: list[Case], measured: dict) -> None:
     """Time every case on the GPU (checked first; measure_traffic built the kernels), then
     each row against its dense case, by the call's time and by ncu's kernel time."""
-    times = time_rows(ctx, NAME, cases, rows, "sparse_tflops", timing_of=timing_or_note)
-    kernel_times = {case: got.gpu_time_ms for case, got in measured.items() if getattr(got, "gpu_time_ms", None)}
-    for case, row in zip(cases, rows):
-        row["kernel_time_ms"] = kernel_times.get(case)
-        if case in times and dense_of(case) in times:
-            row["excess_vs_dense"] = times[case] / times[dense_of(case)] - row["s"]
-    against_dense(rows, cases, kernel_times, dense_of, "s", "kernel_time_vs_fraction", "dense_kernel_time_ms")
-    against_dense(rows, cases, times, dense_of, "s", "time_vs_fraction", "dense_time_ms", TARGET)
+    times_against_dense(ctx, NAME, cases, rows, measured, dense_of, "s", "time_vs_fraction",
+                        "sparse_tflops", TARGET, timing_of=timing_or_note)
 
 
 def run(ctx: RunContext) -> list[dict]:

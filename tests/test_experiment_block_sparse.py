@@ -202,6 +202,7 @@ def test_time_vs_fraction_is_time_over_s_times_dense(monkeypatch):
         assert row["meets_target"] == (slow[case] <= block_sparse.TARGET)
         assert row["excess_vs_dense"] == pytest.approx(s[case] * (slow[case] - 1))
         assert row["kernel_time_vs_fraction"] == pytest.approx(1.0)
+        assert row["kernel_excess_vs_dense"] == pytest.approx(0.0, abs=1e-12)
         assert row["sparse_tflops"] == pytest.approx(case.band_flops / (made_up[case] * 1e-3) / 1e12)
 
 

@@ -156,10 +156,12 @@ def test_grouped_windowed_case_runs_and_checks_against_the_reference():
 
 
 def test_time_vs_band_is_time_over_the_band_share_of_dense(monkeypatch):
-    """_add_times on made-up timings: each row against the dense causal case of its dtype and
-    passes; the target is time <= 1.1 x band fraction x dense."""
+    """_add_times on made-up timings and ncu kernel times: each row against the dense causal case
+    of its dtype and passes; the target is time <= 1.1 x band fraction x dense, or, read the other
+    way, time / dense - band fraction <= 0.1."""
     from experiments import window
     from experiments.common.context import RunContext
+    from experiments.common.traffic import MeasuredTraffic
 
     pairs = [(s, c) for s, c in window.plan(RunContext("cpu", True, Path("."), "")) if c.dtype == "float32"]
     cases = [c for _, c in pairs]
@@ -167,13 +169,20 @@ def test_time_vs_band_is_time_over_the_band_share_of_dense(monkeypatch):
     made_up = {c: (10.0 if c.passes == "fwd_bwd" else 4.0) * (fraction[c] * (1.2 if c.window == (4, 0) else 1.0))
                for c in cases}
     monkeypatch.setattr(window, "timing_or_note", lambda case, ctx: (Timing(made_up[case], 0, 0, 10), 0.0))
+    kernel = {c: 0.5 * made_up[c] / (1.2 if c.window == (4, 0) else 1.0) for c in cases}
+    measured = {c: MeasuredTraffic(1.0, 1.0, "ncu", gpu_time_ms=kernel[c]) for c in cases}
     rows = [{"band_fraction": fraction[c], "note": ""} for c in cases]
-    window._add_times(RunContext("gpu", True, Path("."), ""), rows, cases)
+    window._add_times(RunContext("gpu", True, Path("."), ""), rows, cases, measured)
     for case, row in zip(cases, rows):
         expected = 1.2 if case.window == (4, 0) else 1.0
+        dense = 10.0 if case.passes == "fwd_bwd" else 4.0
         assert row["time_vs_band"] == pytest.approx(expected), case.label
         assert row["meets_target"] == (expected <= window.TARGET)
-        assert row["dense_time_ms"] == (10.0 if case.passes == "fwd_bwd" else 4.0)
+        assert row["dense_time_ms"] == dense and row["dense_kernel_time_ms"] == 0.5 * dense
+        assert row["excess_vs_dense"] == pytest.approx(fraction[case] * (expected - 1))
+        assert row["kernel_time_ms"] == kernel[case]
+        assert row["kernel_time_vs_band"] == pytest.approx(1.0)
+        assert row["kernel_excess_vs_dense"] == pytest.approx(0.0, abs=1e-12)
         assert row["band_tflops"] == pytest.approx(case.band_flops / (made_up[case] * 1e-3) / 1e12)
 
 

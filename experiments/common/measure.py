@@ -79,3 +79,24 @@ def against_dense(rows: list[dict], cases: list[Case], times: dict, dense_of, sh
             row[ratio_column] = times[case] / (row[share] * dense)
             if target is not None:
                 row["meets_target"] = row[ratio_column] <= target
+
+
+def times_against_dense(ctx, name: str, cases: list[Case], rows: list[dict], measured: dict, dense_of,
+                        share: str, ratio: str, tflops_column: str, target: float,
+                        timing_of=timing_or_note) -> None:
+    """Time every case (``time_rows``), then hold each row against its dense case
+    (``dense_of(case)``) by the call's time and by ncu's kernel time (``measured[case]``'s
+    ``gpu_time_ms``: the kernels alone, no host work): ``kernel_time_ms``, ``dense_time_ms``,
+    ``dense_kernel_time_ms``; ``ratio`` and ``kernel_`` + ``ratio`` = time / (row[share] x dense
+    time), ``meets_target`` = ratio <= ``target`` (10 % on top of the share of dense), and for
+    the other reading of "share x dense + 10 %", 10 % of dense on top, ``excess_vs_dense`` and
+    ``kernel_excess_vs_dense`` = time / dense time - share (<= 0.1)."""
+    times = time_rows(ctx, name, cases, rows, tflops_column, timing_of=timing_of)
+    kernel_times = {case: got.gpu_time_ms for case, got in measured.items() if getattr(got, "gpu_time_ms", None)}
+    for case, row in zip(cases, rows):
+        row["kernel_time_ms"] = kernel_times.get(case)
+        for prefix, by_case in (("", times), ("kernel_", kernel_times)):
+            if case in by_case and by_case.get(dense_of(case)):
+                row[f"{prefix}excess_vs_dense"] = by_case[case] / by_case[dense_of(case)] - row[share]
+    against_dense(rows, cases, kernel_times, dense_of, share, f"kernel_{ratio}", "dense_kernel_time_ms")
+    against_dense(rows, cases, times, dense_of, share, ratio, "dense_time_ms", target)
