@@ -43,6 +43,7 @@ import dataclasses
 from . import tile_patterns as tp
 from .blocks import BlockGrid, sparse_tiles
 from .phases import Phase, Plan, phase
+from .spec import Mask
 from .tiling import H200_SMEM_PER_BLOCK, WARP_PAIRS_VARIANT, Tiling
 from .workload import Workload
 
@@ -55,6 +56,11 @@ RECOMPUTE_KERNEL = "flash_forward_v2"
 RECOMPUTED = {"O": "O (recomputed)", "L": "L (recomputed)"}
 #: ``Phase.code``'s variant of the kernels compiled for a block mask (``spec.Mask.sparse``).
 SPARSE_VARIANT = "sparse"
+#: ... for a window's left side (``spec.Mask.lower``; the offsets are run-time arguments, so one
+#: kernel serves every window), and for grouped K/V heads, ``GROUP_VARIANT`` + the group
+#: (``spec.Mask.group``: "group4" for 4 query heads a K/V head).
+WINDOW_VARIANT = "window"
+GROUP_VARIANT = "group"
 
 
 def _mixed(w: Workload, per_query_head: dict, per_kv_head: dict | None = None) -> dict:
@@ -76,12 +82,44 @@ def _grid(w: Workload, t: Tiling) -> BlockGrid:
 
 
 def _variant(w: Workload, t: Tiling | None = None) -> str:
-    """The fa2 kernels' ``Phase.code`` variant: ``SPARSE_VARIANT`` with a block mask, joined by
-    "+" to ``WARP_PAIRS_VARIANT`` for a tiling ``t`` with ``warp_pairs`` (the tc backward)."""
-    parts = [SPARSE_VARIANT] if w.block_mask is not None else []
+    """The fa2 kernels' ``Phase.code`` variant: the parts of the workload's compile-time mask
+    (``mask_variant``), joined by "+" to ``WARP_PAIRS_VARIANT`` for a tiling ``t`` with
+    ``warp_pairs`` (the tc backward)."""
+    parts = [mask_variant(w.mask()[0])]
     if t is not None and t.warp_pairs:
         parts.append(WARP_PAIRS_VARIANT)
+    return "+".join(p for p in parts if p)
+
+
+def mask_variant(mask: Mask) -> str:
+    """The variant parts a compile-time ``mask`` adds to the fa2 kernels' ``Phase.code``, in
+    this order: ``SPARSE_VARIANT`` (a block mask), ``WINDOW_VARIANT`` (a window's left side),
+    ``GROUP_VARIANT`` + the group (grouped K/V heads); "" for a plain or causal mask, whose
+    upper edge the tables key as ``causal``, and for dropout, which no recorded kernel has."""
+    parts = [SPARSE_VARIANT] if mask.sparse else []
+    if mask.lower:
+        parts.append(WINDOW_VARIANT)
+    if mask.group > 1:
+        parts.append(f"{GROUP_VARIANT}{mask.group}")
     return "+".join(parts)
+
+
+def _group_of(part: str) -> int | None:
+    """The group a variant part ``GROUP_VARIANT`` + digits names, else None."""
+    digits = part[len(GROUP_VARIANT):]
+    return int(digits) if part.startswith(GROUP_VARIANT) and digits.isdigit() else None
+
+
+def variant_mask(variant: str, causal: bool) -> tuple[str, Mask]:
+    """``mask_variant``'s inverse for a kernel recorded with ``variant`` and ``causal``: (the
+    variant without its window and group parts, the compile-time Mask it was built with:
+    upper edge ``causal``, ``sparse`` where the variant names it)."""
+    parts = [p for p in variant.split("+") if p]
+    groups = [_group_of(p) for p in parts if _group_of(p)]
+    rest = [p for p in parts if p != WINDOW_VARIANT and _group_of(p) is None]
+    mask = Mask(upper=causal, lower=WINDOW_VARIANT in parts, group=groups[0] if groups else 1,
+                sparse=SPARSE_VARIANT in parts)
+    return "+".join(rest), mask
 
 
 def _heaviest_first(w: Workload) -> bool:

@@ -82,10 +82,9 @@ def launch_levels(phases, workload, tiling, hardware, l2) -> list[Levels]:
     or head dim tools/kernel_resources.py did not compile) gets NaN for what needs them: its
     local bytes, SM<->L2 bytes (spill misses go there) and time; so does one that cannot launch
     on ``hardware`` (``simulator.occupancy`` raises: too much shared memory), and a band kernel
-    compiled for a window's left side or grouped K/V heads (``Workload.kernel_causal`` None:
-    the tables record causal and non-causal kernels only; its sectors, DRAM, L1 hit rate and
-    shared wavefronts are modelled), or a block-sparse kernel while its variant
-    (``simulator.flash.SPARSE_VARIANT``) is not in the tables (likewise). Without rates for ``hardware``
+    -- a block mask, a window's left side, grouped K/V heads: its variant,
+    ``simulator.flash.mask_variant`` -- while the tables do not hold that variant (its sectors,
+    DRAM, L1 hit rate and shared wavefronts are modelled). Without rates for ``hardware``
     (``simulator.runtime.rates_for``), time is NaN and no dirty residue is taken."""
     from .local import dirty_residue, local_traffic
     from .phases import smem_wavefronts

@@ -73,16 +73,13 @@ def compiled_tiling(p: Phase, tiling: Tiling) -> Tiling | None:
     return tiling if p.block_trips else None
 
 
-def recorded_causal(p: Phase, w: Workload) -> bool | None:
+def recorded_causal(p: Phase, w: Workload) -> bool:
     """The ``causal`` key launch ``p``'s compiled kernel has in the recorded tables: the row
     kernels' code depends on no mask (their rows have none: the workload's is passed, and
-    ignored); a tiled kernel's is ``Workload.kernel_causal`` -- LookupError where that is None
-    (a band kernel compiled for a mask shape or K/V grouping never recorded)."""
+    ignored); a tiled kernel's is ``Workload.kernel_causal`` (its band's other compile-time
+    parts are in its variant, ``p.code``)."""
     if not p.block_trips:
         return w.causal
-    if w.kernel_causal is None:
-        raise LookupError(f"{p.code[0]}: window={w.window}, group={w.group} compiles a kernel "
-                          "whose resources and SASS were never recorded")
     return w.kernel_causal
 
 

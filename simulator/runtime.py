@@ -246,7 +246,7 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     kernel, variant = p.code
     fmt = mma_format(kernel, w, variant)
     r.mma_at(fmt, 1)                    # LookupError: rates that never timed this mma
-    causal = recorded_causal(p, w)      # LookupError for a band kernel never recorded
+    causal = recorded_causal(p, w)
     res = resources(kernel, tiling, w.d, causal, variant)
     occ = res.occupancy(hw)
     warps_b = occ.warps_per_block
@@ -338,8 +338,7 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
                     head: bool = False):
     """Cycles of one main-loop trip of every resident block (``resident`` of them: None, as
     many as ``occ`` fits) by the issue simulator, or None
-    where it cannot run (no recorded stream, nested loops of unknown trips, a band kernel
-    never recorded: ``Workload.kernel_causal`` None). Global loads at the L2's latency, spill
+    where it cannot run (no recorded stream, nested loops of unknown trips). Global loads at the L2's latency, spill
     refills at L1's, or L2's where they miss L1 (``spills_miss``: ``simulator.local``); a trip
     on an ``edge`` tile (with the masking code only those run, ``issue.Op.edge``) or not, a
     query head's first (``head``: with its start code, ``issue.Op.head``) or not;
@@ -349,8 +348,6 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
     from .issue import Streams, loop_cycles, loop_record
 
     causal = w.kernel_causal
-    if causal is None:
-        return None
     trips = inner_trips(kernel, t, w.d, causal, variant, rows)
     try:
         record = loop_record(kernel, t, w.d, causal, variant)

@@ -194,19 +194,14 @@ class Workload:
         return causal_diagonal(self.N_q, self.N_k, self.diagonal)
 
     @property
-    def kernel_causal(self) -> bool | None:
+    def kernel_causal(self) -> bool:
         """The ``causal`` key of the compiled kernels' recorded tables (``simulator.occupancy``'s
         kernel_resources.csv, ``simulator.sass``'s kernel_sass.csv, the issue model's loops) for
         this workload: the mask's upper edge (a window's right side alone compiles as causal:
-        hi is a run-time argument); None where the band kernels are compiled for a shape the
-        tables never recorded -- a lower edge (a window's left side) or grouped K/V heads
-        (``Mask.group`` is compile-time) -- so that nothing derived from them is guessed. (The
-        block-sparse kernels are their own variant, "sparse", of ``Phase.code``: keyed by
-        this upper edge like the others.)"""
-        mask, _, _ = self.mask()
-        if mask.lower or mask.group > 1:
-            return None
-        return mask.upper
+        hi is a run-time argument). The band kernels' other compile-time parts -- a block mask,
+        a window's left side, grouped K/V heads -- are their variant of ``Phase.code``
+        (``simulator.flash.mask_variant``), keyed by this upper edge like the others."""
+        return self.mask()[0].upper
 
     @property
     def precision(self) -> str:

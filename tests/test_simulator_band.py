@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from simulator import BAND_ALGORITHMS, ALGORITHMS, Tiling, Workload, predict
 from simulator.blocks import BlockGrid, band_extent, band_scores, causal_diagonal, unmasked_scores
 from simulator.closed_forms import proposition3_lower_bound
+from simulator.flash import mask_variant, variant_mask
 from simulator.fp16x3 import GX, cuda_simulated, prep_launch, split_threads
 from simulator.hardware import H200_MEASURED
 
@@ -411,13 +412,17 @@ def test_lower_bound_with_windows_and_gqa():
 
 # -- levels, L2 and runtime ----------------------------------------------------------------------
 def test_levels_that_need_an_unrecorded_kernel_are_nan():
-    """A window's left side or grouped heads compile kernels never recorded (resources, SASS):
-    local bytes, SM<->L2 bytes and time are NaN, the rest modelled; a right side alone compiles
-    as causal, so every level is there."""
-    base = dict(B=2, H=8, N_q=4096, N_k=4096, d=64)
+    """A window's left side or grouped heads compile kernels of their own (``Phase.code``'s
+    variant "window", "group4"): at a head dim the tables hold none of them (d = 128: the window
+    experiment's are at d = 64), local bytes, SM<->L2 bytes and time are NaN, the rest
+    modelled; a right side alone compiles as causal, so every level is there."""
+    base = dict(B=2, H=8, N_q=4096, N_k=4096, d=128)
     for kernel in ("flash_forward_tc", "flash_backward_tc"):
-        for extra in (dict(window=(256, 256)), dict(causal=True, kv_heads=2)):
-            v = predict(kernel, Workload(**base, **extra), None, H200_MEASURED).levels
+        for extra, variant in ((dict(window=(256, 256)), "window"), (dict(causal=True, kv_heads=2), "group")):
+            report = predict(kernel, Workload(**base, **extra), None, H200_MEASURED)
+            tiled = [p.code[1] for p in report.phases if p.block_trips]
+            assert tiled and all(v.startswith(variant) for v in tiled), tiled
+            v = report.levels
             assert math.isnan(v.time_s) and math.isnan(v.local_bytes)
             assert math.isnan(v.sm_l2_read_bytes) and math.isnan(v.sm_l2_write_bytes)
             assert v.dram_read_bytes > 0 and v.smem_wavefronts > 0 and 0 <= v.l1_hit_rate <= 1
@@ -426,6 +431,29 @@ def test_levels_that_need_an_unrecorded_kernel_are_nan():
         assert not any(math.isnan(x) for x in right.as_dict().values())
         # a right side past the diagonal visits more blocks than causal
         assert right.time_s > causal.time_s and right.smem_wavefronts > causal.smem_wavefronts
+
+
+def test_recorded_band_kernels_are_timed_from_their_own_code():
+    """The window experiment's band kernels (d = 64, a causal window's left side; 16 query
+    heads over 4 and 1 K/V heads) are in the tables: every level is modelled, and the windowed
+    forward is timed from its own main loop -- rising with the window, a short one far below
+    dense causal's time, a long one no faster than its share of dense causal's tiles allows (nor
+    much slower than dense: its edge tiles run the masking code, and its blocks do not start
+    heaviest first); grouped heads visit dense causal's blocks."""
+    base = dict(B=1, H=16, N_q=4096, N_k=4096, d=64, causal=True)
+    dense = predict("flash_forward_tc", Workload(**base), None, H200_MEASURED)
+    t = dense.tiling
+    times = {}
+    for extra in (dict(window=(128, 0)), dict(window=(512, 0)), dict(window=(2048, 0)),
+                  dict(kv_heads=4), dict(kv_heads=1)):
+        report = predict("flash_forward_tc", Workload(**base, **extra), None, H200_MEASURED)
+        assert not any(math.isnan(x) for x in report.levels.as_dict().values()), extra
+        times[extra.get("window", (0,))[0] or extra["kv_heads"]] = report.levels.time_s / dense.levels.time_s
+    assert times[128] < times[512] < times[2048] and times[128] < 0.5
+    tiles = BlockGrid(4096, 4096, t.Br, t.Bc, causal=True, window=(2048, 0)).active_scores()
+    share = tiles / BlockGrid(4096, 4096, t.Br, t.Bc, causal=True).active_scores()
+    assert 0.9 * share < times[2048] < 1.1
+    assert times[4] == pytest.approx(1.0, abs=0.1) and times[1] == pytest.approx(1.0, abs=0.1)
 
 
 def test_gqa_shrinks_kv_tensors_and_their_l2_floor():
@@ -488,7 +516,8 @@ def test_workload_normalises_no_op_arguments():
     w = Workload(1, 4, 8, 8, 4, window=(2, 1), diagonal=-3, kv_heads=1)
     mask, hi, lo = w.mask()
     assert (mask.upper, mask.lower, mask.group, hi, lo) == (True, True, 4, -2, -5)
-    assert w.band_or_gqa and w.kernel_causal is None
+    assert w.band_or_gqa and w.kernel_causal is True      # its upper edge; the rest in its variant
+    assert mask_variant(mask) == "window+group4" and variant_mask("window+group4", True) == ("", mask)
     plain = Workload(1, 4, 8, 8, 4, causal=True, window=(-1, 0))    # causal's own edge
     assert not plain.band_or_gqa and plain.kernel_causal is True
     right = Workload(1, 4, 8, 8, 4, window=(-1, 0))                 # an upper edge alone

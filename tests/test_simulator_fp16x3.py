@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from numba_flash.kernels import split_half
 from simulator import Tiling, Workload, predict
-from simulator.flash import flash_forward_v2
+from simulator.flash import flash_forward_v2, mask_variant
 from simulator.fp16x3 import (GX, VARIANT, amax_wavefronts, cuda_simulated, default_tiling,
                               prep_launch)
 from simulator.hardware import H200
@@ -132,7 +132,8 @@ def test_an_all_true_block_mask_predicts_the_dense_counts(data):
     w, t = data.draw(sparse_cases(FP16X3, fill=True))
     sparse, full = predict(FP16X3, w, t), predict(FP16X3, dense(w), t)
     assert_dense_counts(sparse, full)
-    assert sparse.phases[2].code == ("flash_forward_half", f"sparse+{VARIANT}")
+    assert sparse.phases[2].code == ("flash_forward_half", f"{mask_variant(w.mask()[0])}+{VARIANT}")
+    assert mask_variant(w.mask()[0]).startswith("sparse")
 
 
 @FAST

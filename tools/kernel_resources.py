@@ -60,7 +60,7 @@ from numba_flash.kernels.flash_forward_half import make_flash_forward_half
 from numba_flash.kernels.split_half import make_head_amax, make_split_half
 from numba_flash.kernels.standard import make_ds, make_matmul, make_softmax
 from numba_flash.checks import BLOCK_SIZE
-from simulator.flash import SPARSE_VARIANT
+from simulator.flash import SPARSE_VARIANT, variant_mask
 from simulator.fp16x3 import backward_default_tiling as fp16x3_backward_tiling, backward_smem_bytes
 from simulator.fp16x3 import (VARIANT as FP16X3, default_tiling as fp16x3_tiling, parts_width, prep_launch,
                               split_threads)
@@ -104,7 +104,7 @@ class Config:
     def tile_d(self) -> int:
         """The columns of the kernel's tiles: d, or for fa2_fp16x3's kernels 2 D16 (a row's
         fp16 hi and lo parts)."""
-        if self.variant == FP16X3:
+        if FP16X3 in self.variant.split("+"):
             return parts_width(self.d)
         return self.d or 0
 
@@ -114,7 +114,7 @@ class Config:
         (``simulator.fp16x3.backward_smem_bytes``)."""
         if not self.tiled:
             return 0
-        if self.variant == FP16X3 and self.kernel == "flash_backward_half":
+        if FP16X3 in self.variant.split("+") and self.kernel == "flash_backward_half":
             return backward_smem_bytes(self.tiling, self.d)
         return self.tiling.smem_bytes(self.kernel, self.tile_d)
 
@@ -159,13 +159,16 @@ TILED = {
 
 def tiled(kernel: str, variant: str, d: int, causal: bool, at: Tiling | None = None) -> Config:
     """The Config of tiled kernel ``kernel`` (its ``variant``) at head dim ``d``, ``causal``,
-    tiling ``at`` (None: its default; the sparse variant's nested in ``BLOCK_SIZE``)."""
-    kind, factory = TILED[kernel, variant]
-    mask = Mask(upper=causal, sparse=True) if variant == SPARSE_VARIANT else causal
-    if variant == FP16X3 and at is None:      # its own defaults (simulator.fp16x3)
+    tiling ``at`` (None: its default; the sparse variant's nested in ``BLOCK_SIZE``). A
+    variant's window and group parts (``simulator.flash.variant_mask``) are the band kernels'
+    compile-time mask, handed to the factory of its other parts."""
+    base, mask = variant_mask(variant, causal)
+    kind, factory = TILED[kernel, base]
+    if base == FP16X3 and at is None:      # its own defaults (simulator.fp16x3)
         at = (fp16x3_backward_tiling if kernel == "flash_backward_half" else fp16x3_tiling)(d, None, None)
-    return Config(kernel, variant, kind, d, causal, lambda t: factory(t, d, mask),
-                  block_size=BLOCK_SIZE if variant == SPARSE_VARIANT else None, at=at)
+    built = mask if mask != Mask(upper=causal) else causal     # the FFMA factories take a bool
+    return Config(kernel, variant, kind, d, causal, lambda t: factory(t, d, built),
+                  block_size=BLOCK_SIZE if mask.sparse else None, at=at)
 
 
 def configurations(head_dims, extra=()) -> list[Config]:
@@ -211,9 +214,9 @@ def experiment_keys(names, head_dims=HEAD_DIMS) -> list[tuple]:
     """(kernel, variant, Br, Bc, d, causal) of every tiled launch that the experiments
     ``names`` make in a full GPU run (their cases, ``experiments.common.kernels.listed_cases``,
     through the model's launches) and ``configurations(head_dims)`` lacks: non-default
-    tilings (fig2_middle's Bc sweep, io_scaling's M sweep), short sequences' cut tiles. Band
-    kernels with a left window side or grouped K/V heads are left out (the tables have no key
-    for their compile-time mask: ``Workload.kernel_causal``)."""
+    tilings (fig2_middle's Bc sweep, io_scaling's M sweep), short sequences' cut tiles, and the
+    band kernels of a window's left side or grouped K/V heads (the window experiment's: their
+    variant, ``simulator.flash.mask_variant``)."""
     from experiments import EXPERIMENTS
     from experiments.common.kernels import listed_cases
     from experiments.common.model import reports
@@ -223,12 +226,10 @@ def experiment_keys(names, head_dims=HEAD_DIMS) -> list[tuple]:
     for case in listed_cases([(EXPERIMENTS[n], n) for n in names], quick=False):
         for report in reports(case):
             w, t = report.workload, report.tiling
-            if w.kernel_causal is None:
-                continue
             for p in report.phases:
                 kernel, variant = p.code
                 base = asked_variant(variant)
-                if not p.block_trips or (kernel, base) not in TILED:
+                if not p.block_trips or (kernel, variant_mask(base, False)[0]) not in TILED:
                     continue
                 own = p.tiling or t          # (the deterministic backward's forward: its own)
                 if config_key(tiled(kernel, base, w.d, w.kernel_causal, own)) not in known:
