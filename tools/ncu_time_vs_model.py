@@ -1,0 +1,60 @@
+"""An experiment's committed ncu run held against this checkout's model: per case, ncu's kernel
+time (``gpu__time_duration`` summed over the case's kernels, as ``experiments.common.ncu``
+reads it) beside ``simulator.predict``'s time for the case's calls, so that a model change can
+be read against counters already measured -- without a GPU.
+
+    python tools/ncu_time_vs_model.py results/h200/window/ncu [--passes fwd]
+
+The folder is one that ``experiments.common.ncu.profile_cases`` wrote (``ncu_cases.json``,
+``ncu_result.json``, ``ncu.csv`` or its ``.gz``). The measured kernels are those of the commit
+that run measured (its CSV's ``commit``), which may not be this checkout's: say so beside any
+number taken from here. Prints one line per case, then MAPE and median APE."""
+import argparse
+import gzip
+import json
+import statistics
+from pathlib import Path
+
+from experiments.common import model
+from experiments.common.cases import Case
+from experiments.common.ncu import parse_ncu_csv, split_by_marker, sum_counters
+
+
+def kernel_times(folder: Path) -> list[tuple[Case, float]]:
+    """(case, ncu kernel time in ms) of every case the run profiled, in launch order."""
+    cases = [Case.from_json(c) for c in json.loads((folder / "ncu_cases.json").read_text())]
+    marked = [o for o in json.loads((folder / "ncu_result.json").read_text()) if o["marked"]]
+    packed = folder / "ncu.csv.gz"
+    text = gzip.open(packed, "rt").read() if packed.exists() else (folder / "ncu.csv").read_text()
+    segments = split_by_marker(parse_ncu_csv(text))
+    if len(segments) != len(marked):
+        raise SystemExit(f"{folder}: {len(segments)} marked segments for {len(marked)} marked cases")
+    return [(cases[o["index"]], sum_counters(kernels).gpu_time_ms)
+            for o, kernels in zip(marked, segments) if not o["error"] and kernels]
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--passes", choices=("fwd", "fwd_bwd"), help="only these cases")
+    args = parser.parse_args(argv)
+    errors = []
+    for case, measured in kernel_times(args.folder):
+        if args.passes and case.passes != args.passes:
+            continue
+        predicted = model.predicted_or_note(case)
+        if isinstance(predicted, str):
+            print(f"{case.label:60s} ncu {measured:9.4f} ms  model: {predicted}")
+            continue
+        ms = predicted.prediction.time_s * 1e3
+        errors.append(ms / measured - 1)
+        print(f"{case.label:60s} ncu {measured:9.4f} ms  model {ms:9.4f} ms  {100 * errors[-1]:+6.1f} %  "
+              f"({predicted.time_by})")
+    if errors:
+        ape = [abs(e) for e in errors]
+        print(f"{len(errors)} cases: MAPE {100 * statistics.mean(ape):.1f} %, median APE "
+              f"{100 * statistics.median(ape):.1f} %, signed mean {100 * statistics.mean(errors):+.1f} %")
+
+
+if __name__ == "__main__":
+    main()
