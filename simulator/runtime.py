@@ -337,8 +337,8 @@ def _simulated_trip(kernel: str, variant: str, t: Tiling, w: Workload, occ, r: M
                     red_sectors: float | None = None, account: dict | None = None,
                     head: bool = False):
     """Cycles of one main-loop trip of every resident block (``resident`` of them: None, as
-    many as ``occ`` fits) by the issue simulator, or None
-    where it cannot run (no recorded stream, nested loops of unknown trips). Global loads at the L2's latency, spill
+    many as ``occ`` fits) by the issue simulator, or None where it cannot run (no recorded
+    stream, nested loops of unknown trips). Global loads at the L2's latency, spill
     refills at L1's, or L2's where they miss L1 (``spills_miss``: ``simulator.local``); a trip
     on an ``edge`` tile (with the masking code only those run, ``issue.Op.edge``) or not, a
     query head's first (``head``: with its start code, ``issue.Op.head``) or not;
