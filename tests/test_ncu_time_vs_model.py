@@ -44,7 +44,7 @@ def test_a_case_that_failed_is_left_out_and_a_short_log_refused(tmp_path):
     got = ncu_time_vs_model.kernel_times(_folder(tmp_path, outcomes, False))
     assert [c.method for c, _ in got] == ["standard"]
     three = outcomes + [{"index": 1, "marked": True, "error": None}]
-    with pytest.raises(SystemExit, match="2 marked segments for 3 marked cases"):
+    with pytest.raises(SystemExit, match="ncu reported 2 marked cases, the child ran 3"):
         ncu_time_vs_model.kernel_times(_folder(tmp_path, three, False))
 
 

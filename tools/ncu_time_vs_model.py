@@ -10,27 +10,24 @@ The folder is one that ``experiments.common.ncu.profile_cases`` wrote (``ncu_cas
 that run measured (its CSV's ``commit``), which may not be this checkout's: say so beside any
 number taken from here. Prints one line per case, then MAPE and median APE."""
 import argparse
-import gzip
 import json
 import statistics
 from pathlib import Path
 
 from experiments.common import model
 from experiments.common.cases import Case
-from experiments.common.ncu import parse_ncu_csv, split_by_marker, sum_counters
+from experiments.common.ncu import Counters, read_profile
 
 
 def kernel_times(folder: Path) -> list[tuple[Case, float]]:
-    """(case, ncu kernel time in ms) of every case the run profiled, in launch order."""
+    """(case, ncu kernel time in ms) of every case the run profiled, in the order the run lists
+    them (``experiments.common.ncu.read_profile``); SystemExit where none has counters."""
     cases = [Case.from_json(c) for c in json.loads((folder / "ncu_cases.json").read_text())]
-    marked = [o for o in json.loads((folder / "ncu_result.json").read_text()) if o["marked"]]
-    packed = folder / "ncu.csv.gz"
-    text = gzip.open(packed, "rt").read() if packed.exists() else (folder / "ncu.csv").read_text()
-    segments = split_by_marker(parse_ncu_csv(text))
-    if len(segments) != len(marked):
-        raise SystemExit(f"{folder}: {len(segments)} marked segments for {len(marked)} marked cases")
-    return [(cases[o["index"]], sum_counters(kernels).gpu_time_ms)
-            for o, kernels in zip(marked, segments) if not o["error"] and kernels]
+    answers = read_profile(folder, cases)
+    times = [(case, got.gpu_time_ms) for case, got in answers.items() if isinstance(got, Counters)]
+    if not times:
+        raise SystemExit(f"{folder}: no case has counters ({next(iter(answers.values()), 'no cases')})")
+    return times
 
 
 def main(argv=None) -> None:

@@ -16,6 +16,7 @@ of one sector by several SMs at once.
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
 import shutil
@@ -148,9 +149,18 @@ def profile_cases(cases: list[Case], workdir: Path, progress=None) -> dict[Case,
     if not result.exists():
         tail = (workdir / "ncu_output.txt").read_text()[-300:].strip()
         return {case: f"ncu child failed (rc {returncode}): {tail}" for case in cases}
-    outcomes = json.loads(result.read_text())  # [{"index": i, "error": str|None}] in launch order
+    return read_profile(workdir, cases)
+
+
+def read_profile(workdir: Path, cases: list[Case]) -> dict[Case, Counters | str]:
+    """``profile_cases``' answer from the folder a run of it left (``ncu_result.json``, and
+    ``ncu.csv`` or, as a run is committed, ``ncu.csv.gz``): counters for each case, or a string
+    saying why there are none.  Also what reads a committed run again without a GPU."""
+    outcomes = json.loads((workdir / "ncu_result.json").read_text())  # [{"index", "marked", "error"}]
+    log, packed = workdir / "ncu.csv", workdir / "ncu.csv.gz"
+    text = log.read_text() if log.exists() else gzip.open(packed, "rt").read() if packed.exists() else ""
     try:
-        segments = split_by_marker(parse_ncu_csv(log.read_text() if log.exists() else ""))
+        segments = split_by_marker(parse_ncu_csv(text))
     except ValueError as exc:               # a cell or unit this parser does not know
         return {case: f"ncu output unreadable: {exc}" for case in cases}
     answers: dict[Case, Counters | str] = {}
