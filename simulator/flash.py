@@ -115,7 +115,7 @@ def variant_mask(variant: str, causal: bool) -> tuple[str, Mask]:
     variant without its window and group parts, the compile-time Mask it was built with:
     upper edge ``causal``, ``sparse`` where the variant names it)."""
     parts = [p for p in variant.split("+") if p]
-    groups = [_group_of(p) for p in parts if _group_of(p)]
+    groups = [g for g in map(_group_of, parts) if g]
     rest = [p for p in parts if p != WINDOW_VARIANT and _group_of(p) is None]
     mask = Mask(upper=causal, lower=WINDOW_VARIANT in parts, group=groups[0] if groups else 1,
                 sparse=SPARSE_VARIANT in parts)
