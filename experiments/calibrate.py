@@ -41,6 +41,9 @@ kernels of experiments/common/microbench.py (which says how each is timed):
   one of 32 units (as a causal forward's read every head's K and V), against the working set over
   L2's capacity (ncu; experiments/common/l2_reuse.py: what ``simulator.l2``'s assumption 4b
   takes from it: the wave's other readers hit, the next waves' only within half of L2);
+- a launch's floor and what each block an SM adds to it, and the read bandwidth of a stream
+  whose threads wait for their loads round after round, against the bytes an SM has in flight
+  (ncu; experiments/common/launch_cost.py: what the row kernels' time is made of);
 - block placement for grids of 1, 2, 4 blocks an SM: summary rows here, and the block -> SM map
   of every block in ``<out>/calibrate/placement.csv`` (``block``, ``smid``, ``start_rank``,
   ``start_ns``, ``end_ns``, ``first_wave``).
@@ -53,8 +56,8 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
-from experiments.common import (atomic_latency, copy_sectors, l1_reuse, l2_residue, l2_reuse, microbench,
-                                plotting)
+from experiments.common import (atomic_latency, copy_sectors, l1_reuse, l2_residue, l2_reuse, launch_cost,
+                                microbench, plotting)
 from experiments.common.context import NO_GPU, RunContext
 from experiments.common.metadata import run_metadata
 from experiments.common.results import write_rows
@@ -89,6 +92,7 @@ def run(ctx: RunContext) -> list[dict]:
     rows += [row(m) for m in copy_sectors.measure(not simulated)]
     rows += [row(m) for m in l1_reuse.measure(not simulated)]
     rows += [row(m) for m in l2_reuse.measure(not simulated)]
+    rows += [row(m) for m in launch_cost.measure(not simulated)]
     if raw:
         write_rows(ctx.folder(NAME) / PLACEMENT_CSV, raw, run_metadata(NAME, ctx.device, ctx.command))
     return rows

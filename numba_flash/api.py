@@ -37,6 +37,7 @@ from simulator.hardware import H200
 from simulator.kv_split import checked_kv_split
 from simulator.predict import kv_split_of
 from simulator.spec import Mask
+from simulator.row_kernels import CONVERT_BLOCKS_PER_SM, CONVERT_SMS, CONVERT_THREADS, ROW_DOT_THREADS
 from simulator.standard import ROW_THREADS
 from simulator.workload import Workload, needs_band_kernels
 from simulator.tiling import (BACKWARD_KERNELS, FORWARD_KERNELS, HALF_BACKWARD_KERNELS,
@@ -75,7 +76,7 @@ def _row_threads() -> int:
 def _row_dot(d: int, zero_dq: bool, n_q: int, bh: int, fmt: str = "float32"):
     """The D = rowsum(dO * O) kernel (one warp a row) for dO, O of format ``fmt`` and its grid:
     (kernel, grid, threads)."""
-    threads = 32 if memory.simulator_enabled() else 128
+    threads = 32 if memory.simulator_enabled() else ROW_DOT_THREADS
     return make_row_dot(threads, d, zero_dq, fmt), (math.ceil(n_q / (threads // 32)), bh), threads
 
 
@@ -456,8 +457,8 @@ def _convert(mem, x, name, fmt, widen, like):
 
 def _convert_grid(n: int) -> tuple[int, tuple]:
     """(threads, grid) of the grid-stride conversion kernel over n elements."""
-    threads = 32 if memory.simulator_enabled() else 256
-    return threads, (min(math.ceil(n / threads), 4 if memory.simulator_enabled() else 132 * 16),)
+    threads = 32 if memory.simulator_enabled() else CONVERT_THREADS
+    return threads, (min(math.ceil(n / threads), 4 if memory.simulator_enabled() else CONVERT_SMS * CONVERT_BLOCKS_PER_SM),)
 
 
 def _widened(mem, shp, like, **named):

@@ -16,6 +16,7 @@ wave) is in a CSV of its own, one row a block: ``load_placement``. Pure Python: 
 from __future__ import annotations
 
 import csv
+import json
 import math
 import re
 import statistics
@@ -59,6 +60,9 @@ HALF_MMA_LATENCY = {"float16": "mma_f16_latency_cycles", "bfloat16": "mma_bf16_l
 #: The mma formats ``MachineRates.mma_at`` knows: TF32 m16n8k8, fp16 / bf16 m16n8k16.
 MMA_FORMATS = ("tf32", *HALF_MMA)
 BARRIER = "barrier_cycles"
+#: experiments/common/launch_cost.py's rows (since 2026-12-07), one a configuration: the detail
+#: (JSON) gives the empty kernel's blocks an SM, the stream's bytes in flight an SM.
+EMPTY_KERNEL, STREAM_READ = "empty_kernel_s", "stream_read_bytes_per_s"
 #: Quantities measured more than once (one row per configuration), summarised by their median.
 MEDIANS = {"mma_lds_overlap": "mma_lds_overlap"}
 #: ... and those that may be missing (None): measured by ncu, which not every run has.
@@ -127,6 +131,11 @@ class MachineRates:
     launch_gap_s: GPU seconds from one queued empty kernel to the next (the launch overhead the
     GPU adds between back-to-back kernels).  host_launch_s: host seconds a numba launch of an
     empty kernel of one array argument; host_launch_per_array_arg_s: each further array argument.
+    empty_kernel_s: blocks an SM -> ncu's time (``gpu__time_duration``) of a kernel of that many
+    blocks of 128 threads that do nothing (experiments/common/launch_cost.py; ``launch_floor_s``,
+    ``block_dispatch_s``).  stream_read_bytes_per_s: bytes an SM has in flight -> the read
+    bandwidth (whole GPU) of a stream whose threads wait for their loads round after round
+    (``stream_read_at``). Both empty for CSVs from before they were measured (2026-12-07).
     """
 
     device: str
@@ -167,6 +176,8 @@ class MachineRates:
     dram_latency_cycles: float | None = None
     red_sectors_per_cycle: float | None = None
     mma_dispatch_cycles: float | None = None
+    empty_kernel_s: Mapping[float, float] = field(default_factory=dict)
+    stream_read_bytes_per_s: Mapping[float, float] = field(default_factory=dict)
 
     @property
     def ffma_flops_per_cycle(self) -> float:
@@ -211,6 +222,36 @@ class MachineRates:
             return self.mma_tf32_latency_cycles
         self._half(fmt)
         return self.mma_half_latency_cycles[fmt]
+
+    @property
+    def launch_floor_s(self) -> float | None:
+        """ncu's time of the smallest empty launch measured (one block): what any launch takes
+        beside its blocks' work; None where not measured."""
+        return self.empty_kernel_s[min(self.empty_kernel_s)] if self.empty_kernel_s else None
+
+    def block_dispatch_s(self, blocks_per_sm: float) -> float:
+        """Seconds an empty launch of ``blocks_per_sm`` blocks an SM takes beyond the floor (the
+        SMs starting and retiring its blocks): linear between the measured grids, on the line
+        through the two largest beyond them; 0 where not measured."""
+        if len(self.empty_kernel_s) < 2:
+            return 0.0
+        points = sorted(self.empty_kernel_s.items())
+        (xa, ya), (xb, yb) = points[-2:]
+        if blocks_per_sm >= xb:
+            grown = yb + (yb - ya) * (blocks_per_sm - xb) / (xb - xa)
+        else:
+            grown = _interpolate(points, blocks_per_sm, through_origin=False)
+        return max(0.0, grown - points[0][1])
+
+    def stream_read_at(self, in_flight_bytes_per_sm: float) -> float | None:
+        """Read bandwidth (B/s, whole GPU) of threads that wait for their loads round after
+        round, with ``in_flight_bytes_per_sm`` bytes of loads in flight an SM: linear between the
+        measured points, proportional below the fewest (Little's law at their latency), flat
+        above the most; None where not measured."""
+        if not self.stream_read_bytes_per_s:
+            return None
+        return _interpolate(sorted(self.stream_read_bytes_per_s.items()), in_flight_bytes_per_sm,
+                            through_origin=True)
 
     def barrier_cycles_at(self, warps: float) -> float:
         """Cycles a ``__syncthreads()`` of a block of ``warps`` warps: linear between the measured
@@ -289,6 +330,8 @@ def load_rates(path: str | Path = RATES_CSV) -> MachineRates:
     half_latency_of = {q: fmt for fmt, q in HALF_MMA_LATENCY.items()}
     mma_clocks: list[float] = []
     barrier: dict[int, float] = {}
+    empty: dict[float, float] = {}
+    stream: dict[float, float] = {}
     repeated: dict[str, list[float]] = {q: [] for q in (*MEDIANS.values(), *OPTIONAL_MEDIANS.values())}
     for r in rows:
         q, v = r["quantity"], _number(r.get("value"))
@@ -304,6 +347,10 @@ def load_rates(path: str | Path = RATES_CSV) -> MachineRates:
                 mma_clocks.append(_number(r.get("clock_hz")))
         elif q == BARRIER:
             barrier[int(float(r["warps_per_sm"]))] = v
+        elif q == EMPTY_KERNEL:
+            empty[float(json.loads(r["detail"])["blocks_per_sm"])] = v
+        elif q == STREAM_READ:
+            stream[float(json.loads(r["detail"])["in_flight_bytes_per_sm"])] = v
         else:
             values[q] = v
     shared = {op: {bits: values.get(f"{op}{bits}_wavefronts_per_cycle_per_sm") for bits in WIDTHS}
@@ -333,6 +380,7 @@ def load_rates(path: str | Path = RATES_CSV) -> MachineRates:
         dram_latency_cycles=values.get("dram_latency_cycles"),
         red_sectors_per_cycle=red_drain_rate(rows),
         mma_dispatch_cycles=values.get(MMA_DISPATCH),
+        empty_kernel_s=empty, stream_read_bytes_per_s=stream,
         lds_wavefronts_per_cycle=shared["lds"], sts_wavefronts_per_cycle=shared["sts"],
         **{name: (int(values[q]) if name == "sm_count" else values[q]) for name, q in _SCALARS.items()})
 

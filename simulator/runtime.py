@@ -65,10 +65,15 @@ blocks an SM from ptxas's registers and the shared memory):
    diagonal, then counts its edge code and its head code apart), it weighs the ratio to a plain
    trip.
 4. Cycles at the clock measured under the kernel's kind of load (the mma benchmark's clock for
-   tensor-core kernels, the FFMA one's for the others): the kernel's time, as ncu's
+   tensor-core kernels, the FFMA one's for the others), plus the launch's floor (an empty
+   launch's ncu time, where calibrate measured it): the kernel's time, as ncu's
    ``gpu__time_duration`` counts it (the gap between launches, ``MachineRates.launch_gap_s``,
    and host work are not in it).
-Row kernels (no loops modelled): streaming, DRAM bytes at the measured read and write bandwidths.
+Row kernels (no tiles): ``simulator.row_kernels`` -- the launch's floor, its blocks' dispatch,
+and its reads at the bandwidth its loads in flight reach (calibrate's launch-cost
+microbenchmarks; without them, DRAM bytes at the measured read and write bandwidths). A tiled
+launch's time adds the same floor (``MachineRates.launch_floor_s``: ncu's time of an empty
+one-block launch) to its blocks' makespan.
 Pure Python: no numba.
 """
 from __future__ import annotations
@@ -79,6 +84,7 @@ from pathlib import Path
 from functools import lru_cache
 
 from .hardware import Hardware
+from . import row_kernels
 from .occupancy import resources
 from .phases import Phase, smem_wavefronts
 from .rates import RATES_CSV, MachineRates, load_rates
@@ -241,8 +247,7 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     if r is None:
         return float("nan")
     if not p.block_trips:
-        read, write = dram_bytes or (0.0, 0.0)
-        return read / r.dram_read_bytes_per_s + write / r.dram_write_bytes_per_s
+        return row_kernels.seconds(p, w, hw, r, dram_bytes)
     kernel, variant = p.code
     fmt = mma_format(kernel, w, variant)
     r.mma_at(fmt, 1)                    # LookupError: rates that never timed this mma
@@ -305,7 +310,7 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     work = [n + outside + (starts if n else 0.0) for n in _launch_order(p, heads, weight)]
     cycles = shared_makespan(work, hw.sm_count, share, trip_cycles)
     clock = r.mma_clock_hz if loop.hmma else r.clock_hz
-    return cycles / clock
+    return cycles / clock + (r.launch_floor_s or 0.0)
 
 
 def block_counts(p: Phase, w: Workload, tiling: Tiling, warps: int) -> tuple[dict, dict]:

@@ -124,6 +124,8 @@ def test_the_gpu_branch_host_code_on_simulated_kernels(monkeypatch, tmp_path):
                           "l2_dirty_residue_hot_bytes": "simulator: not a measurement",
                           "l1_local_reuse_hit_rate": "simulator: not a measurement",
                           "l2_reread_hit_rate": "simulator: not a measurement",
+                          "empty_kernel_s": "simulator: not a measurement",
+                          "stream_read_bytes_per_s": "simulator: not a measurement",
                           **{f"copy_sectors_{mode}": "simulator: not a measurement"
                              for mode in copy_sectors.MODES}}
     gap = next(r for r in rows if r["quantity"] == "launch_gap_s")

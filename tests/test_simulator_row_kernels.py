@@ -1,0 +1,133 @@
+"""The row kernels' time (``simulator.row_kernels``) and what it is built from: calibrate's
+launch-cost microbenchmarks (experiments/common/launch_cost.py) run under the CUDA simulator,
+their rows read back into ``MachineRates``, and the model on hand-derived cases."""
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+from numba import config
+
+from experiments import calibrate
+from experiments.common import launch_cost as lc
+from experiments.common.metadata import METADATA_COLUMNS
+from experiments.common.results import write_rows
+from simulator import rates, row_kernels, runtime
+from simulator.flash import flash_backward_half, flash_backward_tc, flash_forward_tc
+from simulator.hardware import H200
+from simulator.standard import standard_backward
+from simulator.tiling import Tiling
+from simulator.workload import Workload
+
+SIM_ONLY = pytest.mark.skipif(not config.ENABLE_CUDASIM, reason="runs the kernels under NUMBA_ENABLE_CUDASIM=1")
+METADATA = {column: "" for column in METADATA_COLUMNS} | {"experiment": "calibrate", "device": "test GPU",
+                                                           "date": "2026-12-07"}
+SMS = 132
+
+
+@SIM_ONLY
+def test_the_microbenchmark_kernels_compute_what_they_say():
+    """The stream's threads sum every word of theirs (each round's k words); the empty kernel
+    writes nothing; a size too small for one round is refused."""
+    size = 16384
+    out = lc.run_launches(2, size=size, threads=(8, 16))
+    assert len(out) == len(lc.STREAM_CONFIGS)
+    for (k, blocks_per_sm), (src, dst) in zip(lc.STREAM_CONFIGS, out):
+        threads = 2 * blocks_per_sm * 16
+        rounds = lc.stream_rounds(k, threads, size)
+        words = src[:rounds * k * threads].reshape(rounds * k, threads)
+        np.testing.assert_allclose(dst, words.sum(axis=0), rtol=1e-6)
+    with pytest.raises(ValueError, match="holds no round"):
+        lc.stream_rounds(8, 1024, 1024)
+
+
+def _launch_cost_rows():
+    """The rows launch_cost writes for made-up ncu readings: empty launches of 2, 2.1, 2.2, 3,
+    6, 18 us; streams of 1, 1.3, 2, 2.5, 2.75 TB/s."""
+    empty = [{"gpu_time_ns": t} for t in (2000.0, 2100.0, 2200.0, 3000.0, 6000.0, 18000.0)]
+    reads = [lc.stream_rounds(k, b * SMS * lc.STREAM_THREADS) * 4 * k * b * SMS * lc.STREAM_THREADS
+             for k, b in lc.STREAM_CONFIGS]
+    stream = [{"gpu_time_ns": n / bw * 1e9} for n, bw in zip(reads, (1.0e12, 1.3e12, 2.0e12, 2.5e12, 2.75e12))]
+    return lc.empty_rows(empty, SMS) + lc.stream_rows(stream, SMS)
+
+
+@pytest.fixture()
+def measured(tmp_path):
+    """The committed H200 rates with the made-up launch-cost rows added."""
+    path = tmp_path / "calibrate.csv"
+    write_rows(path, rates._read(rates.RATES_CSV) + [calibrate.row(m) for m in _launch_cost_rows()], METADATA)
+    return rates.load_rates(path)
+
+
+def test_launch_cost_rows_round_trip_into_the_rates(measured):
+    assert measured.empty_kernel_s == pytest.approx(
+        {1 / SMS: 2e-6, 1.0: 2.1e-6, 4.0: 2.2e-6, 16.0: 3e-6, 64.0: 6e-6, 256.0: 18e-6})
+    assert measured.launch_floor_s == pytest.approx(2e-6)
+    assert measured.block_dispatch_s(16) == pytest.approx(1e-6)
+    assert measured.block_dispatch_s(160) == pytest.approx(10e-6)          # (6 + 12 x 96 / 192) - 2
+    assert measured.block_dispatch_s(512) == pytest.approx(16e-6 + 12e-6 * 256 / 192)   # the last slope on
+    in_flight = sorted(measured.stream_read_bytes_per_s)
+    assert in_flight == [4096, 8192, 16384, 32768, 65536]
+    assert measured.stream_read_at(2048) == pytest.approx(0.5e12)           # Little's law below
+    assert measured.stream_read_at(12288) == pytest.approx(1.65e12)
+    assert measured.stream_read_at(1e6) == pytest.approx(2.75e12)           # flat above
+    row = next(r for r in _launch_cost_rows() if r.quantity == "stream_read_bytes_per_s" and r.ilp == 2)
+    assert json.loads(row.detail)["in_flight_bytes_per_sm"] == 8 * lc.STREAM_THREADS * 4 * 2
+
+
+def test_rates_without_launch_costs_keep_the_bandwidth_bound():
+    h200 = rates.load_rates()
+    plain = dataclasses.replace(h200, empty_kernel_s={}, stream_read_bytes_per_s={})
+    assert plain.launch_floor_s is None and plain.block_dispatch_s(100) == 0.0
+    assert plain.stream_read_at(8192) is None
+    w = Workload(B=2, H=4, N_q=1000, N_k=1000, d=64)
+    p = _row_phase(standard_backward(w, Tiling(64, 64)), "row_dot")
+    read, write = 3e6, 1e6
+    assert row_kernels.seconds(p, w, H200, plain, (read, write)) == pytest.approx(
+        read / h200.dram_read_bytes_per_s + write / h200.dram_write_bytes_per_s)
+
+
+def _row_phase(plan, kernel):
+    return next(p for p in plan.phases if p.code[0] == kernel)
+
+
+def test_row_grids_are_the_launches_numba_flash_makes():
+    from numba_flash.kernels import split_half
+
+    assert row_kernels.PREP_LOADS == split_half.LOADS
+    w = Workload(B=2, H=3, N_q=1001, N_k=1001, d=80, dtype_bytes=2)
+    p = _row_phase(flash_backward_half(w, Tiling(64, 64)), "row_dot")
+    assert row_kernels.row_grid(p, w) == row_kernels.RowGrid(6 * 251, 128, 4)   # 4 rows a block, dO and O fp16
+    convert = _row_phase(flash_backward_half(w, Tiling(64, 64)), "convert")
+    assert row_kernels.row_grid(convert, w) == row_kernels.RowGrid(math.ceil(6 * 1001 * 80 / 256), 256, 4)
+    big = Workload(B=8, H=16, N_q=4096, N_k=4096, d=128, dtype_bytes=2)
+    assert row_kernels.row_grid(_row_phase(flash_backward_half(big, Tiling(64, 64)), "convert"), big).blocks == 132 * 16
+    ds = _row_phase(standard_backward(w, Tiling(64, 64)), "ds")
+    assert row_kernels.row_grid(ds, w) == row_kernels.RowGrid(6 * 1001, 128, 4)
+
+
+def test_a_row_launch_by_hand(measured):
+    """D = rowsum(dO O), fp32, B*H = 64, N_q = 2048, d = 64: 32768 blocks of 128 threads (248.2
+    an SM), 16 resident an SM x 128 threads x 8 bytes = 16 KiB in flight -> 2 TB/s of reads."""
+    w = Workload(B=4, H=16, N_q=2048, N_k=2048, d=64)
+    p = _row_phase(flash_backward_tc(w, Tiling(64, 64)), "row_dot")
+    assert row_kernels.row_grid(p, w) == row_kernels.RowGrid(32768, 128, 8)
+    per_sm = 32768 / SMS
+    dispatch = 18e-6 + 12e-6 * (per_sm - 256) / 192 - 2e-6
+    for read, write in ((64e6, 32e6), (4e6, 0.0), (400e6, 300e6)):
+        waited = read / 2.0e12 + write / measured.dram_write_bytes_per_s
+        streamed = read / measured.dram_read_bytes_per_s + write / measured.dram_write_bytes_per_s
+        assert row_kernels.seconds(p, w, H200, measured, (read, write)) == pytest.approx(
+            2e-6 + max(dispatch, waited, streamed))
+
+
+def test_a_tiled_launch_takes_the_floor_too(measured, monkeypatch):
+    w = Workload(B=1, H=16, N_q=2048, N_k=2048, d=64)
+    t = Tiling.kernel_default("flash_forward_tc", 64, n_q=2048, n_k=2048)
+    p = next(p for p in flash_forward_tc(w, t).phases if p.block_trips)
+    plain = dataclasses.replace(measured, empty_kernel_s={})
+    monkeypatch.setattr(runtime, "rates_for", lambda hw: plain)
+    without = runtime.launch_seconds(p, w, t, H200)
+    monkeypatch.setattr(runtime, "rates_for", lambda hw: measured)
+    assert runtime.launch_seconds(p, w, t, H200) == pytest.approx(without + 2e-6)
