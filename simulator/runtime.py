@@ -88,6 +88,7 @@ from . import row_kernels
 from .occupancy import resources
 from .phases import Phase, smem_wavefronts
 from .rates import RATES_CSV, MachineRates, load_rates
+from .report import element_bytes
 from .sectors import SECTOR_BYTES, sector_traffic
 from .sass import MAIN_LOOP, KernelSass, sass
 from .tiling import Tiling
@@ -299,6 +300,10 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     # the work outside the main loop, in trips: a block's share of a full SM's throughput, or
     # the latency of its tile copies where that is longer (the SM's other blocks go on)
     outside = max(share * t_out, chain) / trip_cycles(share)
+    # ... and before its first trip a block waits for its first tiles, which the SM's resident
+    # blocks, started together, draw at the SM's share of DRAM's bandwidth (beyond what the
+    # copies' latency chain already counts)
+    outside += max(0.0, prologue_cycles(p, w, r, share, l2_miss) - chain) / trip_cycles(share)
     # a query head's first trip in a block also runs the head's start code, which the
     # simulated trips leave out: simulated with it, it counts as that many plain trips, once
     # for each query head a block with trips visits
@@ -311,6 +316,34 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     cycles = shared_makespan(work, hw.sm_count, share, trip_cycles)
     clock = r.mma_clock_hz if loop.hmma else r.clock_hz
     return cycles / clock + (r.launch_floor_s or 0.0)
+
+
+#: Tensors a block of each tiled kernel reads once, all before its main loop (its own tiles:
+#: the row block of a forward, the key block of a backward); the others it streams, a tile a trip.
+OWN_TILES = {
+    "flash_forward_v2": ("Q",), "flash_forward_tc": ("Q",), "flash_forward_half": ("Q", "Q parts"),
+    "flash_forward_v1": ("K", "V"),
+    "flash_backward": ("K", "V"), "flash_backward_tc": ("K", "V"),
+    "flash_backward_half": ("K", "V", "K parts", "V parts"),
+    "flash_backward_dq": ("Q", "dO", "L", "L (recomputed)", "D"),
+}
+
+
+def prologue_cycles(p: Phase, w: Workload, r: MachineRates, resident: int, l2_miss: float) -> float:
+    """Cycles a block of tiled launch ``p`` waits before its first trip: DRAM's latency, then
+    the DRAM bytes of its first tiles -- its own tiles (``OWN_TILES``: read once a launch, so
+    from DRAM) and one trip's share of the tensors it streams (the launch's DRAM share
+    ``l2_miss`` of them) -- for each of the ``resident`` blocks an SM starts together, at one
+    SM's share of DRAM's read bandwidth (every SM starting its blocks at once: a launch's
+    first wave, and the next waves of blocks of equal work)."""
+    own = OWN_TILES.get(p.code[0], ())
+    blocks = len(p.block_trips) * p.grid_heads(w.BH)
+    trips = sum(p.block_trips) * p.grid_heads(w.BH)
+    if not blocks or not trips:
+        return 0.0
+    first = sum((n / blocks if name in own else l2_miss * n / trips) * element_bytes(name, w.dtype_bytes)
+                for name, n in p.hbm_reads.items())
+    return global_load_latency(r, 1.0) + resident * first / r.dram_read_bytes_per_cycle
 
 
 def block_counts(p: Phase, w: Workload, tiling: Tiling, warps: int) -> tuple[dict, dict]:

@@ -14,7 +14,7 @@ from experiments.common import launch_cost as lc
 from experiments.common.metadata import METADATA_COLUMNS
 from experiments.common.results import write_rows
 from simulator import rates, row_kernels, runtime
-from simulator.flash import flash_backward_half, flash_backward_tc, flash_forward_tc
+from simulator.flash import flash_backward_half, flash_backward_tc, flash_forward_half, flash_forward_tc
 from simulator.hardware import H200
 from simulator.standard import standard_backward
 from simulator.tiling import Tiling
@@ -131,3 +131,25 @@ def test_a_tiled_launch_takes_the_floor_too(measured, monkeypatch):
     without = runtime.launch_seconds(p, w, t, H200)
     monkeypatch.setattr(runtime, "rates_for", lambda hw: measured)
     assert runtime.launch_seconds(p, w, t, H200) == pytest.approx(without + 2e-6)
+
+
+def test_a_blocks_first_tiles_by_hand():
+    """The fp16 forward, 128 x 64 at d = 64: a block's own Qi (128 x 64 x 2 bytes) from DRAM,
+    and one trip's Kj, Vj (64 x 64 x 2 bytes each) at the launch's DRAM share; two resident
+    blocks draw them at one SM's share of DRAM's bandwidth, after DRAM's latency."""
+    from simulator.issue import global_load_latency
+
+    r = rates.load_rates()
+    w = Workload(B=1, H=8, N_q=1024, N_k=1024, d=64, dtype_bytes=2)
+    p = next(p for p in flash_forward_half(w, Tiling(128, 64)).phases if p.block_trips)
+    assert runtime.OWN_TILES["flash_forward_half"][0] == "Q"
+    for miss in (0.0, 0.25, 1.0):
+        first = 128 * 64 * 2 + miss * 2 * 64 * 64 * 2
+        assert runtime.prologue_cycles(p, w, r, 2, miss) == pytest.approx(
+            global_load_latency(r, 1.0) + 2 * first / r.dram_read_bytes_per_cycle)
+    standard = next(p for p in standard_backward(w, Tiling(64, 64)).phases if p.block_trips)
+    assert standard.code[0] not in runtime.OWN_TILES         # a matmul streams both operands
+    trips = sum(standard.block_trips) * standard.grid_heads(w.BH)
+    streamed = sum(standard.hbm_reads.values()) / trips * 2
+    assert runtime.prologue_cycles(standard, w, r, 1, 1.0) == pytest.approx(
+        global_load_latency(r, 1.0) + streamed / r.dram_read_bytes_per_cycle)
