@@ -333,7 +333,8 @@ def prologue_cycles(p: Phase, w: Workload, r: MachineRates, resident: int, l2_mi
     """Cycles a block of tiled launch ``p`` waits before its first trip: DRAM's latency, then
     the DRAM bytes of its first tiles -- its own tiles (``OWN_TILES``: read once a launch, so
     from DRAM) and one trip's share of the tensors it streams (the launch's DRAM share
-    ``l2_miss`` of them) -- for each of the ``resident`` blocks an SM starts together, at one
+    ``l2_miss`` of them); not the outputs it reads back (dQ's atomic adds, Algorithm 1's O, l,
+    m: written before they are read) -- for each of the ``resident`` blocks an SM starts together, at one
     SM's share of DRAM's read bandwidth (every SM starting its blocks at once: a launch's
     first wave, and the next waves of blocks of equal work)."""
     own = OWN_TILES.get(p.code[0], ())
@@ -342,7 +343,7 @@ def prologue_cycles(p: Phase, w: Workload, r: MachineRates, resident: int, l2_mi
     if not blocks or not trips:
         return 0.0
     first = sum((n / blocks if name in own else l2_miss * n / trips) * element_bytes(name, w.dtype_bytes)
-                for name, n in p.hbm_reads.items())
+                for name, n in p.hbm_reads.items() if not p.hbm_writes.get(name))
     return global_load_latency(r, 1.0) + resident * first / r.dram_read_bytes_per_cycle
 
 
