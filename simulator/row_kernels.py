@@ -87,10 +87,12 @@ def seconds(p: Phase, w: Workload, hw: Hardware, r: MachineRates, dram_bytes) ->
     read, write = dram_bytes or (0.0, 0.0)
     streamed = read / r.dram_read_bytes_per_s + write / r.dram_write_bytes_per_s
     grid = row_grid(p, w)
-    if grid is None or r.launch_floor_s is None or not r.stream_read_bytes_per_s:
+    if grid is None or not grid.blocks or r.launch_floor_s is None or not r.stream_read_bytes_per_s:
         return streamed
     per_sm = grid.blocks / hw.sm_count
     resident = min(SM_THREADS // grid.threads, SM_BLOCKS, -(-grid.blocks // hw.sm_count))
     in_flight = resident * grid.threads * grid.round_bytes
-    waited = read / r.stream_read_at(in_flight) + write / r.dram_write_bytes_per_s
+    # the stream's bandwidth is every SM's: a grid of fewer blocks than SMs draws on its own
+    busy = min(grid.blocks, hw.sm_count) / hw.sm_count
+    waited = read / (busy * r.stream_read_at(in_flight)) + write / r.dram_write_bytes_per_s
     return r.launch_floor_s + max(r.block_dispatch_s(per_sm), waited, streamed)

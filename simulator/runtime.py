@@ -42,7 +42,10 @@ blocks an SM from ptxas's registers and the shared memory):
    strided tile copies before the loop as often as they run (``simulator.trips.outer_trips``:
    Qi of the forwards, Kj, Vj of the backwards), or where longer the latency of those copies:
    each of their trips waits for its loads from DRAM (the block's own tile, read once a
-   launch), one after another (H200, 2026-12-02, ncu: the tensor-core forward executed 2-22 %
+   launch), one after another; plus the part beyond that chain of the wait for a block's
+   first tiles (``prologue_cycles``: DRAM's latency, then its own tiles and a trip's share of
+   the streamed ones for each block its SM starts together, at one SM's share of DRAM's read
+   bandwidth) (H200, 2026-12-02, ncu: the tensor-core forward executed 2-22 %
    more instructions than the static count, most at the fewest steps a block; its 256 x 32
    Qi copy at d = 64 runs 32 trips of one scalar load each).
 2. k co-resident blocks share an SM: with the issue simulator, a trip of each takes the cycles
@@ -301,9 +304,10 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     # the latency of its tile copies where that is longer (the SM's other blocks go on)
     outside = max(share * t_out, chain) / trip_cycles(share)
     # ... and before its first trip a block waits for its first tiles, which the SM's resident
-    # blocks, started together, draw at the SM's share of DRAM's bandwidth (beyond what the
-    # copies' latency chain already counts)
-    outside += max(0.0, prologue_cycles(p, w, r, share, l2_miss) - chain) / trip_cycles(share)
+    # blocks, started together, draw at the SM's share of DRAM's bandwidth: the part of that
+    # wait beyond the copies' latency chain (a wait as long as the chain is hidden as the chain is)
+    together = min(share, -(-len(p.block_trips) * heads // hw.sm_count))
+    outside += max(0.0, prologue_cycles(p, w, r, together, l2_miss) - chain) / trip_cycles(share)
     # a query head's first trip in a block also runs the head's start code, which the
     # simulated trips leave out: simulated with it, it counts as that many plain trips, once
     # for each query head a block with trips visits
@@ -322,7 +326,6 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
 #: the row block of a forward, the key block of a backward); the others it streams, a tile a trip.
 OWN_TILES = {
     "flash_forward_v2": ("Q",), "flash_forward_tc": ("Q",), "flash_forward_half": ("Q", "Q parts"),
-    "flash_forward_v1": ("K", "V"),
     "flash_backward": ("K", "V"), "flash_backward_tc": ("K", "V"),
     "flash_backward_half": ("K", "V", "K parts", "V parts"),
     "flash_backward_dq": ("Q", "dO", "L", "L (recomputed)", "D"),

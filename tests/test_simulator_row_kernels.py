@@ -28,8 +28,9 @@ SMS = 132
 
 @SIM_ONLY
 def test_the_microbenchmark_kernels_compute_what_they_say():
-    """The stream's threads sum every word of theirs (each round's k words); the empty kernel
-    writes nothing; a size too small for one round is refused."""
+    """The stream's threads sum every word of theirs (each round's k words), the empty kernel
+    launches at every grid; a size too small for one round is refused. (That a round's loads
+    wait for the last round's is the compiled code's doing, which the simulator cannot show.)"""
     size = 16384
     out = lc.run_launches(2, size=size, threads=(8, 16))
     assert len(out) == len(lc.STREAM_CONFIGS)
@@ -88,14 +89,38 @@ def test_rates_without_launch_costs_keep_the_bandwidth_bound():
         read / h200.dram_read_bytes_per_s + write / h200.dram_write_bytes_per_s)
 
 
+def test_a_grid_of_fewer_blocks_than_sms_streams_on_its_own(measured):
+    """D = rowsum(dO O) of 64 rows: 16 blocks, 16 of 132 SMs reading at their share of the
+    stream's bandwidth."""
+    w = Workload(B=1, H=1, N_q=64, N_k=64, d=64)
+    p = _row_phase(flash_backward_tc(w, Tiling(64, 64)), "row_dot")
+    assert row_kernels.row_grid(p, w).blocks == 16
+    read = 2 * 64 * 64 * 4
+    in_flight = 128 * 8
+    expected = read / (16 / SMS * measured.stream_read_at(in_flight))
+    assert row_kernels.seconds(p, w, H200, measured, (read, 0.0)) == pytest.approx(2e-6 + expected)
+
+
 def _row_phase(plan, kernel):
     return next(p for p in plan.phases if p.code[0] == kernel)
 
 
-def test_row_grids_are_the_launches_numba_flash_makes():
+def test_row_grids_are_the_launches_numba_flash_makes(monkeypatch):
+    from numba_flash import api
     from numba_flash.kernels import split_half
 
     assert row_kernels.PREP_LOADS == split_half.LOADS
+    monkeypatch.setattr(api.memory, "simulator_enabled", lambda: False)    # the GPU's launches
+    for d, n_q, bh, fmt, elem in ((64, 1001, 6, "float32", 4), (80, 4096, 128, "float16", 2)):
+        w = Workload(B=1, H=bh, N_q=n_q, N_k=n_q, d=d, dtype_bytes=elem)
+        plan = flash_backward_half(w, Tiling(64, 64)) if elem == 2 else flash_backward_tc(w, Tiling(64, 64))
+        _, grid, threads = api._row_dot(d, True, n_q, bh, fmt)
+        got = row_kernels.row_grid(_row_phase(plan, "row_dot"), w)
+        assert (got.blocks, got.threads) == (grid[0] * grid[1], threads)
+        if elem == 2:
+            threads, grid = api._convert_grid(bh * n_q * d)
+            got = row_kernels.row_grid(_row_phase(plan, "convert"), w)
+            assert (got.blocks, got.threads) == (grid[0], threads)
     w = Workload(B=2, H=3, N_q=1001, N_k=1001, d=80, dtype_bytes=2)
     p = _row_phase(flash_backward_half(w, Tiling(64, 64)), "row_dot")
     assert row_kernels.row_grid(p, w) == row_kernels.RowGrid(6 * 251, 128, 4)   # 4 rows a block, dO and O fp16
@@ -105,6 +130,14 @@ def test_row_grids_are_the_launches_numba_flash_makes():
     assert row_kernels.row_grid(_row_phase(flash_backward_half(big, Tiling(64, 64)), "convert"), big).blocks == 132 * 16
     ds = _row_phase(standard_backward(w, Tiling(64, 64)), "ds")
     assert row_kernels.row_grid(ds, w) == row_kernels.RowGrid(6 * 1001, 128, 4)
+    from simulator.fp16x3 import GX, cuda_simulated, flash_forward_fp16x3, prep_launch, split_threads
+
+    f32 = Workload(B=2, H=3, N_q=200, N_k=200, d=64)
+    amax, split = flash_forward_fp16x3(f32, Tiling(64, 32)).phases[:2]
+    threads, split_blocks = prep_launch(cuda_simulated())   # (grid (GX | split_blocks, q, k, v heads))
+    assert row_kernels.row_grid(amax, f32) == row_kernels.RowGrid(3 * 6 * GX, threads, 16)
+    assert row_kernels.row_grid(split, f32) == row_kernels.RowGrid(
+        3 * 6 * split_blocks, split_threads(64, threads), 16)
 
 
 def test_a_row_launch_by_hand(measured):
@@ -153,3 +186,17 @@ def test_a_blocks_first_tiles_by_hand():
     streamed = sum(standard.hbm_reads.values()) / trips * 2
     assert runtime.prologue_cycles(standard, w, r, 1, 1.0) == pytest.approx(
         global_load_latency(r, 1.0) + streamed / r.dram_read_bytes_per_cycle)
+
+
+def test_a_launch_of_fewer_blocks_than_slots_starts_fewer_together(monkeypatch):
+    """The first tiles' wait counts the blocks an SM starts together: 2 resident a full grid,
+    but 1 where the launch has fewer blocks than SMs."""
+    w = Workload(B=1, H=2, N_q=1024, N_k=1024, d=64, dtype_bytes=2)
+    t = Tiling(128, 64)
+    p = next(p for p in flash_forward_half(w, t).phases if p.block_trips)
+    assert len(p.block_trips) * p.grid_heads(w.BH) == 16 < SMS
+    seen = []
+    real = runtime.prologue_cycles
+    monkeypatch.setattr(runtime, "prologue_cycles", lambda *a: seen.append(a[3]) or real(*a))
+    runtime.launch_seconds(p, w, t, H200)
+    assert seen == [1]

@@ -12,7 +12,7 @@ Two microbenchmarks measure the two mechanisms, with no attention kernel in them
   1 block and ``EMPTY_BLOCKS_PER_SM`` blocks an SM. Its time at one block is the floor of any
   launch (``empty_kernel_s``: from the launch's start to its end, as ncu times our kernels);
   the growth with the blocks an SM is what an SM takes to start and retire a block
-  (``MachineRates.block_interval_s``);
+  (``MachineRates.block_dispatch_s``);
 - ``launch_stream``: every thread of a full SM (``STREAM_THREADS`` threads a block, blocks of a
   wave) reads ``k`` independent 4-byte words of a buffer far larger than L2 and adds them, then
   the next round -- a grid-stride loop, each round waiting for its loads (a branch on their sum
