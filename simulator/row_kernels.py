@@ -32,8 +32,6 @@ from .phases import Phase
 from .rates import MachineRates
 from .workload import Workload
 
-#: Threads an SM holds, and blocks (sm_90).
-SM_THREADS, SM_BLOCKS = 2048, 32
 #: D = rowsum(dO O): a warp a row, blocks of ``ROW_DOT_THREADS`` (numba_flash.api._row_dot).
 ROW_DOT_THREADS = 128
 #: The dQ conversion's grid-stride launch: threads a block, and blocks an SM at most
@@ -90,7 +88,7 @@ def seconds(p: Phase, w: Workload, hw: Hardware, r: MachineRates, dram_bytes) ->
     if grid is None or not grid.blocks or r.launch_floor_s is None or not r.stream_read_bytes_per_s:
         return streamed
     per_sm = grid.blocks / hw.sm_count
-    resident = min(SM_THREADS // grid.threads, SM_BLOCKS, -(-grid.blocks // hw.sm_count))
+    resident = min(hw.max_threads_per_sm // grid.threads, hw.max_blocks_per_sm, -(-grid.blocks // hw.sm_count))
     in_flight = resident * grid.threads * grid.round_bytes
     # the stream's bandwidth is every SM's: a grid of fewer blocks than SMs draws on its own
     busy = min(grid.blocks, hw.sm_count) / hw.sm_count

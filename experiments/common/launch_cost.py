@@ -127,8 +127,8 @@ CHILD = ("from numba import cuda; from experiments.common.launch_cost import run
 
 def empty_rows(kernels: list[dict], sm_count: int) -> list[Measurement]:
     """One ``empty_kernel_s`` row a grid, from ncu's readings (launch order)."""
-    return [Measurement("empty_kernel_s", k["gpu_time_ns"] * 1e-9, "s", EMPTY_BY, blocks_per_sm=None,
-                        warps_per_sm=None, detail=json.dumps({"grid": grid, "blocks_per_sm": grid / sm_count}))
+    return [Measurement("empty_kernel_s", k["gpu_time_ns"] * 1e-9, "s", EMPTY_BY,
+                        detail=json.dumps({"grid": grid, "blocks_per_sm": grid / sm_count}))
             for grid, k in zip(empty_grids(sm_count), kernels, strict=True)]
 
 
