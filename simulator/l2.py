@@ -88,6 +88,8 @@ class L2Phase:
     compulsory_read_bytes: int = 0
     compulsory_write_bytes: int = 0
     end_working_set_bytes: int | None = None
+    #: each tensor the launch reads: the share of its reads (SM side) that DRAM serves
+    read_miss: tuple[tuple[str, float], ...] = ()
 
     @property
     def final_working_set_bytes(self) -> int:
@@ -195,15 +197,20 @@ def _phase_l2(p: Phase, tiling: Tiling, w: Workload, hw: Hardware) -> tuple[L2Ph
     working_set = groups * p.unit_reread_elements * w.dtype_bytes
     hit = reread_hit(p, blocks / groups, working_set, hw)
     totals = [0, 0, 0, 0]   # bytes: compulsory reads, compulsory writes, DRAM reads, DRAM writes
+    read_miss = []
     for k, counts in enumerate((p.hbm_reads, p.hbm_writes)):
         for name, n in counts.items():
             b = element_bytes(name, w.dtype_bytes)
             floor = 0 if k == 0 and name in p.written_first else min(n, w.tensor_elements(name))
             totals[k] += floor * b
             kept = 1.0 if k == 0 and name in p.broadcast else hit      # (assumption 7)
-            totals[2 + k] += (floor + (n - floor) * (1.0 - kept)) * b
+            dram = floor + (n - floor) * (1.0 - kept)
+            totals[2 + k] += dram * b
+            if k == 0 and n:
+                read_miss.append((name, dram / n))
     return L2Phase(p.name, blocks, working_set, hit, totals[2], totals[3],
-                   int(totals[0]), int(totals[1]), end_working_set(p, blocks, units, working_set)), totals
+                   int(totals[0]), int(totals[1]), end_working_set(p, blocks, units, working_set),
+                   tuple(read_miss)), totals
 
 
 def l2_traffic(phases: tuple[Phase, ...], workload: Workload, tiling: Tiling,

@@ -108,7 +108,7 @@ def launch_levels(phases, workload, tiling, hardware, l2) -> list[Levels]:
                 pass
             try:
                 seconds = launch_seconds(p, workload, t, hardware,
-                                         (view.dram_read_bytes, written))
+                                         (view.dram_read_bytes, written), dict(view.read_miss))
             except LookupError:
                 pass
         parts.append(Levels(

@@ -12,7 +12,8 @@ blocks an SM from ptxas's registers and the shared memory):
    holds the most of them (warp slots go to the 4 schedulers in turn: a block of 5 warps puts
    two on one, and a trip, ending at a barrier, waits for that pair),
    dependency latencies (global loads at the L2 latency, plus DRAM's beyond it for the share
-   of their bytes the L2 model sends to DRAM; spill refills at L1's or, where any of the
+   of their bytes the L2 model sends to DRAM -- of the streamed tensor with the largest share,
+   as a trip waits for its slowest load, ``trip_dram_share``; spill refills at L1's or, where any of the
    launch's spill loads miss L1 (``simulator.local``: in practice where the frames do not fit
    beside the tiles), all at L2's -- the nested loops' refills too, which that model lets
    hit), pipe rates and
@@ -244,9 +245,12 @@ def mma_format(kernel: str, w: Workload, variant: str = "") -> str:
     return "tf32"
 
 
-def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_bytes=None) -> float:
+def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_bytes=None,
+                   read_miss: dict[str, float] | None = None) -> float:
     """The model's time of launch ``p`` (module docstring); NaN without measured rates.
-    ``dram_bytes``: (read, write) DRAM bytes of the launch, for the row kernels."""
+    ``dram_bytes``: (read, write) DRAM bytes of the launch, for the row kernels; ``read_miss``:
+    each tensor it reads, the share of those reads DRAM serves (``simulator.l2``'s
+    ``L2Phase.read_miss``; without it, the launch's mean share for every tensor)."""
     r = rates_for(hw)
     if r is None:
         return float("nan")
@@ -280,6 +284,8 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     traffic = sector_traffic(p, w)
     fetched = traffic.missed * SECTOR_BYTES
     l2_miss = (dram_bytes[0] / fetched) if dram_bytes and fetched else 0.0
+    shares = {name: l2_miss for name in p.hbm_reads} | (read_miss or {})
+    trip_miss = trip_dram_share(p, shares, l2_miss)
     # the sectors a reduction sends to L2: the sector model's over the global reduction warp
     # instructions of the launch's trips (every one of our kernels' is in the main loop)
     reductions = counts["reductions"] * trips
@@ -289,7 +295,7 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     edge_share = p.edge_share if has_edge_code(kernel, tiling, w.d, causal, variant) else 1.0
     kinds = [e for e, share_e in ((False, 1.0 - edge_share), (True, edge_share)) if share_e > 0]
     simulated = {e: {k: _simulated_trip(kernel, variant, tiling, w, occ, r, fmt, spills_miss, k,
-                                        rows_per_trip(p), l2_miss, e, red_sectors=red_sectors)
+                                        rows_per_trip(p), trip_miss, e, red_sectors=red_sectors)
                      for k in range(1, share + 1)}
                  for e in kinds}
     weight = 1.0
@@ -307,14 +313,14 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     # blocks, started together, draw at the SM's share of DRAM's bandwidth: the part of that
     # wait beyond the copies' latency chain (a wait as long as the chain is hidden as the chain is)
     together = min(share, -(-len(p.block_trips) * heads // hw.sm_count))
-    outside += max(0.0, prologue_cycles(p, w, r, together, l2_miss) - chain) / trip_cycles(share)
+    outside += max(0.0, prologue_cycles(p, w, r, together, shares) - chain) / trip_cycles(share)
     # a query head's first trip in a block also runs the head's start code, which the
     # simulated trips leave out: simulated with it, it counts as that many plain trips, once
     # for each query head a block with trips visits
     starts = 0.0
     if simulated_trips and has_head_code(kernel, tiling, w.d, causal, variant):
         first = _simulated_trip(kernel, variant, tiling, w, occ, r, fmt, spills_miss, share,
-                                rows_per_trip(p), l2_miss, kinds[0], red_sectors=red_sectors, head=True)
+                                rows_per_trip(p), trip_miss, kinds[0], red_sectors=red_sectors, head=True)
         starts = (first / simulated[kinds[0]][share] - 1.0) * w.BH / heads
     work = [n + outside + (starts if n else 0.0) for n in _launch_order(p, heads, weight)]
     cycles = shared_makespan(work, hw.sm_count, share, trip_cycles)
@@ -332,11 +338,29 @@ OWN_TILES = {
 }
 
 
-def prologue_cycles(p: Phase, w: Workload, r: MachineRates, resident: int, l2_miss: float) -> float:
+def trip_dram_share(p: Phase, shares: dict[str, float], mean: float) -> float:
+    """The DRAM share of a main-loop trip's global loads, for their latency: a trip waits at
+    its barrier for the slowest of its loads, so where the tensors it streams (all it reads
+    but its own tiles, ``OWN_TILES``, and the outputs it reads back) come from DRAM in
+    different shares (``shares``: ``simulator.l2``'s ``L2Phase.read_miss``) the largest
+    counts: the standard matmul's O = P V reads its chunk of P, streamed once, from DRAM and
+    its chunk of V, re-read by every row block, from L2, and waits for P. Where the loop nests
+    loops that load (``Phase.inner_trips``: Algorithm 1's K_j, V_j a trip, Q_i, O_i, l_i, m_i
+    in the loop within) each load waits on its own: the launch's ``mean`` share."""
+    if p.inner_trips:
+        return mean
+    own = OWN_TILES.get(p.code[0], ())
+    streamed = [m for name, m in shares.items()
+                if name not in own and not (p.hbm_writes.get(name) and name not in p.written_first)]
+    return max(streamed, default=mean)
+
+
+def prologue_cycles(p: Phase, w: Workload, r: MachineRates, resident: int,
+                    shares: dict[str, float]) -> float:
     """Cycles a block of tiled launch ``p`` waits before its first trip: DRAM's latency, then
     the DRAM bytes of its first tiles -- its own tiles (``OWN_TILES``: read once a launch, so
-    from DRAM) and one trip's share of the tensors it streams (the launch's DRAM share
-    ``l2_miss`` of them); not the outputs it reads back (dQ's atomic adds, Algorithm 1's O, l,
+    from DRAM) and one trip's share of the tensors it streams (the share of each that DRAM
+    serves, ``shares``: ``trip_dram_share``'s); not the outputs it reads back (dQ's atomic adds, Algorithm 1's O, l,
     m: written before they are read) -- for each of the ``resident`` blocks an SM starts together, at one
     SM's share of DRAM's read bandwidth (every SM starting its blocks at once: a launch's
     first wave, and the next waves of blocks of equal work)."""
@@ -345,7 +369,8 @@ def prologue_cycles(p: Phase, w: Workload, r: MachineRates, resident: int, l2_mi
     trips = sum(p.block_trips) * p.grid_heads(w.BH)
     if not blocks or not trips:
         return 0.0
-    first = sum((n / blocks if name in own else l2_miss * n / trips) * element_bytes(name, w.dtype_bytes)
+    first = sum((n / blocks if name in own else shares.get(name, 0.0) * n / trips)
+                * element_bytes(name, w.dtype_bytes)
                 for name, n in p.hbm_reads.items() if not p.hbm_writes.get(name))
     return global_load_latency(r, 1.0) + resident * first / r.dram_read_bytes_per_cycle
 

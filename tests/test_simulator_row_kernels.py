@@ -16,7 +16,7 @@ from experiments.common.results import write_rows
 from simulator import rates, row_kernels, runtime
 from simulator.flash import flash_backward_half, flash_backward_tc, flash_forward_half, flash_forward_tc
 from simulator.hardware import H200
-from simulator.standard import standard_backward
+from simulator.standard import standard_backward, standard_forward
 from simulator.tiling import Tiling
 from simulator.workload import Workload
 
@@ -168,7 +168,7 @@ def test_a_tiled_launch_takes_the_floor_too(measured, monkeypatch):
 
 def test_a_blocks_first_tiles_by_hand():
     """The fp16 forward, 128 x 64 at d = 64: a block's own Qi (128 x 64 x 2 bytes) from DRAM,
-    and one trip's Kj, Vj (64 x 64 x 2 bytes each) at the launch's DRAM share; two resident
+    and one trip's Kj, Vj (64 x 64 x 2 bytes each) at their DRAM shares; two resident
     blocks draw them at one SM's share of DRAM's bandwidth, after DRAM's latency."""
     from simulator.issue import global_load_latency
 
@@ -177,14 +177,16 @@ def test_a_blocks_first_tiles_by_hand():
     p = next(p for p in flash_forward_half(w, Tiling(128, 64)).phases if p.block_trips)
     assert runtime.OWN_TILES["flash_forward_half"][0] == "Q"
     for miss in (0.0, 0.25, 1.0):
-        first = 128 * 64 * 2 + miss * 2 * 64 * 64 * 2
-        assert runtime.prologue_cycles(p, w, r, 2, miss) == pytest.approx(
+        first = 128 * 64 * 2 + miss * 64 * 64 * 2         # V's share counts; K's is 0 here
+        shares = {"Q": 0.5, "K": 0.0, "V": miss}             # (an own tile is read whole)
+        assert runtime.prologue_cycles(p, w, r, 2, shares) == pytest.approx(
             global_load_latency(r, 1.0) + 2 * first / r.dram_read_bytes_per_cycle)
     standard = next(p for p in standard_backward(w, Tiling(64, 64)).phases if p.block_trips)
     assert standard.code[0] not in runtime.OWN_TILES         # a matmul streams both operands
     trips = sum(standard.block_trips) * standard.grid_heads(w.BH)
     streamed = sum(standard.hbm_reads.values()) / trips * 2
-    assert runtime.prologue_cycles(standard, w, r, 1, 1.0) == pytest.approx(
+    everything = dict.fromkeys(standard.hbm_reads, 1.0)
+    assert runtime.prologue_cycles(standard, w, r, 1, everything) == pytest.approx(
         global_load_latency(r, 1.0) + streamed / r.dram_read_bytes_per_cycle)
 
 
@@ -200,3 +202,29 @@ def test_a_launch_of_fewer_blocks_than_slots_starts_fewer_together(monkeypatch):
     monkeypatch.setattr(runtime, "prologue_cycles", lambda *a: seen.append(a[3]) or real(*a))
     runtime.launch_seconds(p, w, t, H200)
     assert seen == [1]
+
+
+def test_a_trip_waits_for_its_slowest_streamed_tensor():
+    """O = P V of standard attention streams P once (every read from DRAM) and re-reads V (from
+    L2 after the first row block): the trip's loads wait at P's share, not the byte mean; a
+    forward's own Qi and a backward's dQ (atomics, read back) do not count; Algorithm 1, whose
+    loop nests loops that load, keeps the launch's mean."""
+    from simulator.flash import flash_forward_v1
+    from simulator.l2 import l2_traffic
+
+    w = Workload(B=1, H=4, N_q=1024, N_k=1024, d=64)
+    t = Tiling(64, 64)
+    plan = standard_forward(w, t)
+    pv = plan.phases[2]
+    view = l2_traffic(plan.phases, w, t, H200).phases[2]
+    miss = dict(view.read_miss)
+    assert miss["P"] == 1.0 and miss["V"] == pytest.approx(1 / 16)    # V: 16 row tiles, 1 fetch
+    mean = view.dram_read_bytes / (4 * sum(pv.hbm_reads.values()))
+    assert mean < 0.6 and runtime.trip_dram_share(pv, miss, mean) == 1.0
+    forward = next(p for p in flash_forward_half(w, Tiling(128, 64)).phases if p.block_trips)
+    assert runtime.trip_dram_share(forward, {"Q": 1.0, "K": 0.2, "V": 0.3}, 0.5) == 0.3
+    backward = next(p for p in flash_backward_tc(w, Tiling(64, 64)).phases if p.block_trips)
+    shares = {"K": 1.0, "V": 1.0, "Q": 0.1, "dO": 0.1, "L": 0.1, "D": 0.1, "dQ": 0.9}
+    assert runtime.trip_dram_share(backward, shares, 0.5) == 0.1
+    alg1 = next(p for p in flash_forward_v1(w, t).phases if p.block_trips)
+    assert alg1.inner_trips and runtime.trip_dram_share(alg1, {"Q": 1.0}, 0.3) == 0.3
