@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+from contextlib import contextmanager
 
 from .banks import WARP
 from .blocks import ceil_div
@@ -145,10 +146,30 @@ def amax_wavefronts(threads: int) -> int:
     return ceil_div(threads, WARP) + steps + 1
 
 
+#: Depth of ``gpu_launches`` contexts open (0: the launches follow the process, ``cuda_simulated``).
+_AS_ON_GPU = [0]
+
+
 def cuda_simulated() -> bool:
     """Whether this process runs kernels under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM``,
-    read as numba reads it), whose launches numba_flash makes smaller (``prep_launch``)."""
+    read as numba reads it), whose launches numba_flash makes smaller (``prep_launch``) -- and
+    the model counts them so, but inside ``gpu_launches``."""
+    if _AS_ON_GPU[0]:
+        return False
     return os.environ.get("NUMBA_ENABLE_CUDASIM", "0").strip() not in ("", "0")
+
+
+@contextmanager
+def gpu_launches():
+    """Within: plans take a GPU's launches of the preparing kernels (``prep_launch(False)``)
+    even in a process that runs the CUDA simulator -- for predictions of what a GPU measures
+    (a CPU re-prediction of committed counters), where the simulator's smaller launches
+    (``count_traffic`` against ``predict`` under the simulator) do not apply."""
+    _AS_ON_GPU[0] += 1
+    try:
+        yield
+    finally:
+        _AS_ON_GPU[0] -= 1
 
 
 def _renamed(counts, names: dict) -> dict:

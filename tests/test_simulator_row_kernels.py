@@ -228,3 +228,24 @@ def test_a_trip_waits_for_its_slowest_streamed_tensor():
     assert runtime.trip_dram_share(backward, shares, 0.5) == 0.1
     alg1 = next(p for p in flash_forward_v1(w, t).phases if p.block_trips)
     assert alg1.inner_trips and runtime.trip_dram_share(alg1, {"Q": 1.0}, 0.3) == 0.3
+
+
+def test_a_gpu_configurations_prediction_takes_the_gpus_launches():
+    """Under the CUDA simulator numba_flash launches fp16x3's preparing kernels smaller, and
+    ``simulator.predict`` counts them so (count_traffic equals it); a prediction of a GPU
+    configuration (``experiments.common.model.reports``: what the CPU mode re-predicts of
+    committed counters) takes the GPU's launches in that process too."""
+    from experiments.common import model
+    from experiments.common.cases import Case
+    from simulator import fp16x3
+
+    simulated = config.ENABLE_CUDASIM == 1
+    assert fp16x3.cuda_simulated() == simulated
+    with fp16x3.gpu_launches():
+        assert not fp16x3.cuda_simulated()
+    assert fp16x3.cuda_simulated() == simulated
+    threads, blocks = fp16x3.prep_launch(False)
+    phases = model.reports(Case("fa2_fp16x3", "fwd", 2, 4, 256, 64), gpu="H200_MEASURED")[0].phases
+    amax, split = (next(p for p in phases if p.code[0] == k) for k in ("head_amax", "split_half"))
+    assert split.blocks_per_unit == blocks
+    assert amax.lsu_wavefronts == 2 * 4 * 3 * fp16x3.GX * fp16x3.amax_wavefronts(threads)

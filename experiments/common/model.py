@@ -128,16 +128,19 @@ def effective_tiling(case: Case):
 
 def reports(case: Case, dtype_bytes: int | None = None, gpu: str = MEASURED_GPU, tiling: str = "kernels") -> list:
     """``simulator.predict``'s report for each of the case's calls (with ``padding``, each
-    batch entry's: ``call_workloads``)."""
+    batch entry's: ``call_workloads``), as they run on a GPU (``simulator.fp16x3.gpu_launches``:
+    also in a process under the CUDA simulator, the CPU mode's)."""
     import simulator
+    from simulator.fp16x3 import gpu_launches
 
     def chosen(algorithm):
         if case.tiling is not None:
             return case.tiling_object()
         return kernel_tiling(algorithm, case.d, case.N, case.block_size) if tiling == "kernels" else None
 
-    return [simulator.predict(a, w, tiling=chosen(a), hardware=hardware(gpu))
-            for w in call_workloads(case, dtype_bytes) for a in case.simulator_algorithms()]
+    with gpu_launches():
+        return [simulator.predict(a, w, tiling=chosen(a), hardware=hardware(gpu))
+                for w in call_workloads(case, dtype_bytes) for a in case.simulator_algorithms()]
 
 
 def predict_case(case: Case, dtype_bytes: int | None = None, gpu: str = MEASURED_GPU, tiling: str = "kernels") -> Prediction:
