@@ -1,0 +1,43 @@
+#!/bin/bash
+# One device call that measures what the cost model needs of a GPU, to a deadline: the
+# launch-cost microbenchmarks (calibrate's rows the row kernels are timed from; skipped on an
+# H100, whose rows are in simulator/rates_h100.csv), then experiments/levels.py's splits one
+# after another (each its own process and CSV, so a split cut by the deadline costs only
+# itself), their kernels built first in parallel (one config per distinct kernel).
+# From the repository root, in this workplace's device sandbox (carry .whl):
+#   COMMIT=$(git rev-parse --short HEAD) SPLITS="development validation ..." [DEADLINE=560] \
+#     bash tools/gpu_levels.sh          # writes $OUT/launch_cost.csv, $OUT/<split>/levels_kernels_<split>.csv
+source .whl/prefix.sh
+export NUMBA_FLASH_CACHE_DIR=/tmp/nfk NUMBA_FLASH_COMMIT=${COMMIT:?} PYTHONUNBUFFERED=1
+start=$(date +%s); deadline=${DEADLINE:-560}
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $OUT/device.txt 2>&1
+grep -q H100 $OUT/device.txt && SKIP_LC=1
+if [ -z "${SKIP_LC:-}" ]; then
+python3 -c "
+from pathlib import Path; import os
+from experiments.common import launch_cost as l; from experiments import calibrate
+from experiments.common.results import write_rows; from experiments.common.metadata import run_metadata
+rows=[calibrate.row(m) for m in l.measure(True)]
+write_rows(Path(os.environ['OUT'])/'launch_cost.csv', rows, run_metadata('calibrate','gpu','experiments.common.launch_cost.measure(True) via calibrate.row (tools/gpu_levels.sh)'))
+" > $OUT/launch_cost.log 2>&1
+echo "launch cost rc $? at $(( $(date +%s)-start )) s" >> $OUT/progress.txt
+fi
+python3 -c "
+import dataclasses, numba_flash
+from experiments.levels import SPLITS
+from experiments.common.kernels import kernel_config
+seen, cfgs = set(), []
+for s in '${SPLITS:?}'.split():
+    for c in SPLITS[s]:
+        k = kernel_config(c); key = dataclasses.replace(k, n_q=0, n_k=0)
+        if key not in seen: seen.add(key); cfgs.append(k)
+print(len(cfgs), 'configs'); print(numba_flash.warmup(cfgs))
+" > $OUT/warmup.log 2>&1
+echo "warmup rc $? at $(( $(date +%s)-start )) s" >> $OUT/progress.txt
+for s in $SPLITS; do
+  left=$(( deadline - ($(date +%s) - start) ))
+  [ $left -lt 40 ] && { echo "skip $s" >> $OUT/progress.txt; continue; }
+  timeout -k 5 $left python3 -m experiments.levels $s $OUT/$s > $OUT/$s.log 2>&1
+  echo "$s rc $? at $(( $(date +%s)-start )) s" >> $OUT/progress.txt
+done
+cat $OUT/progress.txt
