@@ -3,7 +3,8 @@
 # launch-cost microbenchmarks (calibrate's rows the row kernels are timed from; skipped on an
 # H100, whose rows are in simulator/rates_h100.csv), then experiments/levels.py's splits one
 # after another (each its own process and CSV, so a split cut by the deadline costs only
-# itself), their kernels built first in parallel (one config per distinct kernel).
+# itself), their kernels built first in parallel (each config once, as
+# experiments.common.kernels.build_kernels builds an experiment's).
 # From the repository root, in this workplace's device sandbox (carry .whl):
 #   COMMIT=$(git rev-parse --short HEAD) SPLITS="development validation ..." [DEADLINE=560] \
 #     bash tools/gpu_levels.sh          # writes $OUT/launch_cost.csv, $OUT/<split>/levels_kernels_<split>.csv
@@ -23,14 +24,10 @@ write_rows(Path(os.environ['OUT'])/'launch_cost.csv', rows, run_metadata('calibr
 echo "launch cost rc $? at $(( $(date +%s)-start )) s" >> $OUT/progress.txt
 fi
 python3 -c "
-import dataclasses, numba_flash
+import numba_flash
 from experiments.levels import SPLITS
 from experiments.common.kernels import kernel_config
-seen, cfgs = set(), []
-for s in '${SPLITS:?}'.split():
-    for c in SPLITS[s]:
-        k = kernel_config(c); key = dataclasses.replace(k, n_q=0, n_k=0)
-        if key not in seen: seen.add(key); cfgs.append(k)
+cfgs = list(dict.fromkeys(kernel_config(c) for s in '${SPLITS:?}'.split() for c in SPLITS[s]))
 print(len(cfgs), 'configs'); print(numba_flash.warmup(cfgs))
 " > $OUT/warmup.log 2>&1
 echo "warmup rc $? at $(( $(date +%s)-start )) s" >> $OUT/progress.txt

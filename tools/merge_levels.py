@@ -13,30 +13,22 @@ date and commit it was measured on); the table as it was is kept beside it as
 """
 from __future__ import annotations
 
-import csv
 import shutil
 import sys
 from pathlib import Path
+
+from experiments.common.results import read_rows, write_rows
 
 
 def merge(run_dir: Path, tag: str, card: str = "h200") -> tuple[int, int]:
     """(cases measured in ``run_dir``, cases kept from the table) after merging (module doc)."""
     dest = Path("results") / card / "levels" / "levels_kernels.csv"
-    with open(dest, newline="") as fh:
-        old = list(csv.DictReader(fh))
-    new = []
-    for path in sorted(run_dir.glob("**/levels_kernels_*.csv")):
-        with open(path, newline="") as fh:
-            new += list(csv.DictReader(fh))
+    old = read_rows(dest)
+    new = [r for path in sorted(run_dir.glob("**/levels_kernels_*.csv")) for r in read_rows(path)]
     measured = {r["case"] for r in new}
     kept = [r for r in old if r["case"] not in measured]
     shutil.copy(dest, dest.with_name(f"levels_kernels_before_{tag}.csv"))
-    columns = list(dict.fromkeys([c for r in old[:1] + new for c in r]))
-    with open(dest, "w", newline="") as fh:
-        writer = csv.DictWriter(fh, columns)
-        writer.writeheader()
-        for r in new + kept:
-            writer.writerow({c: r.get(c, "") for c in columns})
+    write_rows(dest, new + kept, {})       # every row carries its own measurement's metadata
     return len(measured), len({r["case"] for r in kept})
 
 
