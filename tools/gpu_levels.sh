@@ -8,8 +8,11 @@
 # From the repository root, in this workplace's device sandbox (carry .whl):
 #   COMMIT=$(git rev-parse --short HEAD) SPLITS="development validation ..." [DEADLINE=560] \
 #     bash tools/gpu_levels.sh          # writes $OUT/launch_cost.csv, $OUT/<split>/levels_kernels_<split>.csv
+# The kernels go to the git-ignored .kc/ (NUMBA_FLASH_CACHE_DIR), which a warm machine keeps
+# between calls: a second call (SKIP_LC=1, the splits the first did not reach) then builds
+# nothing; on a fresh machine it builds only its own splits' kernels.
 source .whl/prefix.sh
-export NUMBA_FLASH_CACHE_DIR=/tmp/nfk NUMBA_FLASH_COMMIT=${COMMIT:?} PYTHONUNBUFFERED=1
+export NUMBA_FLASH_CACHE_DIR=${NUMBA_FLASH_CACHE_DIR:-$PWD/.kc} NUMBA_FLASH_COMMIT=${COMMIT:?} PYTHONUNBUFFERED=1
 start=$(date +%s); deadline=${DEADLINE:-560}
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv > $OUT/device.txt 2>&1
 grep -q H100 $OUT/device.txt && SKIP_LC=1
