@@ -484,7 +484,24 @@ def measure_alone(cases, split: str, out: Path, csv_name: str, command: str) -> 
 
     print(numba_flash.warmup([kernel_config(c) for c in cases]), flush=True)
     counters = profile_cases(list(cases), out / "ncu")
-    kernel_rows, gpu = [], card("gpu")
+    _write_alone(cases, split, counters, card("gpu"), out / csv_name, run_metadata("levels", "gpu", command))
+
+
+def finish_alone(cases, split: str, out: Path, csv_name: str, metadata: dict) -> None:
+    """``measure_alone``'s rows, on any machine, from the ncu folder (``out / "ncu"``) of a run
+    whose ncu child finished but whose rows were never written (the device call's time ran
+    out while the model predicted them): ``metadata``, that run's (its device, date, versions
+    and commit: another split's CSV of the same call), names what was measured."""
+    from experiments.common.ncu import read_profile
+
+    counters = read_profile(out / "ncu", list(cases))
+    _write_alone(cases, split, counters, model.gpu_of_device(metadata["device"]), out / csv_name, metadata)
+
+
+def _write_alone(cases, split: str, counters: dict, gpu: str, path: Path, metadata: dict) -> None:
+    """Print each case's levels measured beside predicted (for Hardware ``gpu``) and write its
+    per-kernel counters to ``path``."""
+    kernel_rows = []
     for c in cases:
         rows, kernels = rows_for(c, split, counters[c], gpu)
         kernel_rows += kernels
@@ -493,7 +510,7 @@ def measure_alone(cases, split: str, out: Path, csv_name: str, command: str) -> 
                 print(c.label, r["kernel"], r["quantity"], r["measured"], r["predicted"], flush=True)
             elif r["note"]:
                 print(c.label, r["kernel"], r["quantity"], "NOTE", r["note"], flush=True)
-    write_rows(out / csv_name, kernel_rows, run_metadata("levels", "gpu", command))
+    write_rows(path, kernel_rows, metadata)
 
 
 def run(ctx: RunContext) -> list[dict]:
@@ -543,7 +560,8 @@ def plot(rows: list[dict], path) -> None:
 
 if __name__ == "__main__":
     # python -m experiments.levels SPLIT OUT: one split measured alone (a GPU);
-    # python -m experiments.levels per-launch KERNELS_CSV OUT_CSV: its launches beside the model
+    # python -m experiments.levels per-launch KERNELS_CSV OUT_CSV: its launches beside the model;
+    # python -m experiments.levels finish SPLIT OUT SIBLING_CSV (below)
     import sys
 
     if sys.argv[1] == "per-launch":
@@ -560,6 +578,21 @@ if __name__ == "__main__":
                   f"{e['median']:+6.1f} %  range {e['min']:+.0f} .. {e['max']:+.0f} %")
         write_rows(Path(sys.argv[3]), launch_rows, run_metadata(
             "levels", "cpu", f"python -m experiments.levels per-launch {sys.argv[2]} {sys.argv[3]}"))
+    elif sys.argv[1] == "finish":
+        # python -m experiments.levels finish SPLIT OUT SIBLING_CSV: SPLIT's rows from OUT/ncu,
+        # with the metadata of SIBLING_CSV (a split of the same device call) and this command
+        import csv
+
+        split, out = sys.argv[2], Path(sys.argv[3])
+        with open(sys.argv[4], newline="") as f:
+            first = next(csv.DictReader(f))
+        metadata = {k: first[k] for k in ("experiment", "device", "date", "python", "numpy", "numba",
+                                           "numba_cuda", "torch", "commit")}
+        metadata.update(command=f"python -m experiments.levels {split} OUT on the GPU (its ncu run "
+                        f"finished, its rows not: the call's time ran out), then python -m "
+                        f"experiments.levels finish {split} OUT {Path(sys.argv[4]).name} on a CPU",
+                        note="")
+        finish_alone(SPLITS[split], split, out, f"levels_kernels_{split}.csv", metadata)
     else:
         split, out = sys.argv[1], Path(sys.argv[2])
         measure_alone(SPLITS[split], split, out, f"levels_kernels_{split}.csv",

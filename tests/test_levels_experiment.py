@@ -140,3 +140,27 @@ def test_a_case_labelled_with_a_since_changed_default_tiling_keeps_its_split():
     assert split_of(Case.from_label("fa2_fp16x3/fwd/B2H16N2048d128")) == "fp16x3"
     assert split_of(Case.from_label("fa2_fp16x3/fwd/B2H16N2048d128/Br80Bc32")) == "fp16x3"
     assert split_of(Case.from_label("fa2_fp16x3/fwd/B2H16N2048d96/Br80Bc32")) == "other"
+
+
+def test_a_split_cut_after_its_ncu_run_is_finished_from_its_folder(tmp_path):
+    """``finish_alone`` writes, from a committed ncu folder (validation_5 on the H200, whose
+    rows the call's deadline cut and were made this way), the same per-kernel counters under
+    the metadata it is given."""
+    import shutil
+    from pathlib import Path
+
+    from experiments.common.results import read_rows
+    from experiments.levels import SPLITS, finish_alone
+
+    run = Path(__file__).parents[1] / "results" / "h200" / "levels" / "main_560a1f9" / "validation_5"
+    shutil.copytree(run / "ncu", tmp_path / "ncu")
+    committed = read_rows(run / "levels_kernels_validation_5.csv")
+    metadata = {k: committed[0][k] for k in ("experiment", "device", "date", "python", "numpy", "numba",
+                                             "numba_cuda", "torch", "commit", "command", "note")}
+    metadata["command"] = "a test"
+    finish_alone(SPLITS["validation_5"], "validation_5", tmp_path, "out.csv", metadata)
+    written = read_rows(tmp_path / "out.csv")
+    assert len(written) == len(committed) == 36
+    for new, old in zip(written, committed):
+        assert new["command"] == "a test" and new["device"] == "NVIDIA H200"
+        assert {k: v for k, v in new.items() if k != "command"} == {k: v for k, v in old.items() if k != "command"}

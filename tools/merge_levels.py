@@ -2,8 +2,8 @@
 
     python tools/merge_levels.py RUN_DIR TAG [CARD]
 
-RUN_DIR: the files a call of ``tools/gpu_levels.sh`` brought back (``<split>/levels_kernels_
-<split>.csv``, ``experiments.levels.measure_alone``'s rows); CARD: ``h200`` (default) or
+RUN_DIR: the files a call of ``tools/gpu_levels.sh`` brought back, its ``levels.tgz`` unpacked
+(``<split>/levels_kernels_<split>.csv``, ``experiments.levels.measure_alone``'s rows); CARD: ``h200`` (default) or
 ``h100``. The cases RUN_DIR measured replace their rows in ``results/CARD/levels/
 levels_kernels.csv``; the cases it did not measure keep theirs (each row names the device,
 date and commit it was measured on); the table as it was is kept beside it as
