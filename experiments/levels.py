@@ -561,7 +561,7 @@ def plot(rows: list[dict], path) -> None:
 if __name__ == "__main__":
     # python -m experiments.levels SPLIT OUT: one split measured alone (a GPU);
     # python -m experiments.levels per-launch KERNELS_CSV OUT_CSV: its launches beside the model;
-    # python -m experiments.levels finish SPLIT OUT SIBLING_CSV (below)
+    # python -m experiments.levels gather DIR, finish SPLIT OUT SIBLING_CSV (below)
     import sys
 
     if sys.argv[1] == "per-launch":
@@ -578,6 +578,18 @@ if __name__ == "__main__":
                   f"{e['median']:+6.1f} %  range {e['min']:+.0f} .. {e['max']:+.0f} %")
         write_rows(Path(sys.argv[3]), launch_rows, run_metadata(
             "levels", "cpu", f"python -m experiments.levels per-launch {sys.argv[2]} {sys.argv[3]}"))
+    elif sys.argv[1] == "gather":
+        # python -m experiments.levels gather DIR: the splits measured one by one into DIR/<split>/
+        # (experiments/run_gpu.sh) as DIR/levels_kernels.csv, which a CPU run predicts again
+        from experiments.common.results import read_rows
+
+        folder = Path(sys.argv[2])
+        parts = sorted(folder.glob("*/levels_kernels_*.csv"))
+        if not parts:
+            raise SystemExit(f"{folder}: no split's levels_kernels_<split>.csv to gather")
+        rows = [r for path in parts for r in read_rows(path)]   # each with its run's metadata
+        write_rows(folder / "levels_kernels.csv", rows, {})
+        print(f"{len(rows)} kernel rows of {len(parts)} splits -> {folder / 'levels_kernels.csv'}")
     elif sys.argv[1] == "finish":
         # python -m experiments.levels finish SPLIT OUT SIBLING_CSV: SPLIT's rows from OUT/ncu,
         # with the metadata of SIBLING_CSV (a split of the same device call) and this command

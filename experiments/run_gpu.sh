@@ -1,77 +1,133 @@
 #!/usr/bin/env bash
-# All GPU results in one go. Each experiment first builds its kernels in parallel processes into
-# numba_flash's disk cache ($NUMBA_FLASH_CACHE_DIR; keep it between machines to skip compiling).
-# H200, 2026-12-01, a cache filled by the GPU tests: `SKIP_BENCH=1 bash experiments/run_gpu.sh OUT`
-# (without train_gpt) took 157 s, the bench (--quick) 207 s and train_gpt (200 steps) 93 s, in
-# three calls: ~460 s together, inside one 10-minute device call (not yet run as one command):
-#   source .whl/prefix.sh; bash experiments/run_gpu.sh "$OUT"          (--quick point sets)
-#   source .whl/prefix.sh; bash experiments/run_gpu.sh "$OUT" --full   (every point; > 9 min)
-# Each experiment runs in its own process under its own time limit, so one that overruns or
-# crashes costs only its own CSV; validation runs last over whatever the others wrote.  The
-# results folder and the log are packed into DEST/results.tar.gz (plus the log beside it), the
-# kernel cache (unless SKIP_PACK=1) into DEST/kc.tar.xz.000, ... (carry them back in as .kc/).
+# All GPU results, in as many 10-minute device calls as they take: each call goes on where the
+# last one stopped, and no experiment is cut by a time limit of its own.
+#
+#   source .whl/prefix.sh; bash experiments/run_gpu.sh DEST [--full]      (--quick point sets by default)
+#
+# The run's state -- the results folder and a marker per finished step -- is DEST/results.tgz;
+# carry that archive into the next call (RESUME=path/to/results.tgz, default DEST/results.tgz
+# where it exists) and run the same command: finished steps are skipped. A step starts only
+# when the call has its expected time left (STEP_S below) and then runs to the call's deadline
+# (DEADLINE seconds after the start, default 560); one the deadline cuts is not marked finished
+# and runs again, first, in the next call. The call ends by packing DEST/results.tgz and
+# copying the log and progress beside it (three files: the device tool returns only a few);
+# `progress.txt` names the steps left ("all steps done" once there are none).
+#
+# Steps, in order: calibrate (the model's time predictions below use the rates it measures:
+# NUMBA_FLASH_RATES_CSV), levels one split at a time (experiments/levels.py's SPLITS, each its
+# own process and CSV), then the levels table gathered and predicted, bench (fp32 rows; not with
+# SKIP_BENCH=1), fig2_left, io_scaling, l2_effect, fig2_middle, runtime, memory, window,
+# block_sparse, fig3, ring, train_gpt (not with SKIP_TRAIN=1), and validation over whatever the
+# others wrote. STEPS="calibrate levels:development fig2_left ..." runs those alone.
+#
+# Kernels: each step builds what it launches in parallel processes into numba_flash's disk
+# cache, NUMBA_FLASH_CACHE_DIR (default the git-ignored .kc/, which a warm device machine keeps
+# between calls); KERNEL_ARCHIVE (default .kc/kc.tar.xz, `precompile --pack`'s pieces) fills
+# it first where it exists. DEVICE=cpu runs the same steps on the CPU (the model and the CUDA
+# simulator; the levels splits, which need ncu, are skipped): how tests/test_run_gpu.py checks
+# the resuming.
 set -u
 dest=${1:?usage: run_gpu.sh DEST [--full]}
 mode=--quick
 [ "${2:-}" = "--full" ] && mode=
-results=/tmp/numba-flash-results
-rm -rf "$results"; mkdir -p "$results" "$dest"
+device=${DEVICE:-gpu}
+start=$(date +%s); deadline=${DEADLINE:-560}
+mkdir -p "$dest"; dest=$(cd "$dest" && pwd)
+state=$(mktemp -d); results=$state/results; done_dir=$state/done
+resume=${RESUME:-$dest/results.tgz}
+[ -e "$resume" ] && tar -C "$state" -xzf "$resume"
+mkdir -p "$results" "$done_dir"
 log=$results/run_gpu.log
-export PYTHONUNBUFFERED=1
-run() {  # run LIMIT_S ARGS...: one CLI call, limited to LIMIT_S seconds, logged
-  local limit=$1; shift
-  echo "### $(date -u +%FT%TZ) python -m experiments $* (limit ${limit}s)" | tee -a "$log"
-  timeout -k 10 "$limit" python3 -m experiments "$@" --device gpu $mode --out "$results" >>"$log" 2>&1
-  echo "### exit $?" | tee -a "$log"
+progress=$dest/progress.txt; : > "$progress"
+export PYTHONUNBUFFERED=1 NUMBA_FLASH_CACHE_DIR=${NUMBA_FLASH_CACHE_DIR:-$PWD/.kc}
+pack() {   # PACK_KERNELS=1: the disk cache too, as DEST/kc.tar.xz.000, ... (carry them in as .kc/)
+  tar -C "$state" -czf "$dest/results.tgz" results done
+  cp "$log" "$dest/run_gpu.log" 2>/dev/null
+  [ -z "${PACK_KERNELS:-}" ] || python3 -m numba_flash.precompile --pack "$dest/kc.tar.xz" --part-mib 15 >> "$dest/run_gpu.log" 2>&1
 }
-# a kernel cache carried in (KERNEL_ARCHIVE, default .kc/kc.tar.xz: the pieces of an earlier
-# run's `precompile --pack`) fills the disk cache first; the run ends by packing it into DEST
-archive=${KERNEL_ARCHIVE:-.kc/kc.tar.xz}
-if [ -e "$archive" ] || [ -e "$archive.000" ]; then
-  python3 -m numba_flash.precompile --unpack "$archive" 2>&1 | tee -a "$log"
+trap pack EXIT
+
+# expected seconds of each step on the H200 with its kernels to build (measured where a number
+# is given in the comments; the rest are the old per-step limits): a step starts only with
+# this much of the call left
+declare -A STEP_S=(
+  [calibrate]=150        # 2026-12-03: 120 s
+  [levels:split]=150     # 2026-12-07: 60-95 s a split with its kernels built, ~300 s building all ten splits' first
+  [levels]=120           # gathering and predicting, CPU only
+  [bench]=400            # fp32 quick shapes, 207 s on 2026-12-01 (89 s of it building 14 kernels)
+  [fig2_left]=75 [io_scaling]=75 [l2_effect]=60 [fig2_middle]=60
+  [runtime]=75           # --quick 70 s on 2026-12-03; every point > 424 s: 560 with --full
+  [memory]=50
+  [window]=300           # 24 cases (quick)
+  [block_sparse]=360     # 16 cases (quick): 241 s on 2026-12-02, 107 s of it building
+  [fig3]=300             # 8 cases (quick): 113 s built, 124 s more to build
+  [ring]=200 [train_gpt]=200 [validation]=20
+)
+[ -z "$mode" ] && STEP_S[runtime]=560
+
+splits=$(python3 -c "from experiments.levels import SPLITS; print(' '.join(SPLITS))")
+if [ -n "${STEPS:-}" ]; then
+  steps=$STEPS
+else
+  steps="calibrate"
+  for s in $splits; do steps="$steps levels:$s"; done
+  steps="$steps levels"
+  [ -n "${SKIP_BENCH:-}" ] || steps="$steps bench"
+  steps="$steps fig2_left io_scaling l2_effect fig2_middle runtime memory window block_sparse fig3 ring"
+  [ -n "${SKIP_TRAIN:-}" ] || steps="$steps train_gpt"
+  steps="$steps validation"
 fi
-# then every kernel the experiments below launch, in one warm-up on all the cores (H200,
-# 2026-12-02, an empty cache: the --quick sets' and the GPU tests' 101 configs, 213 kernels, in
-# 344 s; each experiment's own warm-up then only loads them, 4-9 s)
-echo "### $(date -u +%FT%TZ) python -m experiments kernels $mode" | tee -a "$log"
-timeout -k 10 560 python3 -m experiments kernels $mode >>"$log" 2>&1
-echo "### exit $?" | tee -a "$log"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >>"$log" 2>&1
-which ncu >>"$log" 2>&1; ncu --version >>"$log" 2>&1
-# the machine rates (the model's time predictions below use them), then ncu on the copy and
-# L2-residue microbenchmarks (copy_sectors, the residue sweep: not timed on a GPU yet, ~40 s?)
-run 150 run calibrate
-[ -s "$results/calibrate/calibrate.csv" ] && export NUMBA_FLASH_RATES_CSV=$results/calibrate/calibrate.csv
-run 200 run levels       # every level of every shipped kernel: development and held-out configurations
-# fp32 rows only (quick shapes: 207 s on 2026-12-01, 89 s of it building 14 kernels); the fp16 /
-# bf16 rows are their own command (README: `bench --dtype float16 bfloat16`, 194 s)
-[ -n "${SKIP_BENCH:-}" ] || run 400 bench --dtype float32
-run 75 run fig2_left
-run 75 run io_scaling
-run 60 run l2_effect
-run 60 run fig2_middle
-# runtime: --quick 70 s on the H200 on 2026-12-03 (kernels in the cache); every point (N to
-# 64K, 56 of ours + 168 SDPA) did not finish in 424 s (ours took ~290 s, SDPA 108 of 168 by
-# then): give it a call of its own
-if [ -n "$mode" ]; then run 75 run runtime; else run 560 run runtime; fi
-run 50 run memory
-# sliding window and GQA against dense causal, 24 cases (quick); not yet run on a GPU (the
-# time limit is a guess): its windowed / grouped kernels build first, in parallel (warmup)
-run 300 run window
-# block-sparse against dense FlashAttention, 16 cases (quick): 241 s on the H200 on 2026-12-02
-# (inputs as numba device arrays), 107 s of it building its 8 configs' kernels into a cache
-# that held none of them; the full sweep (32 cases) needs ~400 s
-run 360 run block_sparse
-# Fig. 3, dropout 0.1 + padding vs N, 8 cases (quick): 113 s on the H200 on 2026-12-03 with its
-# kernels built (124 s more to build them into an empty cache); the full sweep (16) 213 s
-run 300 run fig3
-# ring attention: P = 1 on a one-GPU machine (P > GPUs skipped and said so); not yet run on a GPU
-run 200 run ring
-[ -n "${SKIP_TRAIN:-}" ] || run 200 run train_gpt
-run 20 run validation
-tar -C "$(dirname "$results")" -czf "$dest/results.tar.gz" "$(basename "$results")"
-# (on 2026-12-02 the 192 kernels above took 839 MB on disk; --pack, then one-thread lzma at
-# preset 9, did not finish in the ~100 s left of that call: it now runs xz on every core)
-[ -n "${SKIP_PACK:-}" ] || python3 -m numba_flash.precompile --pack "$dest/kc.tar.xz" --part-mib 15 2>&1 | tee -a "$log"
-cp "$log" "$dest/run_gpu.log"
-grep -E "^### |FAILED|FAILURE|MISMATCH|Traceback" "$log" | tail -40
+
+archive=${KERNEL_ARCHIVE:-.kc/kc.tar.xz}
+if [ "$device" = gpu ] && { [ -e "$archive" ] || [ -e "$archive.000" ]; }; then
+  python3 -m numba_flash.precompile --unpack "$archive" >> "$log" 2>&1
+fi
+if [ "$device" = gpu ]; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv >> "$log" 2>&1
+  ncu --version >> "$log" 2>&1
+fi
+
+command_of() {   # the command line of step $1
+  case $1 in
+    levels:*) echo "python3 -m experiments.levels ${1#levels:} $results/levels/${1#levels:}" ;;
+    levels)   echo "python3 -m experiments.levels gather $results/levels" \
+                   "&& python3 -m experiments run levels --device cpu --out $results" ;;
+    bench)    echo "python3 -m experiments bench --dtype float32 --device $device $mode --out $results" ;;
+    *)        echo "python3 -m experiments run $1 --device $device $mode --out $results" ;;
+  esac
+}
+
+left_steps=""
+for step in $steps; do
+  marker=$done_dir/${step/:/__}
+  [ -e "$marker" ] && continue
+  if [ "$device" != gpu ] && [[ $step == levels:* ]]; then
+    echo "### $step skipped: ncu needs the GPU" >> "$log"; continue
+  fi
+  [ -s "$results/calibrate/calibrate.csv" ] && [ "$device" = gpu ] \
+    && export NUMBA_FLASH_RATES_CSV=$results/calibrate/calibrate.csv
+  key=$step; [[ $step == levels:* ]] && key=levels:split
+  left=$(( deadline - ($(date +%s) - start) ))
+  if [ -n "$left_steps" ] || [ "$left" -lt "${STEP_S[$key]}" ]; then
+    left_steps="$left_steps $step"; continue
+  fi
+  cmd=$(command_of "$step")
+  echo "### $(date -u +%FT%TZ) $cmd (until the deadline: ${left}s)" >> "$log"
+  timeout -k 10 "$left" bash -c "$cmd" >> "$log" 2>&1
+  rc=$?
+  echo "### exit $rc" >> "$log"
+  echo "$step rc $rc at $(( $(date +%s) - start )) s" >> "$progress"
+  if [ $rc -eq 0 ]; then
+    touch "$marker"
+  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    left_steps="$left_steps $step"          # cut by the deadline: first in the next call
+  else
+    touch "$marker"; echo "$step FAILED (rc $rc): see run_gpu.log" >> "$progress"
+  fi
+done
+if [ -n "$left_steps" ]; then
+  echo "steps left:$left_steps" >> "$progress"
+else
+  echo "all steps done" >> "$progress"
+fi
+cat "$progress"
