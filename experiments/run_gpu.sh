@@ -90,8 +90,12 @@ fi
 command_of() {   # the command line of step $1
   case $1 in
     levels:*) echo "python3 -m experiments.levels ${1#levels:} $results/levels/${1#levels:}" ;;
-    levels)   echo "python3 -m experiments.levels gather $results/levels" \
-                   "&& python3 -m experiments run levels --device cpu --out $results" ;;
+    levels)   if [ "$device" = gpu ]; then
+                echo "python3 -m experiments.levels gather $results/levels" \
+                     "&& python3 -m experiments run levels --device cpu --out $results"
+              else                     # no splits measured: the CPU mode's own cases
+                echo "python3 -m experiments run levels --device cpu $mode --out $results"
+              fi ;;
     bench)    echo "python3 -m experiments bench --dtype float32 --device $device $mode --out $results" ;;
     *)        echo "python3 -m experiments run $1 --device $device $mode --out $results" ;;
   esac
