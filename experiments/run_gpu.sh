@@ -11,7 +11,10 @@
 # (DEADLINE seconds after the start, default 560); one the deadline cuts is not marked finished
 # and runs again, first, in the next call. The call ends by packing DEST/results.tgz and
 # copying the log and progress beside it (three files: the device tool returns only a few);
-# `progress.txt` names the steps left ("all steps done" once there are none).
+# `progress.txt` names the steps left ("all steps done" once there are none). In this
+# workplace's device sandbox DEST (the call's $OUT) starts empty: keep each call's results.tgz
+# here in the git-ignored results-tmp/, carry it (carry ["results-tmp"]) and pass
+# RESUME=results-tmp/results.tgz (a few MB).
 #
 # Steps, in order: calibrate (the model's time predictions below use the rates it measures:
 # NUMBA_FLASH_RATES_CSV), levels one split at a time (experiments/levels.py's SPLITS, each its
