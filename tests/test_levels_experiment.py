@@ -143,24 +143,24 @@ def test_a_case_labelled_with_a_since_changed_default_tiling_keeps_its_split():
 
 
 def test_a_split_cut_after_its_ncu_run_is_finished_from_its_folder(tmp_path):
-    """``finish_alone`` writes, from a committed ncu folder (validation_5 on the H200, whose
-    rows the call's deadline cut and were made this way), the same per-kernel counters under
-    the metadata it is given."""
+    """``finish_alone`` writes, from a committed ncu folder (the half split's, measured on the
+    H200 in the call whose deadline cut validation_5's rows, which were made this way), the
+    same per-kernel counters as the split's own CSV, under the metadata it is given."""
     import shutil
     from pathlib import Path
 
     from experiments.common.results import read_rows
     from experiments.levels import SPLITS, finish_alone
 
-    run = Path(__file__).parents[1] / "results" / "h200" / "levels" / "main_560a1f9" / "validation_5"
+    run = Path(__file__).parents[1] / "results" / "h200" / "levels" / "main_560a1f9" / "half"
     shutil.copytree(run / "ncu", tmp_path / "ncu")
-    committed = read_rows(run / "levels_kernels_validation_5.csv")
+    committed = read_rows(run / "levels_kernels_half.csv")
     metadata = {k: committed[0][k] for k in ("experiment", "device", "date", "python", "numpy", "numba",
                                              "numba_cuda", "torch", "commit", "command", "note")}
     metadata["command"] = "a test"
-    finish_alone(SPLITS["validation_5"], "validation_5", tmp_path, "out.csv", metadata)
+    finish_alone(SPLITS["half"], "half", tmp_path, "out.csv", metadata)
     written = read_rows(tmp_path / "out.csv")
-    assert len(written) == len(committed) == 36
+    assert len(written) == len(committed) == 16
     for new, old in zip(written, committed):
         assert new["command"] == "a test" and new["device"] == "NVIDIA H200"
         assert {k: v for k, v in new.items() if k != "command"} == {k: v for k, v in old.items() if k != "command"}
