@@ -472,6 +472,14 @@ def per_kernel_errors(rows: list[dict], quantity: str = "time_s") -> list[dict]:
              "min": min(e), "max": max(e)} for k, e in errors.items()]
 
 
+def split_rows(folder: Path) -> list[dict]:
+    """The per-kernel rows of every split measured alone under ``folder`` (its
+    ``<split>/levels_kernels_<split>.csv``, ``measure_alone``'s), each with its run's metadata."""
+    from experiments.common.results import read_rows
+
+    return [r for path in sorted(folder.glob("**/levels_kernels_*.csv")) for r in read_rows(path)]
+
+
 def measure_alone(cases, split: str, out: Path, csv_name: str, command: str) -> None:
     """A few cases measured on their own (a split measured after a model change, cases whose
     kernels changed): their kernels built first, then their ncu counters; each level printed
@@ -581,25 +589,21 @@ if __name__ == "__main__":
     elif sys.argv[1] == "gather":
         # python -m experiments.levels gather DIR: the splits measured one by one into DIR/<split>/
         # (experiments/run_gpu.sh) as DIR/levels_kernels.csv, which a CPU run predicts again
-        from experiments.common.results import read_rows
-
         folder = Path(sys.argv[2])
-        parts = sorted(folder.glob("*/levels_kernels_*.csv"))
-        if not parts:
+        rows = split_rows(folder)
+        if not rows:
             raise SystemExit(f"{folder}: no split's levels_kernels_<split>.csv to gather")
-        rows = [r for path in parts for r in read_rows(path)]   # each with its run's metadata
         write_rows(folder / "levels_kernels.csv", rows, {})
-        print(f"{len(rows)} kernel rows of {len(parts)} splits -> {folder / 'levels_kernels.csv'}")
+        print(f"{len(rows)} kernel rows -> {folder / 'levels_kernels.csv'}")
     elif sys.argv[1] == "finish":
         # python -m experiments.levels finish SPLIT OUT SIBLING_CSV: SPLIT's rows from OUT/ncu,
         # with the metadata of SIBLING_CSV (a split of the same device call) and this command
-        import csv
+        from experiments.common.metadata import METADATA_COLUMNS
+        from experiments.common.results import read_rows
 
         split, out = sys.argv[2], Path(sys.argv[3])
-        with open(sys.argv[4], newline="") as f:
-            first = next(csv.DictReader(f))
-        metadata = {k: first[k] for k in ("experiment", "device", "date", "python", "numpy", "numba",
-                                           "numba_cuda", "torch", "commit")}
+        first = read_rows(Path(sys.argv[4]))[0]
+        metadata = {k: first[k] for k in METADATA_COLUMNS}
         metadata.update(command=f"python -m experiments.levels {split} OUT on the GPU (its ncu run "
                         f"finished, its rows not: the call's time ran out), then python -m "
                         f"experiments.levels finish {split} OUT {Path(sys.argv[4]).name} on a CPU",

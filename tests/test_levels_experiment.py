@@ -149,14 +149,14 @@ def test_a_split_cut_after_its_ncu_run_is_finished_from_its_folder(tmp_path):
     import shutil
     from pathlib import Path
 
+    from experiments.common.metadata import METADATA_COLUMNS
     from experiments.common.results import read_rows
     from experiments.levels import SPLITS, finish_alone
 
     run = Path(__file__).parents[1] / "results" / "h200" / "levels" / "main_560a1f9" / "half"
     shutil.copytree(run / "ncu", tmp_path / "ncu")
     committed = read_rows(run / "levels_kernels_half.csv")
-    metadata = {k: committed[0][k] for k in ("experiment", "device", "date", "python", "numpy", "numba",
-                                             "numba_cuda", "torch", "commit", "command", "note")}
+    metadata = {k: committed[0][k] for k in METADATA_COLUMNS}
     metadata["command"] = "a test"
     finish_alone(SPLITS["half"], "half", tmp_path, "out.csv", metadata)
     written = read_rows(tmp_path / "out.csv")

@@ -18,13 +18,14 @@ import sys
 from pathlib import Path
 
 from experiments.common.results import read_rows, write_rows
+from experiments.levels import split_rows
 
 
 def merge(run_dir: Path, tag: str, card: str = "h200") -> tuple[int, int]:
     """(cases measured in ``run_dir``, cases kept from the table) after merging (module doc)."""
     dest = Path("results") / card / "levels" / "levels_kernels.csv"
     old = read_rows(dest)
-    new = [r for path in sorted(run_dir.glob("**/levels_kernels_*.csv")) for r in read_rows(path)]
+    new = split_rows(run_dir)
     measured = {r["case"] for r in new}
     kept = [r for r in old if r["case"] not in measured]
     shutil.copy(dest, dest.with_name(f"levels_kernels_before_{tag}.csv"))
