@@ -68,12 +68,11 @@ declare -A STEP_S=(
 )
 [ -z "$mode" ] && STEP_S[runtime]=560
 
-splits=$(python3 -c "from experiments.levels import SPLITS; print(' '.join(SPLITS))")
 if [ -n "${STEPS:-}" ]; then
   steps=$STEPS
 else
   steps="calibrate"
-  for s in $splits; do steps="$steps levels:$s"; done
+  for s in $(python3 -c "from experiments.levels import SPLITS; print(' '.join(SPLITS))"); do steps="$steps levels:$s"; done
   steps="$steps levels"
   [ -n "${SKIP_BENCH:-}" ] || steps="$steps bench"
   steps="$steps fig2_left io_scaling l2_effect fig2_middle runtime memory window block_sparse fig3 ring"
