@@ -4,7 +4,7 @@ Attention of GPT-2 medium (N = 1024, d = 64, 16 heads, batch 64): GFLOPs, HBM re
 runtime.  On the GPU we measure fp32 and fp16, the paper's precision (DRAM and SM<->L2 bytes
 from ncu, runtime from CUDA events; standard attention in fp16 stores S, P, dP, dS in fp16, as
 the paper's baseline, and FlashAttention runs the fp16 tensor-core kernels), and predict both
-on the H200 with our kernels' tilings; fp16 on the paper's A100 (the paper's tiling) is
+for that GPU (``model.card``; the H200 in a CPU run) with our kernels' tilings; fp16 on the paper's A100 (the paper's tiling) is
 predicted beside the paper's A100 numbers.  On the CPU the full size is
 model-only, and a scaled-down copy (N = 32, d = 8, one head) is counted under the CUDA simulator
 -- or, where the results folder holds a GPU run's ``fig2_left.csv``, that run's measurements
@@ -43,11 +43,12 @@ def _cases(method: str, shape: dict) -> dict:
     return {label: _case(method, shape, dtype=fmt) for label, fmt in FORMAT.items()}
 
 
-def _predicted_rows(method: str, cases: dict) -> list[dict]:
-    """Predictions at fp32 and fp16 on the H200 (our kernels' tilings; ``cases``: dtype label ->
-    the method's case), and fp16 on the paper's A100 (the paper's tiling for its shared memory)."""
+def _predicted_rows(method: str, cases: dict, card: str) -> list[dict]:
+    """Predictions at fp32 and fp16 on Hardware ``card`` (our kernels' tilings; ``cases``: dtype
+    label -> the method's case), and fp16 on the paper's A100 (the paper's tiling for its shared
+    memory)."""
     rows = []
-    for dtype, gpu, tiling in (("fp32", model.MEASURED_GPU, "kernels"), ("fp16", model.MEASURED_GPU, "kernels"),
+    for dtype, gpu, tiling in (("fp32", card, "kernels"), ("fp16", card, "kernels"),
                                ("fp16", model.PAPER_GPU, "paper")):
         p = model.predict_case(cases[dtype], gpu=gpu, tiling=tiling)
         dram = p.dram_bytes
@@ -65,22 +66,24 @@ def _predicted_rows(method: str, cases: dict) -> list[dict]:
 
 
 def _repredict(measured: list[dict]) -> list[dict]:
-    """A GPU run's rows with ``_predicted_rows``' predictions for each row's method and shape."""
+    """A GPU run's rows with ``_predicted_rows``' predictions for each row's method and shape,
+    on the GPU that measured them (``model.card_of``; the paper's rows on its A100)."""
     from functools import cache
 
     @cache
-    def fresh(method: str, B: int, H: int, N: int, d: int) -> dict:
-        rows = _predicted_rows(method, _cases(method, dict(B=B, H=H, N=N, d=d)))
+    def fresh(method: str, B: int, H: int, N: int, d: int, card: str) -> dict:
+        rows = _predicted_rows(method, _cases(method, dict(B=B, H=H, N=N, d=d)), card)
         return {(r["dtype"], r["gpu"], r["quantity"]): r["predicted"] for r in rows}
 
     def predicted(row: dict) -> dict:
         if row["method"] not in METHODS:
             return {}
-        got = fresh(row["method"], row["B"], row["H"], row["N"], row["d"]).get(
-            (row["dtype"], row["gpu"], row["quantity"]))
-        return {} if got is None else {"predicted": got}
+        card = model.card_of(row)
+        gpu = model.PAPER_GPU if row["note"] == PAPER_NOTE else card
+        got = fresh(row["method"], row["B"], row["H"], row["N"], row["d"], card).get((row["dtype"], gpu, row["quantity"]))
+        return {"gpu": gpu} if got is None else {"gpu": gpu, "predicted": got}
 
-    return repredict(NAME, measured, predicted, ("predicted",))
+    return repredict(NAME, measured, predicted, ("gpu", "predicted"))
 
 
 def run(ctx: RunContext) -> list[dict]:
@@ -88,7 +91,7 @@ def run(ctx: RunContext) -> list[dict]:
     if measured is not None:     # a GPU run's measurements: predicted again by this model
         return _repredict(measured)
     cases = {method: _cases(method, SHAPE) for method in METHODS}
-    rows = {method: _predicted_rows(method, cases[method]) for method in METHODS}
+    rows = {method: _predicted_rows(method, cases[method], model.card(ctx.device)) for method in METHODS}
     if ctx.gpu:
         every = [case for method in METHODS for case in cases[method].values()]
         measured = measure_traffic(ctx, NAME, every)
@@ -99,17 +102,17 @@ def run(ctx: RunContext) -> list[dict]:
         note = ctx.skip(f"{NAME}: GPU measurements of DRAM, SM<->L2 bytes and runtime ({NO_GPU})")
         for method in METHODS:
             for row in rows[method]:
-                if row["gpu"] == model.MEASURED_GPU:
+                if row["gpu"] != model.PAPER_GPU:
                     row["note"] = note
     out = [row for method in METHODS for row in rows[method]]
     return out + _scaled_down_rows(ctx)
 
 
 def _attach_measurements(rows: list[dict], dtype: str, traffic, timing) -> None:
-    """Put the H200 measurements of format ``dtype`` ("fp32", "fp16") into the matching
-    predicted rows."""
+    """Put the GPU's measurements of format ``dtype`` ("fp32", "fp16") into the matching
+    predicted rows (those not of the paper's GPU)."""
     for row in rows:
-        if row["dtype"] != dtype or row["gpu"] != model.MEASURED_GPU:
+        if row["dtype"] != dtype or row["gpu"] == model.PAPER_GPU:
             continue
         if row["quantity"].startswith("HBM"):
             if isinstance(traffic, MeasuredTraffic):
@@ -156,15 +159,18 @@ def plot(rows: list[dict], path) -> None:
     colors = colormaps["tab20"]   # a colour per bar series (there are more than ten)
     fig, axes = plotting.figure(3, title="Figure 2 (left): GPT-2 medium attention (N=1024, d=64, 16 heads, batch 64)")
     fig.set_size_inches(15.6, 6.0)
+    full = [r for r in rows if r["gpu"] != "CUDA simulator"]
+    # the GPU the run measured and predicted for (the H200 in a CPU run)
+    card = next((r["gpu"] for r in full if r["gpu"] != model.PAPER_GPU), model.MEASURED_GPU)
+    ours = model.card_label(card)
     series = [  # (label, row filter, value key, hatch)
         ("paper A100 fp16", lambda r: r["gpu"] == model.PAPER_GPU, "paper_a100_fp16", ""),
         ("predicted A100 fp16", lambda r: r["gpu"] == model.PAPER_GPU, "predicted", "//"),
-        ("predicted H200 fp16", lambda r: r["gpu"] == model.MEASURED_GPU and r["dtype"] == "fp16", "predicted", "//"),
-        ("measured H200 fp16", lambda r: r["gpu"] == model.MEASURED_GPU and r["dtype"] == "fp16", "measured", ""),
-        ("predicted H200 fp32", lambda r: r["gpu"] == model.MEASURED_GPU and r["dtype"] == "fp32", "predicted", "//"),
-        ("measured H200 fp32", lambda r: r["gpu"] == model.MEASURED_GPU and r["dtype"] == "fp32", "measured", ""),
+        (f"predicted {ours} fp16", lambda r: r["gpu"] == card and r["dtype"] == "fp16", "predicted", "//"),
+        (f"measured {ours} fp16", lambda r: r["gpu"] == card and r["dtype"] == "fp16", "measured", ""),
+        (f"predicted {ours} fp32", lambda r: r["gpu"] == card and r["dtype"] == "fp32", "predicted", "//"),
+        (f"measured {ours} fp32", lambda r: r["gpu"] == card and r["dtype"] == "fp32", "measured", ""),
     ]
-    full = [r for r in rows if r["gpu"] in (model.MEASURED_GPU, model.PAPER_GPU)]
     for ax, (prefix, title, unit) in zip(axes, PANELS):
         bars = []
         for label, keep, key, hatch in series:
@@ -185,5 +191,5 @@ def plot(rows: list[dict], path) -> None:
         plotting.finish(ax, "", f"{title} ({unit})")
         ax.set_yscale("log")
         ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=2)
-    plotting.save(fig, path, footnote="H200: fp32 and fp16 measured and predicted (our kernels' tilings); "
+    plotting.save(fig, path, footnote=f"{ours}: fp32 and fp16 measured and predicted (our kernels' tilings); "
                   "A100: predicted with the paper's tiling. Missing bars: not measured in this run (see the CSV's note).")

@@ -8,7 +8,8 @@ V are re-read once per Q block, so traffic depends on Br and stays flat in Bc.  
 fp32 and in fp16 (the paper's precision: Q, K, V, O in HBM in fp16, fp32 arithmetic), fa2_fma
 in fp32.
 
-GPU: SM<->L2 and DRAM bytes from ncu, runtime from CUDA events.  CPU: the full size is
+GPU: SM<->L2 and DRAM bytes from ncu, runtime from CUDA events, predicted for that GPU
+(``model.card``; ``predicted_for`` names it).  CPU: the full size is
 model-only; a tiny copy (N = 32, d = 8, Br = 8, Bc = 8, 16, 32) is counted under the simulator --
 or, where the results folder holds a GPU run's ``fig2_middle.csv``, that run's measurements
 beside this model's predictions (``experiments.common.repredict``; no tiny copy).
@@ -59,14 +60,15 @@ def _predicted_again(row: dict) -> dict:
         return {}
     case = Case(row["method"], "fwd", row["B"], row["H"], row["N"], row["d"], tiling=(row["Br"], row["Bc"]),
                 dtype=row["dtype"])
-    return {"predicted": PREDICTED[row["quantity"]][1](model.predict_case(case))}
+    gpu = model.card_of(row)
+    return {"predicted": PREDICTED[row["quantity"]][1](model.predict_case(case, gpu=gpu)), "predicted_for": gpu}
 
 
 def run(ctx: RunContext) -> list[dict]:
     measured = None if ctx.gpu else gpu_run(ctx, NAME)
     if measured is not None:     # a GPU run's measurements: predicted again by this model
-        return repredict(NAME, measured, _predicted_again, ("predicted",))
-    rows, cases = [], []
+        return repredict(NAME, measured, _predicted_again, ("predicted", "predicted_for"))
+    rows, cases, gpu = [], [], model.card(ctx.device)
     for method, dtype in VARIANTS:
         for bc in BCS:
             reason = tiling_fits(method, BR, bc, SHAPE["d"])
@@ -77,8 +79,8 @@ def run(ctx: RunContext) -> list[dict]:
                 continue
             case = Case(method, "fwd", tiling=(BR, bc), dtype=dtype, **SHAPE)
             cases.append(case)
-            p = model.predict_case(case)
-            base = {"method": method, "dtype": dtype, **SHAPE, "Br": BR, "Bc": bc,
+            p = model.predict_case(case, gpu=gpu)
+            base = {"method": method, "dtype": dtype, **SHAPE, "Br": BR, "Bc": bc, "predicted_for": gpu,
                     "smem_bytes": case.tiling_object().smem_bytes(model.FORWARD_KERNEL[method], SHAPE["d"], 4)}
             rows += [{**base, "quantity": quantity, "unit": unit, "predicted": of(p)}
                      for quantity, (unit, of) in PREDICTED.items()]

@@ -10,17 +10,24 @@ tests/test_traffic_exact.py) is shown beside it for N and M.  Theorem 2's curves
 simulator's leading-order forms with our loops' constants (``simulator.closed_forms``); Proposition 3's bound is the simulator's, valid for every M >= d.
 
 GPU: measured = ncu's SM<->L2 bytes (the global-memory traffic the kernels issue; DRAM bytes
-are in their own column -- the L2 absorbs re-reads).  CPU: measured = count_traffic under the
-CUDA simulator at tiny sizes.
+are in their own column -- the L2 absorbs re-reads), predicted for that GPU (``model.card``;
+``predicted_for`` names it).  CPU: measured = count_traffic under the CUDA simulator at tiny
+sizes -- or, where the results folder holds a GPU run's ``io_scaling.csv``, that run's
+measurements beside this model's predictions for the GPU that measured them
+(``experiments.common.repredict``).
 """
 from __future__ import annotations
 
 from experiments.common import model, plotting
 from experiments.common.cases import Case
 from experiments.common.context import RunContext
+from experiments.common.repredict import gpu_run, repredict
 from experiments.common.traffic import MeasuredTraffic, measure_traffic
 
 NAME = "io_scaling"
+#: The columns ``_predicted`` fills.
+PREDICTED_COLUMNS = ("predicted", "predicted_read", "predicted_write", "dram_predicted", "theorem2_bytes",
+                     "prop3_lower_bound_bytes", "predicted_for")
 
 
 def _sweeps(ctx: RunContext) -> list[tuple[str, int, Case]]:
@@ -56,26 +63,44 @@ def _sweeps(ctx: RunContext) -> list[tuple[str, int, Case]]:
     return triples
 
 
+def _predicted(case: Case, M: int, gpu: str) -> dict:
+    """The model's columns of a row: ``case`` on Hardware ``gpu``, for SRAM size M (elements)."""
+    prediction = model.predict_case(case, gpu=gpu)
+    return {"predicted": prediction.total_bytes, "predicted_read": prediction.read_bytes,
+            "predicted_write": prediction.write_bytes, "dram_predicted": prediction.dram_bytes,
+            "theorem2_bytes": model.theorem2_bytes(case, M),
+            "prop3_lower_bound_bytes": model.proposition3_bytes(case, M) if case.method != "standard" else None,
+            "predicted_for": gpu}
+
+
+def _predicted_again(row: dict) -> dict:
+    """``_predicted`` for a row of a GPU run's CSV, on the GPU that measured it: the flash
+    methods with the row's tiling, standard attention with its kernels' own (as ``_sweeps``)."""
+    tiling = None if row["method"] == "standard" else (row["Br"], row["Bc"])
+    case = Case(row["method"], row["passes"], row["B"], row["H"], row["N"], row["d"], tiling=tiling)
+    return _predicted(case, row["M_elements"], model.card_of(row))
+
+
 def run(ctx: RunContext) -> list[dict]:
+    again = None if ctx.gpu else gpu_run(ctx, NAME)
+    if again is not None:        # a GPU run's measurements: predicted again by this model
+        return repredict(NAME, again, _predicted_again, PREDICTED_COLUMNS)
     triples = _sweeps(ctx)
     measured = measure_traffic(ctx, NAME, list(dict.fromkeys(case for _, _, case in triples)))
-    rows = []
+    rows, gpu = [], model.card(ctx.device)
     for sweep, M, case in triples:
-        prediction = model.predict_case(case)
         tiling = model.effective_tiling(case)
         got = measured[case]
         ok = isinstance(got, MeasuredTraffic)
+        predicted = _predicted(case, M, gpu)
         rows.append({
             "sweep": sweep, "method": case.method, "passes": case.passes,
             "B": case.B, "H": case.H, "N": case.N, "d": case.d, "Br": tiling.Br, "Bc": tiling.Bc,
             "M_elements": M, "quantity": "HBM read+write", "unit": "bytes",
             "measured": got.total_bytes if ok else None, "measured_by": got.measured_by if ok else None,
-            "predicted": prediction.total_bytes,
+            "predicted": predicted.pop("predicted"),
             "measured_read": got.read_bytes if ok else None, "measured_write": got.write_bytes if ok else None,
-            "predicted_read": prediction.read_bytes, "predicted_write": prediction.write_bytes,
-            "dram_measured": got.dram_bytes if ok else None, "dram_predicted": prediction.dram_bytes,
-            "theorem2_bytes": model.theorem2_bytes(case, M),
-            "prop3_lower_bound_bytes": model.proposition3_bytes(case, M) if case.method != "standard" else None,
+            "dram_measured": got.dram_bytes if ok else None, **predicted,
             "note": "" if ok else got,
         })
     return rows

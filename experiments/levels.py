@@ -299,19 +299,6 @@ def rows_for(case: Case, split: str, counters: Counters | str | None,
     return rows, kernel_rows
 
 
-def card(device: str) -> str:
-    """The Hardware a run on ``device`` ("gpu" or "cpu") predicts for: this GPU's where the
-    model has its datasheet (``model.gpu_of_device``), else (a CPU run, another GPU) the H200's."""
-    from experiments.common.metadata import device_name
-
-    if device != "gpu":
-        return model.MEASURED_GPU
-    try:
-        return model.gpu_of_device(device_name(device))
-    except ValueError:
-        return model.MEASURED_GPU
-
-
 def collect(ctx: RunContext, cases_by_split: dict[str, tuple[Case, ...]]) -> list[dict]:
     """Level rows of every case (measured on the GPU, predicted always); writes the kernels'
     raw counters to ``levels_kernels.csv`` beside."""
@@ -324,7 +311,7 @@ def collect(ctx: RunContext, cases_by_split: dict[str, tuple[Case, ...]]) -> lis
             counters = profile_cases(everything, ctx.folder(NAME) / "ncu", progress=bar)
     else:
         ctx.skip(f"{NAME}: hardware counters ({NO_GPU})")
-    rows, kernel_rows, gpu = [], [], card("gpu" if ctx.gpu else "cpu")
+    rows, kernel_rows, gpu = [], [], model.card(ctx.device)
     for split, cases in cases_by_split.items():
         for case in cases:
             got = counters.get(case, NO_GPU if not ctx.gpu else "not profiled")
@@ -492,7 +479,7 @@ def measure_alone(cases, split: str, out: Path, csv_name: str, command: str) -> 
 
     print(numba_flash.warmup([kernel_config(c) for c in cases]), flush=True)
     counters = profile_cases(list(cases), out / "ncu")
-    _write_alone(cases, split, counters, card("gpu"), out / csv_name, run_metadata("levels", "gpu", command))
+    _write_alone(cases, split, counters, model.card("gpu"), out / csv_name, run_metadata("levels", "gpu", command))
 
 
 def finish_alone(cases, split: str, out: Path, csv_name: str, metadata: dict) -> None:

@@ -6,9 +6,10 @@ and FlashAttention (fa2; backward with atomics; in fp16 / bf16 the forward and t
 tensor cores in that format).  SDPA: MATH, EFFICIENT_ATTENTION, FLASH_ATTENTION
 and CUDNN_ATTENTION (the last two have no fp32 kernels: recorded "unsupported").  Every kernel is checked against float64 before it is
 timed.  FLOPs: 4 B H N^2 d forward, x3.5 forward + backward (backward = 2.5 x forward).
-Predicted: the simulator's time on the H200 (levels, else the roofline).  CPU: predicted only -- or, where the results
-folder holds a GPU run's ``runtime.csv``, that run's timings beside this model's predictions
-(``experiments.common.repredict``).
+Predicted: the simulator's time (levels, else the roofline) on the GPU that ran (``model.card``;
+``predicted_for`` names it), the H200 in a CPU run.  CPU: predicted only -- or, where the
+results folder holds a GPU run's ``runtime.csv``, that run's timings beside this model's
+predictions for the GPU that measured them (``experiments.common.repredict``).
 """
 from __future__ import annotations
 
@@ -34,13 +35,13 @@ def batch(n: int) -> int:
 
 
 #: The columns ``_predicted`` fills.
-PREDICTED_COLUMNS = ("predicted", "predicted_tflops", "model")
+PREDICTED_COLUMNS = ("predicted", "predicted_tflops", "predicted_for", "model")
 
 
-def _predicted(case: Case) -> dict:
-    """The model's columns of our kernels' row for ``case``."""
-    ms = model.predict_case(case).time_s * 1e3
-    return {"predicted": ms, "predicted_tflops": tflops(case.flops, ms)}
+def _predicted(case: Case, gpu: str) -> dict:
+    """The model's columns of our kernels' row for ``case`` on Hardware ``gpu``."""
+    ms = model.predict_case(case, gpu=gpu).time_s * 1e3
+    return {"predicted": ms, "predicted_tflops": tflops(case.flops, ms), "predicted_for": gpu}
 
 
 def _predicted_again(row: dict) -> dict:
@@ -49,13 +50,13 @@ def _predicted_again(row: dict) -> dict:
     if method == row["implementation"]:
         return {}
     return _predicted(Case(method, row["passes"], row["B"], row["H"], row["N"], row["d"],
-                           causal=bool(row["causal"]), dtype=row["dtype"]))
+                           causal=bool(row["causal"]), dtype=row["dtype"]), model.card_of(row))
 
 
 def _ours(ctx: RunContext, case: Case, out_of_memory: set) -> dict:
     row = {"implementation": f"ours {case.method}", "passes": case.passes, "B": case.B, "H": case.H,
            "N": case.N, "d": case.d, "causal": case.causal, "dtype": case.dtype, "flops": case.flops,
-           "quantity": f"runtime {case.passes}", "unit": "ms", **_predicted(case)}
+           "quantity": f"runtime {case.passes}", "unit": "ms", **_predicted(case, model.card(ctx.device))}
     if not ctx.gpu:
         row["note"] = ctx.skip(f"{NAME}: timing ({NO_GPU}); roofline prediction only")
         return row

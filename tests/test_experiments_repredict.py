@@ -1,7 +1,7 @@
-"""CPU mode over a GPU run's CSV (runtime, fig2_middle, fig2_left; experiments.common.repredict):
-the measurements kept as they were, the predictions made again by the model as it is now, the
-measurement's device, date and commit in measured_* columns -- and a CSV without GPU
-measurements left to the normal CPU run."""
+"""CPU mode over a GPU run's CSV (runtime, fig2_middle, fig2_left, io_scaling, l2_effect;
+experiments.common.repredict): the measurements kept as they were, the predictions made again by
+the model as it is now for the GPU that measured them, the measurement's device, date and commit
+in measured_* columns -- and a CSV without GPU measurements left to the normal CPU run."""
 import pytest
 
 from experiments.cli import run_module
@@ -91,6 +91,78 @@ def test_fig2_left_predicts_a_gpu_runs_measurements_again(tmp_path):
     assert [r["measured"] for r in got] == ["1.5", ""]
     assert [r["paper_a100_fp16"] for r in got] == ["41.7", "7.3"] and got[1]["note"] == PAPER_NOTE
     _assert_measured_on_the_gpu(got)
+
+
+def test_io_scaling_predicts_a_gpu_runs_bytes_again(tmp_path):
+    flash = Case("fa1", "fwd", tiling=(32, 64), **SMALL)
+    standard = Case("standard", "fwd", **SMALL)
+    common = {"passes": "fwd", **SMALL, "quantity": "HBM read+write", "unit": "bytes", "predicted": STALE,
+              "dram_predicted": STALE, "measured_by": "ncu: SM<->L2 sectors x 32"}
+    rows = [{"sweep": "N", "method": "fa1", "Br": 32, "Bc": 64, "M_elements": 16384, "measured": 1e7,
+             "dram_measured": 2e6, **common},
+            {"sweep": "N", "method": "standard", "Br": 64, "Bc": 64, "M_elements": 32768, "measured": 3e7, **common}]
+    got = _run(tmp_path, "io_scaling", rows)
+    for row, case in zip(got, (flash, standard)):
+        now = model.predict_case(case)
+        assert (float(row["predicted"]), float(row["dram_predicted"])) == (now.total_bytes, now.dram_bytes)
+        assert float(row["predicted_read"]) + float(row["predicted_write"]) == now.total_bytes
+        assert float(row["theorem2_bytes"]) == model.theorem2_bytes(case, int(row["M_elements"]))
+        assert row["predicted_for"] == model.MEASURED_GPU
+    assert float(got[0]["prop3_lower_bound_bytes"]) == model.proposition3_bytes(flash, 16384)
+    assert got[1]["prop3_lower_bound_bytes"] == ""                  # not a bound on standard attention
+    assert [r["measured"] for r in got] == ["10000000.0", "30000000.0"] and got[0]["dram_measured"] == "2000000.0"
+    _assert_measured_on_the_gpu(got)
+
+
+def test_l2_effect_predicts_a_gpu_runs_bytes_again(tmp_path):
+    case = Case("fa2", "fwd", **SMALL)
+    base = {"method": "fa2", **SMALL, "working_set_bytes": 1, "l2_bytes": 1.0, "unit": "bytes", "predicted": STALE}
+    rows = [{**base, "quantity": "DRAM bytes", "measured": 5e6, "measured_by": "ncu: dram__bytes_read+write"},
+            {**base, "quantity": "SM<->L2 bytes", "measured": 6e6, "measured_by": "ncu: SM<->L2 sectors x 32"}]
+    got = _run(tmp_path, "l2_effect", rows)
+    now = model.predict_case(case)
+    assert [float(r["predicted"]) for r in got] == [now.dram_bytes, now.total_bytes]
+    assert {float(r["l2_bytes"]) for r in got} == {model.l2_bytes(model.MEASURED_GPU)}
+    assert [r["measured"] for r in got] == ["5000000.0", "6000000.0"]
+    _assert_measured_on_the_gpu(got)
+
+
+def test_an_h100_run_is_predicted_for_the_h100(tmp_path):
+    """Each experiment predicts a run measured on an H100 with the H100's datasheet and rates
+    (``model.card_of``), as the levels do: a time, a DRAM count and an L2 size differ from the
+    H200's."""
+    h100 = {**GPU, "device": "NVIDIA H100 80GB HBM3"}
+    case = Case("fa2", "fwd", causal=True, **SMALL)
+    runtime = _run(tmp_path, "runtime", [{"implementation": "ours fa2", "passes": "fwd", "causal": True,
+                                          "dtype": "float32", **SMALL, "quantity": "runtime fwd", "unit": "ms",
+                                          "predicted": STALE, "measured": 0.01}], h100)[0]
+    now = model.predict_case(case, gpu="H100_SXM").time_s * 1e3
+    assert runtime["predicted_for"] == "H100_SXM" and float(runtime["predicted"]) == now
+    assert now != model.predict_case(case).time_s * 1e3
+    fig2_left = _run(tmp_path, "fig2_left", [{"method": "flash", "dtype": "fp32", "gpu": model.MEASURED_GPU,
+                                              "quantity": "runtime", "unit": "ms", **SMALL, "predicted": STALE,
+                                              "paper_a100_fp16": 7.3, "measured": 1.0}], h100)[0]
+    flash = Case("fa2", "fwd_bwd", **SMALL)
+    assert fig2_left["gpu"] == "H100_SXM"
+    assert float(fig2_left["predicted"]) == model.predict_case(flash, gpu="H100_SXM").time_s * 1e3
+    l2 = _run(tmp_path, "l2_effect", [{"method": "fa2", **SMALL, "working_set_bytes": 1, "l2_bytes": 1.0,
+                                       "unit": "bytes", "quantity": "DRAM bytes", "predicted": STALE,
+                                       "measured": 1.0}], h100)[0]
+    assert (l2["predicted_for"], float(l2["l2_bytes"])) == ("H100_SXM", model.l2_bytes("H100_SXM"))
+    assert model.l2_bytes("H100_SXM") < model.l2_bytes(model.MEASURED_GPU)
+
+
+def test_a_run_predicts_for_the_card_it_runs_on(monkeypatch):
+    import experiments.common.metadata as metadata
+
+    assert model.card("cpu") == model.MEASURED_GPU
+    for name, gpu in (("NVIDIA H100 80GB HBM3", "H100_SXM"), ("NVIDIA H200", "H200_MEASURED"),
+                      ("NVIDIA A40", "H200_MEASURED")):          # (no datasheet: the H200's)
+        monkeypatch.setattr(metadata, "device_name", lambda device, n=name: n)
+        assert model.card("gpu") == gpu
+        assert model.card_of({"device": name}) == gpu          # a GPU run's row, predicted again
+        assert model.card_of({"measured_device": name, "device": "cpu x86_64 (no GPU)"}) == gpu
+    assert [model.card_label(g) for g in ("H200_MEASURED", "H100_SXM", "A100_40GB")] == ["H200", "H100", "A100"]
 
 
 @pytest.mark.parametrize("device, measured", [("cpu x86_64 (no GPU: model + CUDA simulator)", 4096.0),

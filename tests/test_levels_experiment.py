@@ -125,17 +125,6 @@ def test_each_launch_is_read_beside_its_own_prediction(tmp_path):
         levels.per_launch(tmp_path / "k.csv")
 
 
-def test_a_run_predicts_for_the_card_it_runs_on(monkeypatch):
-    import experiments.common.metadata as metadata
-    from experiments import levels
-
-    assert levels.card("cpu") == "H200_MEASURED"
-    for name, gpu in (("NVIDIA H100 80GB HBM3", "H100_SXM"), ("NVIDIA H200", "H200_MEASURED"),
-                      ("NVIDIA A40", "H200_MEASURED")):          # (no datasheet: the H200's)
-        monkeypatch.setattr(metadata, "device_name", lambda device, n=name: n)
-        assert levels.card("gpu") == gpu
-
-
 def test_a_case_labelled_with_a_since_changed_default_tiling_keeps_its_split():
     assert split_of(Case.from_label("fa2_fp16x3/fwd/B2H16N2048d128")) == "fp16x3"
     assert split_of(Case.from_label("fa2_fp16x3/fwd/B2H16N2048d128/Br80Bc32")) == "fp16x3"

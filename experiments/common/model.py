@@ -72,6 +72,35 @@ def gpu_of_device(device: str) -> str:
     raise ValueError(f"no Hardware for device {device!r}: known {sorted(GPU_OF_DEVICE)}")
 
 
+def card(device: str) -> str:
+    """The Hardware a run on ``device`` ("gpu" or "cpu") predicts for: this GPU's where the
+    model has its datasheet (``gpu_of_device``), else (a CPU run, another GPU) the H200's."""
+    from .metadata import device_name
+
+    if device != "gpu":
+        return MEASURED_GPU
+    try:
+        return gpu_of_device(device_name(device))
+    except ValueError:
+        return MEASURED_GPU
+
+
+def card_of(row: dict) -> str:
+    """The Hardware a GPU run's CSV row is predicted for when predicted again: that of the GPU
+    that measured it (its ``measured_device``, else its ``device``), as ``card`` would have
+    chosen it on that GPU."""
+    device = row.get("measured_device") or row.get("device") or ""
+    try:
+        return gpu_of_device(device)
+    except ValueError:
+        return MEASURED_GPU
+
+
+def card_label(gpu: str) -> str:
+    """A Hardware name as a figure's legend says it: "H200", "H100", "A100"."""
+    return next((model for model, name in GPU_OF_DEVICE.items() if name == gpu), gpu.split("_")[0])
+
+
 def hardware(name: str = MEASURED_GPU):
     from simulator.hardware import by_name
 

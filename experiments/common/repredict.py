@@ -70,14 +70,15 @@ def repredict(name: str, rows: list[dict[str, str]], predict: Callable[[dict], d
     cells typed back (``value``), its old metadata dropped (its ``note`` kept: it says what
     became of the measurement), ``columns`` emptied then filled by ``predict(row)`` (a dict of
     some of them; {} where the model makes no prediction, as the GPU run would have left them),
-    and the measurement's metadata in ``measured_*`` columns."""
+    and the measurement's metadata in ``measured_*`` columns, which ``predict`` sees (the card
+    to predict for: ``model.card_of``)."""
     out = []
     for raw in rows:
         row = {k: (v if k in TEXT_COLUMNS else value(v)) for k, v in raw.items()
                if k not in METADATA_COLUMNS or k == "note"}
         row.update(dict.fromkeys(columns))
-        row.update(predict(row))
         row.update(measurement(raw))
+        row.update(predict(row))
         out.append(row)
     runs = sorted({" ".join(measurement(r).values()) for r in rows})
     print(f"  {name}: {len(out)} rows of the GPU run ({'; '.join(runs)}) predicted again by this model")
