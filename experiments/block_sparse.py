@@ -153,7 +153,8 @@ def run(ctx: RunContext) -> list[dict]:
     pairs = plan(ctx)
     cases = [case for _, case in pairs]
     measured = measure_traffic(ctx, NAME, cases)
-    rows = [_row(s, case, measured[case], model.predicted_or_note(case)) for s, case in pairs]
+    rows = [_row(s, case, measured[case], model.predicted_or_note(case, model.card(ctx.device)))
+            for s, case in pairs]
     if ctx.gpu:
         _add_times(ctx, rows, cases, measured)
     else:

@@ -4,11 +4,12 @@ Attention of GPT-2 medium (N = 1024, d = 64, 16 heads, batch 64): GFLOPs, HBM re
 runtime.  On the GPU we measure fp32 and fp16, the paper's precision (DRAM and SM<->L2 bytes
 from ncu, runtime from CUDA events; standard attention in fp16 stores S, P, dP, dS in fp16, as
 the paper's baseline, and FlashAttention runs the fp16 tensor-core kernels), and predict both
-for that GPU (``model.card``; the H200 in a CPU run) with our kernels' tilings; fp16 on the paper's A100 (the paper's tiling) is
-predicted beside the paper's A100 numbers.  On the CPU the full size is
-model-only, and a scaled-down copy (N = 32, d = 8, one head) is counted under the CUDA simulator
--- or, where the results folder holds a GPU run's ``fig2_left.csv``, that run's measurements
-beside this model's predictions (``experiments.common.repredict``; no scaled-down copy).
+for that GPU (``model.card``; its Hardware in the ``gpu`` column) with our kernels' tilings;
+fp16 on the paper's A100 (the paper's tiling) is predicted beside the paper's A100 numbers.  On
+the CPU the full size is model-only (the H200's), and a scaled-down copy (N = 32, d = 8, one
+head) is counted under the CUDA simulator -- or, where the results folder holds a GPU run's
+``fig2_left.csv``, that run's measurements beside this model's predictions for the GPU that
+measured them (``experiments.common.repredict``; no scaled-down copy).
 """
 from __future__ import annotations
 
@@ -76,14 +77,13 @@ def _repredict(measured: list[dict]) -> list[dict]:
         return {(r["dtype"], r["gpu"], r["quantity"]): r["predicted"] for r in rows}
 
     def predicted(row: dict) -> dict:
-        if row["method"] not in METHODS:
-            return {}
         card = model.card_of(row)
-        gpu = model.PAPER_GPU if row["note"] == PAPER_NOTE else card
-        got = fresh(row["method"], row["B"], row["H"], row["N"], row["d"], card).get((row["dtype"], gpu, row["quantity"]))
+        gpu = model.PAPER_GPU if row["gpu"] == model.PAPER_GPU else card
+        got = fresh(row["method"], row["B"], row["H"], row["N"], row["d"], card).get(
+            (row["dtype"], gpu, row["quantity"])) if row["method"] in METHODS else None
         return {"gpu": gpu} if got is None else {"gpu": gpu, "predicted": got}
 
-    return repredict(NAME, measured, predicted, ("gpu", "predicted"))
+    return repredict(NAME, measured, predicted, ("predicted",))
 
 
 def run(ctx: RunContext) -> list[dict]:
@@ -160,7 +160,8 @@ def plot(rows: list[dict], path) -> None:
     fig, axes = plotting.figure(3, title="Figure 2 (left): GPT-2 medium attention (N=1024, d=64, 16 heads, batch 64)")
     fig.set_size_inches(15.6, 6.0)
     full = [r for r in rows if r["gpu"] != "CUDA simulator"]
-    # the GPU the run measured and predicted for (the H200 in a CPU run)
+    # the GPU the run measured and predicted for (in a CPU run, the H200, or the GPU that
+    # measured the run it predicts again)
     card = next((r["gpu"] for r in full if r["gpu"] != model.PAPER_GPU), model.MEASURED_GPU)
     ours = model.card_label(card)
     series = [  # (label, row filter, value key, hatch)

@@ -135,7 +135,7 @@ def _measure_flash(ctx: RunContext, case: Case, row: dict, with_torch: bool) -> 
     torch.cuda.empty_cache()
 
 
-def _row(method: str, case: Case) -> dict:
+def _row(method: str, case: Case, gpu: str) -> dict:
     row = {"method": method, "dtype": case.dtype, "B": B, "H": H, "N": case.N, "d": D,
            "dropout_p": DROPOUT_P if method != "flash_dense" else 0.0,
            "padding": PADDING if method != "flash_dense" else 0,
@@ -143,12 +143,12 @@ def _row(method: str, case: Case) -> dict:
            "flops": case.flops, "kept_flops": case.band_flops, "time_ms": None,
            "peak_memory_bytes": None, "note": ""}
     if method.startswith("flash"):
-        predicted = model.predicted_or_note(case)
+        predicted = model.predicted_or_note(case, gpu)
         if isinstance(predicted, str):
             add_note(row, predicted)
         else:
             row.update(predicted_time_ms=predicted.prediction.time_s * 1e3,
-                       predicted_time_by=predicted.time_by,
+                       predicted_time_by=predicted.time_by, predicted_for=gpu,
                        predicted_memory_bytes=predicted_memory(case, predicted.reports))
     return row
 
@@ -158,10 +158,10 @@ def run(ctx: RunContext) -> list[dict]:
     pairs = [cases(n, dtype) for dtype in DTYPES for n in ns]
     if ctx.gpu:
         build_kernels(ctx, NAME, [c for pair in pairs for c in pair])
-    rows = []
+    rows, gpu = [], model.card(ctx.device)
     for featured, dense in ctx.progress(pairs, f"{NAME}: cases"):
-        group = [_row("flash", featured), _row("flash_dense", dense),
-                 *(_row(f"sdpa_{b}", featured) for b in SDPA_BACKENDS)]
+        group = [_row("flash", featured, gpu), _row("flash_dense", dense, gpu),
+                 *(_row(f"sdpa_{b}", featured, gpu) for b in SDPA_BACKENDS)]
         if ctx.gpu:
             with_torch = torch_available()
             _measure_flash(ctx, featured, group[0], with_torch)

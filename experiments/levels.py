@@ -343,8 +343,9 @@ def split_of(case: Case) -> str:
 
 def repredict(kernels_csv: Path) -> list[dict]:
     """Level rows of a GPU run's raw counters (its ``levels_kernels.csv``) beside this model's
-    predictions for the GPU measured (``model.gpu_of_device``: an H100's by its datasheet and
-    its own calibrate rates, ``simulator.runtime.RATES_OF``): the model can change without a
+    predictions for the GPU measured (``model.card_of``: an H100's by its datasheet and its
+    own calibrate rates, ``simulator.runtime.RATES_OF``; a GPU without a datasheet as the H200,
+    as ``model.card`` predicted it on that GPU): the model can change without a
     GPU and its errors be read again. The measurement's device, date and commit go in
     ``measured_*`` columns."""
     from experiments.common.repredict import measurement
@@ -378,10 +379,10 @@ def read_kernels(kernels_csv: Path) -> dict[str, list[tuple[dict, dict]]]:
 
 def _measured_gpu(launches: list) -> str:
     """The Hardware of the GPU a case's launches (``read_kernels``) were measured on
-    (``model.gpu_of_device`` of the first one's device)."""
+    (``model.card_of`` of the first one)."""
     from experiments.common.repredict import measurement
 
-    return model.gpu_of_device(measurement(launches[0][0])["measured_device"])
+    return model.card_of(measurement(launches[0][0]))
 
 
 def per_launch(kernels_csv: Path) -> list[dict]:
@@ -490,7 +491,7 @@ def finish_alone(cases, split: str, out: Path, csv_name: str, metadata: dict) ->
     from experiments.common.ncu import read_profile
 
     counters = read_profile(out / "ncu", list(cases))
-    _write_alone(cases, split, counters, model.gpu_of_device(metadata["device"]), out / csv_name, metadata)
+    _write_alone(cases, split, counters, model.card_of(metadata), out / csv_name, metadata)
 
 
 def _write_alone(cases, split: str, counters: dict, gpu: str, path: Path, metadata: dict) -> None:

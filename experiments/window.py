@@ -158,7 +158,7 @@ def run(ctx: RunContext) -> list[dict]:
     pairs = plan(ctx)
     cases = [case for _, case in pairs]
     measured = measure_traffic(ctx, NAME, cases)
-    rows = [_row(sweep, case, measured[case], model.predicted_or_note(case), ctx.gpu)
+    rows = [_row(sweep, case, measured[case], model.predicted_or_note(case, model.card(ctx.device)), ctx.gpu)
             for sweep, case in pairs]
     if ctx.gpu:
         _add_times(ctx, rows, cases, measured)

@@ -163,6 +163,12 @@ def test_a_run_predicts_for_the_card_it_runs_on(monkeypatch):
         assert model.card_of({"device": name}) == gpu          # a GPU run's row, predicted again
         assert model.card_of({"measured_device": name, "device": "cpu x86_64 (no GPU)"}) == gpu
     assert [model.card_label(g) for g in ("H200_MEASURED", "H100_SXM", "A100_40GB")] == ["H200", "H100", "A100"]
+    # fig3, window, block_sparse: their predicted columns name the card (model.predicted_or_note)
+    case = Case("fa2", "fwd", **SMALL)
+    h100 = model.predicted_or_note(case, "H100_SXM")
+    assert h100.columns()["predicted_for"] == "H100_SXM"
+    assert h100.columns()["predicted_time_ms"] == model.predict_case(case, gpu="H100_SXM").time_s * 1e3
+    assert model.predicted_or_note(case).columns()["predicted_for"] == model.MEASURED_GPU
 
 
 @pytest.mark.parametrize("device, measured", [("cpu x86_64 (no GPU: model + CUDA simulator)", 4096.0),

@@ -8,7 +8,8 @@ be read against counters already measured -- without a GPU.
 The folder is one that ``experiments.common.ncu.profile_cases`` wrote (``ncu_cases.json``,
 ``ncu_result.json``, ``ncu.csv`` or its ``.gz``). The measured kernels are those of the commit
 that run measured (its CSV's ``commit``), which may not be this checkout's: say so beside any
-number taken from here. Prints one line per case, then MAPE and median APE."""
+number taken from here; ``--card`` names the Hardware the run's GPU is predicted as (default
+the H200's; ``H100_SXM`` for an H100's run). Prints one line per case, then MAPE and median APE."""
 import argparse
 import json
 import statistics
@@ -34,12 +35,14 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--passes", choices=("fwd", "fwd_bwd"), help="only these cases")
+    parser.add_argument("--card", choices=sorted(set(model.GPU_OF_DEVICE.values())), default=model.MEASURED_GPU,
+                        help="the Hardware the run's GPU is predicted as")
     args = parser.parse_args(argv)
     errors = []
     for case, measured in kernel_times(args.folder):
         if args.passes and case.passes != args.passes:
             continue
-        predicted = model.predicted_or_note(case)
+        predicted = model.predicted_or_note(case, args.card)
         if isinstance(predicted, str):
             print(f"{case.label:60s} ncu {measured:9.4f} ms  model: {predicted}")
             continue

@@ -57,9 +57,9 @@ class Prediction:
 
 
 #: The Hardware each GPU a measurement names (CUDA's device name) is predicted as: our H200 with
-#: its measured bandwidth and fp32 peak; an H100 by its datasheet (L2 50 MB, 3.35 TB/s), whose
-#: machine rates were never calibrated: no time until a calibrate CSV of an H100 is committed as
-#: simulator/rates_h100.csv (``simulator.runtime.RATES_OF``).
+#: its measured bandwidth and fp32 peak; an H100 by its datasheet (L2 50 MB, 3.35 TB/s), each
+#: timed at its own calibrate rates (simulator/rates_h200.csv, rates_h100.csv:
+#: ``simulator.runtime.RATES_OF``).
 GPU_OF_DEVICE = {"H200": MEASURED_GPU, "H100": "H100_SXM"}
 
 
@@ -209,12 +209,13 @@ def summed(case: Case, parts: list) -> Prediction:
 class Predicted:
     """A case's prediction (``predict_case``), its calls' reports, and what its numbers are:
     the level model's SM<->L2 bytes and runtime model's time where finite for every call, else
-    the tiled count and the roofline (``bytes_by``, ``time_by`` say which)."""
+    the tiled count and the roofline (``bytes_by``, ``time_by`` say which), on Hardware ``gpu``."""
 
     prediction: Prediction
     reports: list
     bytes_by: str
     time_by: str
+    gpu: str
 
     def read_bytes_of(self, names) -> float:
         """Bytes the tiled count reads from the tensors ``names`` (e.g. K and V), over all calls."""
@@ -231,15 +232,15 @@ class Predicted:
         return dict(predicted=p.total_bytes, predicted_read=p.read_bytes, predicted_write=p.write_bytes,
                     predicted_kv_read=self.read_bytes_of(("K", "V")), dram_predicted=p.dram_bytes,
                     predicted_time_ms=p.time_s * 1e3, predicted_bytes_by=self.bytes_by,
-                    predicted_time_by=self.time_by)
+                    predicted_time_by=self.time_by, predicted_for=self.gpu)
 
 
-def predicted_or_note(case: Case) -> Predicted | str:
-    """``Predicted`` for the case, or the note saying why the model has none."""
+def predicted_or_note(case: Case, gpu: str = MEASURED_GPU) -> Predicted | str:
+    """``Predicted`` for the case on Hardware ``gpu``, or the note saying why the model has none."""
     from .measure import failure_note
 
     try:
-        parts = reports(case)
+        parts = reports(case, gpu=gpu)
         prediction = summed(case, parts)
     except Exception as exc:   # e.g. a simulator without windows / kv_heads / block masks yet
         return f"not predicted: {failure_note(exc).removeprefix('failed: ')}"
@@ -255,7 +256,7 @@ def predicted_or_note(case: Case) -> Predicted | str:
     if case.padding:
         time_by += "; the per-entry gathers and scatters not modelled"
     return Predicted(prediction, parts,
-                     "levels (SM<->L2 sectors)" if levels else "tiled count (levels NaN)", time_by)
+                     "levels (SM<->L2 sectors)" if levels else "tiled count (levels NaN)", time_by, gpu)
 
 
 def touched_tensors(case: Case) -> list[list[str]]:

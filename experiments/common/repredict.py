@@ -1,8 +1,8 @@
 """CPU mode over a GPU run's results: its measurements kept, its predictions made again.
 
 An experiment whose GPU run writes measured beside predicted rows (runtime, fig2_middle,
-fig2_left) asks ``gpu_run(ctx, name)`` in CPU mode whether ``<out>/<name>/<name>.csv`` holds
-such a run (a row with a measured number, measured on a GPU); if so, ``repredict`` gives that
+fig2_left, io_scaling, l2_effect) asks ``gpu_run(ctx, name)`` in CPU mode whether
+``<out>/<name>/<name>.csv`` holds such a run (a row with a measured number, measured on a GPU); if so, ``repredict`` gives that
 run's rows back with the model's columns recomputed by the experiment's own prediction code,
 every other column as the GPU run wrote it, and the measurement's device, date and commit in
 ``measured_device`` / ``measured_date`` / ``measured_commit`` (as ``experiments.levels``
