@@ -96,7 +96,7 @@ def launch_levels(phases, workload, tiling, hardware, l2) -> list[Levels]:
     parts = []
     for p, view in zip(phases, l2.phases):
         t = p.tiling or tiling                    # (a launch at its own tiling: Phase.tiling)
-        sec = sector_traffic(p, workload)
+        sec = sector_traffic(p, workload, t)
         written = view.dram_write_bytes
         if rates is not None and rates.l2_dirty_capacity_bytes:
             written -= dirty_residue(view, rates.l2_dirty_capacity_bytes)

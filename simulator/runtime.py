@@ -281,7 +281,7 @@ def launch_seconds(p: Phase, w: Workload, tiling: Tiling, hw: Hardware, dram_byt
     spills_miss = local_traffic(p, w, tiling, hw).missed_bytes > 0
     # the share of the global loads' bytes DRAM serves (the L2 model's DRAM reads over the
     # sector model's SM<->L2 reads): their latency between L2's and DRAM's
-    traffic = sector_traffic(p, w)
+    traffic = sector_traffic(p, w, tiling)
     fetched = traffic.missed * SECTOR_BYTES
     l2_miss = (dram_bytes[0] / fetched) if dram_bytes and fetched else 0.0
     shares = {name: l2_miss for name in p.hbm_reads} | (read_miss or {})

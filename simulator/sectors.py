@@ -45,6 +45,15 @@ costs a sector an element.
 Tensors every thread of a block reads whole (``Phase.broadcast``: fa2_fp16x3's head maxima,
 each an address a warp): a sector a warp-wide load requested, each distinct sector of a block
 fetched once.
+The FFMA kernels move some head tiles through their thread grid (``GRID_ACCESSES``;
+``numba_flash/kernels/tiles.py``: thread (ty, tx) owns head columns tx + TX b of its rows): a
+warp instruction takes TX consecutive elements of each of its rows, so where TX elements do not
+fill whole sectors (TX = Bc / 4: Bc = 16 in fp32, Bc < 64 in 2-byte storage) a sector is touched
+by several instructions, and each touch is a request (a load's later ones hit L1) or a store or
+reduction sent to L2 (``grid_row_sectors``). H100, 2026-12-07, io_scaling's 16 x 16 tiling (16
+bytes a row an instruction), where whole sectors count 1.11 GB: Algorithm 1 stored 2.18 GB (O
+twice, l and m once) and its L1 found 33.3 M of 101.7 M requested load sectors (O's second
+halves; the count below: 33.4 M of 101.9 M); the FFMA forward stored 17.0 MB for 8.5.
 No reuse between thread blocks is counted: on the H200, co-resident blocks of one head showed no
 L1 hits (ncu, results/h200/levels); reads of one sector by several SMs at once are merged
 further on, by the L2's request coalescer, which the SM-side counts do not see.
@@ -78,6 +87,12 @@ RED_SECTORS = {"flash_backward_tc": 2, "flash_backward_half": 2, "flash_backward
 #: its own request, a sector sent to L2 for 4 bytes. fa2_fp16x3's head_amax: 1536 sectors for 1536 partial maxima at
 #: (2, 16, 2048, 64) (ncu, H200 and H100, 2026-12-06).
 SINGLE_STORES = {"head_amax": ("head maxima",)}
+#: Tensors a kernel loads, stores or adds to through its thread grid, TX consecutive elements of
+#: a row a warp instruction (module docstring): Algorithm 1's O (read back and written every outer
+#: step), the FFMA forward's O, the FFMA backward's dK, dV and dQ (atomic adds), the deterministic
+#: backward's dQ.
+GRID_ACCESSES = {"flash_forward_v1": ("O",), "flash_forward_v2": ("O",),
+                 "flash_backward": ("dK", "dV", "dQ"), "flash_backward_dq": ("dQ",)}
 #: Tensors a kernel copies by 16-byte cp.async chunks into padded tiles (where d % 8 == 0).
 CP_ASYNC = {"flash_forward_half": ("Q", "K", "V"), "flash_backward_half": ("Q", "K", "V", "dO"),
             "flash_forward_fp16x3": ("Q parts", "K parts", "V parts"),
@@ -100,6 +115,23 @@ def row_sectors(n: int, element_bytes: int) -> float:
     period = SECTOR_BYTES // gcd(row, SECTOR_BYTES)      # rows until the pattern repeats
     total = sum(-(-(r + 1) * row // SECTOR_BYTES) - r * row // SECTOR_BYTES
                 for r in range(period))
+    return total / period
+
+
+@lru_cache(maxsize=None)
+def grid_row_sectors(n: int, element_bytes: int, tx: int) -> float:
+    """Mean sector touches of one row of ``n`` elements moved through a thread grid of ``tx``
+    columns: the sectors each group of columns [tx b, tx b + tx) overlaps, summed over the
+    groups (a warp instruction each), rows laid end to end from an aligned start (exact over the
+    rows' period). Equal to ``row_sectors`` where tx elements fill whole, aligned sectors."""
+    row = n * element_bytes
+    period = SECTOR_BYTES // gcd(row, SECTOR_BYTES)
+    total = 0
+    for r in range(period):
+        for first in range(0, n, tx):
+            start = r * row + first * element_bytes
+            end = r * row + min(first + tx, n) * element_bytes
+            total += -(-end // SECTOR_BYTES) - start // SECTOR_BYTES
     return total / period
 
 
@@ -161,12 +193,21 @@ def sector_kernel(p: Phase) -> str | None:
     return p.kernel or p.code[0]
 
 
-def sector_traffic(p: Phase, w: Workload) -> SectorTraffic:
-    """The sector model (module docstring) of launch ``p``."""
+def sector_traffic(p: Phase, w: Workload, tiling: Tiling | None = None) -> SectorTraffic:
+    """The sector model (module docstring) of launch ``p``; with the ``tiling`` its kernel runs
+    at, the touches of the tensors it moves through its thread grid (``GRID_ACCESSES``), else
+    whole rows for those too."""
     kernel = sector_kernel(p)
     atomic = ATOMIC.get(kernel, ())
     factors = LOAD_REQUESTS.get(kernel, {})
     chunked = CP_ASYNC.get(kernel, ())
+    grid = GRID_ACCESSES.get(kernel, ()) if tiling is not None else ()
+
+    def touches(name: str, n: int) -> float:
+        """Sectors a grid-moved tensor's ``n`` elements are requested or sent as."""
+        row = getattr(w, _ROW[name])
+        return n / row * grid_row_sectors(row, element_bytes(name, w.dtype_bytes), tiling.threads_x)
+
     requested = missed = stored = reduced = bypassed = 0.0
     for name, n in p.hbm_reads.items():
         if name in atomic:
@@ -183,9 +224,11 @@ def sector_traffic(p: Phase, w: Workload) -> SectorTraffic:
         else:
             s = tensor_sectors(name, n, w)
         missed += s
-        requested += s * factors.get(name, 1)
+        requested += touches(name, n) if name in grid else s * factors.get(name, 1)
     for name, n in p.hbm_writes.items():
         s = n if name in SINGLE_STORES.get(kernel, ()) else tensor_sectors(name, n, w)
+        if name in grid:
+            s = touches(name, n)
         if name in atomic:
             reduced += s * RED_SECTORS.get(kernel, 1)
         else:

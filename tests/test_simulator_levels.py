@@ -12,7 +12,8 @@ from simulator.levels import LEVEL_NAMES, Levels, total
 from simulator.local import dirty_residue
 from simulator.rates import load_rates
 from simulator.runtime import shared_makespan
-from simulator.sectors import SECTOR_BYTES, cp_async_row_sectors, row_sectors, sector_traffic, tensor_sectors
+from simulator.sectors import (SECTOR_BYTES, cp_async_row_sectors, grid_row_sectors, row_sectors, sector_traffic,
+                               tensor_sectors)
 
 
 @pytest.mark.parametrize("n", [1, 3, 8, 24, 40, 59, 64, 80, 111, 256])
@@ -56,6 +57,40 @@ def test_atomic_dq_is_sent_as_reductions_not_loaded():
     assert s.reduced == pytest.approx(2 * main.hbm_writes["dQ"] * 4 / 32)   # half-filled sectors
     ffma_main = _phase("flash_backward", w, Tiling(64, 64))[1]
     assert sector_traffic(ffma_main, w).reduced == pytest.approx(ffma_main.hbm_writes["dQ"] * 4 / 32)
+
+
+@pytest.mark.parametrize("n", [8, 24, 59, 64, 80, 111])
+@pytest.mark.parametrize("element_bytes", [2, 4])
+def test_grid_row_sectors_counts_each_column_groups_sectors(n, element_bytes):
+    for tx in (2, 4, 6, 8, 16, 32):
+        brute = 0
+        for r in range(SECTOR_BYTES):          # a whole number of periods
+            for first in range(0, n, tx):
+                start = (r * n + first) * element_bytes
+                end = (r * n + min(first + tx, n)) * element_bytes
+                brute += len(range(start // SECTOR_BYTES, (end - 1) // SECTOR_BYTES + 1))
+        assert grid_row_sectors(n, element_bytes, tx) == pytest.approx(brute / SECTOR_BYTES)
+    # groups of whole, aligned sectors cost the row's sectors; 16-byte groups twice them
+    assert grid_row_sectors(64, 4, 8) == grid_row_sectors(64, 4, 16) == row_sectors(64, 4) == 8
+    assert grid_row_sectors(64, 4, 4) == 16 and grid_row_sectors(64, 2, 8) == 8 == 2 * row_sectors(64, 2)
+
+
+def test_grid_moved_tensors_cost_a_sector_per_column_group_at_small_bc():
+    """Algorithm 1 at 16 x 16 (TX = 4: 16 bytes of a row an instruction): O is requested and
+    stored twice a sector, its second requests hitting L1; l, m, Q, K, V as whole rows; at
+    64 x 64 (TX = 16) nothing changes. Without a tiling, whole rows everywhere."""
+    w = Workload(1, 2, 256, 256, 64)
+    (p,) = _phase("flash_forward_v1", w, Tiling(16, 16))
+    rows = sector_traffic(p, w)
+    grid = sector_traffic(p, w, Tiling(16, 16))
+    o_read, o_written = p.hbm_reads["O"] * 4 / 32, p.hbm_writes["O"] * 4 / 32
+    assert grid.missed == pytest.approx(rows.missed)
+    assert grid.requested == pytest.approx(rows.requested + o_read)
+    assert grid.stored == pytest.approx(rows.stored + o_written)
+    (wide,) = _phase("flash_forward_v1", w, Tiling(64, 64))
+    assert sector_traffic(wide, w, Tiling(64, 64)) == sector_traffic(wide, w)
+    kv = _phase("flash_backward", w, Tiling(16, 16))[1]
+    assert sector_traffic(kv, w, Tiling(16, 16)).reduced == pytest.approx(2 * kv.hbm_writes["dQ"] * 4 / 32)
 
 
 def test_half_kernels_send_fp32_dq_accum_as_reductions_and_quarter_sector_stores():
