@@ -83,6 +83,8 @@ def card(device: str) -> str:
         return gpu_of_device(device_name(device))
     except ValueError:
         return MEASURED_GPU
+    except AttributeError:      # the CUDA simulator's device, which has no name: a listing run
+        return MEASURED_GPU     # (``python -m experiments kernels``) on a machine without a GPU
 
 
 def card_of(row: dict) -> str:
