@@ -226,9 +226,10 @@ def sector_traffic(p: Phase, w: Workload, tiling: Tiling | None = None) -> Secto
         missed += s
         requested += touches(name, n) if name in grid else s * factors.get(name, 1)
     for name, n in p.hbm_writes.items():
-        s = n if name in SINGLE_STORES.get(kernel, ()) else tensor_sectors(name, n, w)
         if name in grid:
             s = touches(name, n)
+        else:
+            s = n if name in SINGLE_STORES.get(kernel, ()) else tensor_sectors(name, n, w)
         if name in atomic:
             reduced += s * RED_SECTORS.get(kernel, 1)
         else:

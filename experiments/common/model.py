@@ -80,11 +80,10 @@ def card(device: str) -> str:
     if device != "gpu":
         return MEASURED_GPU
     try:
-        return gpu_of_device(device_name(device))
-    except ValueError:
-        return MEASURED_GPU
+        name = device_name(device)
     except AttributeError:      # the CUDA simulator's device, which has no name: a listing run
         return MEASURED_GPU     # (``python -m experiments kernels``) on a machine without a GPU
+    return card_of({"device": name})
 
 
 def card_of(row: dict) -> str:

@@ -2,9 +2,10 @@
 
 An experiment whose GPU run writes measured beside predicted rows (runtime, fig2_middle,
 fig2_left, io_scaling, l2_effect) asks ``gpu_run(ctx, name)`` in CPU mode whether
-``<out>/<name>/<name>.csv`` holds such a run (a row with a measured number, measured on a GPU); if so, ``repredict`` gives that
-run's rows back with the model's columns recomputed by the experiment's own prediction code,
-every other column as the GPU run wrote it, and the measurement's device, date and commit in
+``<out>/<name>/<name>.csv`` holds such a run (a row with a measured number, measured on a GPU);
+if so, ``repredict`` gives that run's rows back with the model's columns recomputed by the
+experiment's own prediction code, every other column as the GPU run wrote it, and the
+measurement's device, date and commit in
 ``measured_device`` / ``measured_date`` / ``measured_commit`` (as ``experiments.levels``
 does with its ``levels_kernels.csv``).  The rows' metadata columns then describe the CPU run,
 so the model can change without a GPU and its errors be read again.  A CSV already rewritten
