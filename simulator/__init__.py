@@ -20,7 +20,8 @@ from .closed_forms import (
 )
 from .hardware import Hardware
 from .l2 import L2Phase, L2Traffic, concurrent_blocks, l2_traffic
-from .predict import ALGORITHMS, BAND_ALGORITHMS, default_tiling, paper_tiling, predict, predict_dram
+from .predict import (ALGORITHMS, BAND_ALGORITHMS, default_tiling, hbm_traffic, paper_tiling, predict,
+                      predict_dram)
 from .report import TensorTraffic, TrafficReport
 from .tiling import ModelTiling, Tiling
 from .workload import Workload
@@ -30,7 +31,7 @@ __all__ = [
     "ModelTiling", "TensorTraffic", "Tiling", "TrafficReport", "Workload",
     "block_sparse_backward_accesses", "block_sparse_forward_accesses", "concurrent_blocks",
     "default_tiling", "flash_backward_accesses", "flash_forward_v1_accesses",
-    "flash_forward_v2_accesses", "hardware", "l2_traffic", "occupancy", "paper_tiling", "predict",
+    "flash_forward_v2_accesses", "hardware", "hbm_traffic", "l2_traffic", "occupancy", "paper_tiling", "predict",
     "predict_dram", "proposition3_lower_bound", "proposition4_flash_forward",
     "standard_backward_accesses", "standard_forward_accesses", "theorem2_flash_forward",
     "theorem2_standard_forward", "theorem5_flash_backward",

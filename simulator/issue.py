@@ -21,7 +21,11 @@ alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cy
   ``local_latency``: the caller's, by default an L2 hit and an L1 hit at the measured latencies
   (``MachineRates.l2_hit_latency_cycles``, ``l1_hit_latency_cycles``; the presets below where
   the rates lack them). A warp's load waits for its slowest sector, and our kernels' tile loads
-  stream K, V (Q, dO) from L2: few requests are all L1 hits. A write to a
+  stream K, V (Q, dO) from L2: few requests are all L1 hits. The exception, ``Op.l1_hit``: a
+  block-sparse kernel's reads of its block lists (``LIST_LOAD``; CSR int64 arrays of a few KB
+  that every head's blocks read entry by entry) hit L1 -- at its latency, and not behind the
+  reduction drain below (a hit does not leave the SM; H100, 2026-12-08, ncu: 98 % of those
+  sectors hit, results/h100/block_sparse/). A write to a
   register whose last producer had a variable latency (memory, shuffle, XU, HMMA, S2R) waits
   for that write (the scoreboard); reads before a later write (WAR) are free;
 - pipes limit throughput per scheduler, each SM rate shared by its 4 schedulers: the tensor
@@ -52,7 +56,7 @@ alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cy
   enters L2 only behind everything queued before it: its data is ready its latency after
   the later of its service start and the drain's end (calibrate's ``load_after_red_cycles``:
   a load behind k reductions of each of an SM's warps waits until the SM has drained them
-  all). A cp.async copy (LDGSTS) is a global load that writes shared memory instead of a
+  all; a load that hits L1, ``Op.l1_hit``, does not wait). A cp.async copy (LDGSTS) is a global load that writes shared memory instead of a
   register: it waits behind the drain alike (assumed: its read request takes the same path to
   L2; calibrate measured LDG's). Stores, spill traffic and an atomic's own result do not wait
   (not measured). Rates without the drain (None) model none;
@@ -124,6 +128,10 @@ SHFL_LATENCY = 23
 L1_HIT_LATENCY = 33
 L2_HIT_LATENCY = 270
 DRAM_LATENCY = 500
+#: The opcode of a block-sparse kernel's block-list read (``Op.l1_hit``): in the recorded main
+#: loops of the ``sparse`` variants, and nowhere else, an 8-byte global load (the lists' int64
+#: entries; every other global load of our main loops is 4 or 16 bytes a lane, or cp.async).
+LIST_LOAD = "LDG.64"
 #: LDC (kernel parameters from the constant cache, a hit: assumed like an L1 hit).
 LDC_LATENCY = 33
 #: S2R (a special register, e.g. %tid: assumed).
@@ -164,7 +172,9 @@ class Op:
     ``Phase.edge_trips``), and for a ``DEPBAR.LE SB0, n`` its ``n`` (``depbar``: the warp's
     committed cp.async groups it lets stay in flight; None for every other instruction), and
     whether only a query head's first trip in a block runs it (``head``: code under a branch
-    on a head's start, e.g. fa2_fp16x3's backward reading the head's scales; ``Phase.head_share``)."""
+    on a head's start, e.g. fa2_fp16x3's backward reading the head's scales; ``Phase.head_share``),
+    and whether a global load hits L1 (``l1_hit``: a block-sparse kernel's block-list read,
+    ``LIST_LOAD``)."""
 
     key: str
     pipe: str
@@ -178,6 +188,7 @@ class Op:
     edge: bool = False
     depbar: int | None = None
     head: bool = False
+    l1_hit: bool = False
 
 
 def op(key: str, dests=(), srcs=(), barrier: bool | None = None, depbar: int | None = None) -> Op:
@@ -450,14 +461,16 @@ def _by_source_line(text: str, values: dict) -> dict:
     return out
 
 
-def decode_loop(loop: dict, inner_trips=None, peel_runs=None, stalls: bool = True) -> tuple[Op, ...]:
+def decode_loop(loop: dict, inner_trips=None, peel_runs=None, stalls: bool = True,
+                list_loads: bool = False) -> tuple[Op, ...]:
     """The stream of an ``encode_loop`` record: its body once, each nested loop's body inlined
     ``trips`` times (``inner_trips``: a list, one count a nested loop in address order,
     overriding the recorded ones; a count unknown on both sides: once), and of the copies
     ptxas peeled before a nested loop the first ``peel_runs[k]`` only (a list as
     ``inner_trips``; None, or None for a loop: every copy, as the static code holds them);
     ``stalls``: each instruction its recorded stall count (else 1); a ``DEPBAR`` waits with
-    ``RECORDED_DEPBAR`` groups left in flight (the encoding keeps no immediate)."""
+    ``RECORDED_DEPBAR`` groups left in flight (the encoding keeps no immediate); ``list_loads``:
+    a block-sparse kernel's loop, whose ``LIST_LOAD`` loads read its block lists (``Op.l1_hit``)."""
     table = [(key, pipe) for key, pipe in loop["opcodes"]]
     ops = []
     for item in loop["instructions"]:
@@ -466,7 +479,8 @@ def decode_loop(loop: dict, inner_trips=None, peel_runs=None, stalls: bool = Tru
         role = next((int(c) for c in flags if c.isdigit()), None)
         ops.append(Op(key, pipe, _parse_registers(dests), _parse_registers(srcs), "B" in flags,
                       _wavefronts(key, pipe), role, "r" in flags, int(stall[0]) if stall and stalls else 1,
-                      "e" in flags, RECORDED_DEPBAR if key == "DEPBAR" else None, "h" in flags))
+                      "e" in flags, RECORDED_DEPBAR if key == "DEPBAR" else None, "h" in flags,
+                      list_loads and key == LIST_LOAD))
     inner = loop["inner_loops"]
     trips = [(n if n is not None else 1) for n in
              (inner_trips if inner_trips is not None else [r["trips"] for r in inner])]
@@ -532,9 +546,11 @@ def stream_for(kernel: str, tiling: Tiling | None, d: int, causal: bool, variant
     """The main loop's instruction stream of ``kernel`` compiled for ``tiling``, ``d``,
     ``causal`` (``decode_loop``; ``inner_trips`` overrides the nested loops' trip counts,
     ``peel_runs`` says how many of their peeled copies run; stall counts where every loop of
-    the file has them, ``all_stall_counts``)."""
+    the file has them, ``all_stall_counts``; a ``sparse`` variant's block-list reads hit L1)."""
+    from .flash import SPARSE_VARIANT
+
     return decode_loop(loop_record(kernel, tiling, d, causal, variant, path), inner_trips, peel_runs,
-                       stalls=all_stall_counts(path))
+                       stalls=all_stall_counts(path), list_loads=SPARSE_VARIANT in variant.split("+"))
 
 
 @lru_cache(maxsize=None)
@@ -574,6 +590,8 @@ def _latency(o: Op, r: MachineRates, memory: tuple[float, float], mma_format: st
     if pipe in _SHARED:
         return (r.lds_latency_cycles or LDS_LATENCY) + max(o.wavefronts, 1) - 1
     if pipe in _GLOBAL:
+        if o.l1_hit:
+            return r.l1_hit_latency_cycles or L1_HIT_LATENCY
         return memory[1] if pipe == "ldl" else memory[0]
     if pipe == "shfl":
         return r.shfl_latency_cycles or SHFL_LATENCY
@@ -709,7 +727,7 @@ class _Decoded:
         self.service = [_service(o, r) for o in stream]
         self.stalls = [o.stall for o in stream]
         self.drain = [_drain(o, r, red_sectors) for o in stream]
-        self.behind_drain = [o.pipe in _GLOBAL_LOAD_PIPES for o in stream]
+        self.behind_drain = [o.pipe in _GLOBAL_LOAD_PIPES and not o.l1_hit for o in stream]
         self.copy = [_COPY if o.pipe == "ldgsts" else _COMMIT if o.key == "LDGDEPBAR" else _NO_COPY
                      for o in stream]
         self.depbar = [o.depbar for o in stream]

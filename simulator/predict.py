@@ -138,25 +138,7 @@ def predict(algorithm: str, workload: Workload, tiling: Tiling | None = None,
     in ``workspace`` (K_split, V_split, dK_split, dV_split; so in ``extra_memory_bytes``).
     Conventions: module docstring.
     """
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}")
-    if not isinstance(workload, Workload):
-        raise ValueError(f"workload must be a Workload, got {type(workload).__name__}")
-    if workload.block_mask is not None and algorithm not in BAND_ALGORITHMS:
-        raise ValueError(f"{algorithm} has no block-sparse kernel (workload block_mask of "
-                         f"{workload.block_fraction:.0%} blocks kept, block_size="
-                         f"{workload.block_size}); block-sparse attention runs on "
-                         f"{', '.join(BAND_ALGORITHMS)} only (\"fa2\"): choose one of those or "
-                         "block_mask=None")
-    if workload.band_or_gqa and algorithm not in BAND_ALGORITHMS:
-        raise ValueError(f"{algorithm} has no sliding window nor grouped K/V heads (workload "
-                         f"window={workload.window}, kv_heads={workload.kv_heads}, H={workload.H}); "
-                         f"those run on {', '.join(BAND_ALGORITHMS)} only")
-    hardware = hardware or H200
-    tiling = tiling or default_tiling(algorithm, workload, hardware)
-    split = kv_split_of(algorithm, workload, tiling, hardware, kv_split)
-    run = split_workload(workload, split)
-    plan = ALGORITHMS[algorithm](run, tiling)
+    hardware, tiling, split, run, plan = _planned(algorithm, workload, tiling, hardware, kv_split)
     workspace = dict(plan.workspace)
     if split > 1:
         for name in ("K_split", "V_split", "dK_split", "dV_split"):
@@ -178,6 +160,39 @@ def predict_dram(algorithm: str, workload: Workload, tiling: Tiling | None = Non
                  hardware: Hardware | None = None) -> L2Traffic:
     """The L2 model's SM<->L2 and DRAM bytes for ``algorithm``: ``predict(...).l2``."""
     return predict(algorithm, workload, tiling, hardware).l2
+
+
+def hbm_traffic(algorithm: str, workload: Workload, tiling: Tiling | None = None,
+                hardware: Hardware | None = None, kv_split: int | None = None) -> dict[str, TensorTraffic]:
+    """``predict(...).hbm`` alone (arguments and checks as ``predict``): each tensor's HBM
+    reads and writes, without the L2 model, the levels and the time, which cost most of a
+    prediction."""
+    return _sum_levels(_planned(algorithm, workload, tiling, hardware, kv_split)[-1].phases, "hbm")
+
+
+def _planned(algorithm: str, workload: Workload, tiling: Tiling | None, hardware: Hardware | None,
+             kv_split: int | None):
+    """``predict``'s checks, then (hardware, tiling, kv split, the workload its kernels run,
+    the algorithm's plan)."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; known: {sorted(ALGORITHMS)}")
+    if not isinstance(workload, Workload):
+        raise ValueError(f"workload must be a Workload, got {type(workload).__name__}")
+    if workload.block_mask is not None and algorithm not in BAND_ALGORITHMS:
+        raise ValueError(f"{algorithm} has no block-sparse kernel (workload block_mask of "
+                         f"{workload.block_fraction:.0%} blocks kept, block_size="
+                         f"{workload.block_size}); block-sparse attention runs on "
+                         f"{', '.join(BAND_ALGORITHMS)} only (\"fa2\"): choose one of those or "
+                         "block_mask=None")
+    if workload.band_or_gqa and algorithm not in BAND_ALGORITHMS:
+        raise ValueError(f"{algorithm} has no sliding window nor grouped K/V heads (workload "
+                         f"window={workload.window}, kv_heads={workload.kv_heads}, H={workload.H}); "
+                         f"those run on {', '.join(BAND_ALGORITHMS)} only")
+    hardware = hardware or H200
+    tiling = tiling or default_tiling(algorithm, workload, hardware)
+    split = kv_split_of(algorithm, workload, tiling, hardware, kv_split)
+    run = split_workload(workload, split)
+    return hardware, tiling, split, run, ALGORITHMS[algorithm](run, tiling)
 
 
 def _sum_levels(phases, level: str) -> dict[str, TensorTraffic]:

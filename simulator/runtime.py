@@ -169,6 +169,14 @@ def shared_makespan(work: list[float], sms: int, per_sm: int, trip_cycles) -> fl
     placement found), then each freed slot takes the next block, SMs freed at one instant in
     turn (one block each a round, again as the first wave). Where ``trip_cycles(k)`` does not
     depend on k, the greedy list schedule of the sms x per_sm slots."""
+    cycles = (0.0, *(trip_cycles(k) for k in range(1, per_sm + 1)))
+    return _makespan(tuple(work), sms, per_sm, cycles)
+
+
+@lru_cache(maxsize=64)
+def _makespan(work: tuple[float, ...], sms: int, per_sm: int, cycles: tuple[float, ...]) -> float:
+    """``shared_makespan`` with ``trip_cycles(k)`` as ``cycles[k]`` (a launch predicted again,
+    e.g. by several experiments, is simulated once)."""
     queue = iter(enumerate(work))
     remaining: list[dict[int, float]] = [{} for _ in range(sms)]
     updated = [0.0] * sms
@@ -178,7 +186,7 @@ def shared_makespan(work: list[float], sms: int, per_sm: int, trip_cycles) -> fl
     def advance(sm: int, now: float) -> None:
         blocks = remaining[sm]
         if blocks:
-            done = (now - updated[sm]) / trip_cycles(len(blocks))
+            done = (now - updated[sm]) / cycles[len(blocks)]
             for b in blocks:
                 blocks[b] -= done
         updated[sm] = now
@@ -187,7 +195,7 @@ def shared_makespan(work: list[float], sms: int, per_sm: int, trip_cycles) -> fl
         version[sm] += 1
         blocks = remaining[sm]
         if blocks:
-            heapq.heappush(events, (now + max(0.0, min(blocks.values())) * trip_cycles(len(blocks)),
+            heapq.heappush(events, (now + max(0.0, min(blocks.values())) * cycles[len(blocks)],
                                     sm, version[sm]))
 
     for _ in range(per_sm):

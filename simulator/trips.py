@@ -251,7 +251,6 @@ def has_edge_code(kernel: str, tiling: Tiling, d: int, causal: bool, variant: st
         return False
 
 
-@lru_cache(maxsize=None)
 def skipped(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = "",
             rows_per_trip: int | None = None, edge_share: float = 1.0,
             head_share: float = 1.0) -> dict[str, float]:
@@ -266,30 +265,64 @@ def skipped(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str = ""
     instructions by ``issue.Op.pipe`` and ``total``, and the local-memory bytes a thread does
     not read (``ldl_bytes``) or write (``stl_bytes``). Empty where the loop's stream or trips
     are not known."""
+    tally = _skip_tally(kernel, tiling, d, causal, variant, rows_per_trip)
+    if tally is None:
+        return {}
+    warps, full, run = tally
+    out: Counter = Counter(full)
+    for (name, edge, head), n in run.items():      # a run op counts on its share of trips
+        out[name] -= n * (edge_share if edge else 1.0) * (head_share if head else 1.0)
+    return {k: v / warps for k, v in out.items() if v}
+
+
+@lru_cache(maxsize=None)
+def _skip_tally(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str,
+                rows_per_trip: int | None):
+    """(warps, full, run) for ``skipped``: summed over the block's warps, the static code's
+    instructions (and local bytes) by pipe, and those each warp runs by (pipe, edge, head) --
+    the shares only weigh the latter; None where the loop's stream or trips are not known."""
     from .issue import stream_for
 
     warps = -(-tiling.threads_for(kernel) // 32)
-    out: Counter = Counter()
+    full: Counter = Counter()
+    run: Counter = Counter()
+    tallies: dict = {}          # the streams warps share (``stream_for`` is cached): once each
     for w in range(warps):
         found = _nested_counts(kernel, tiling, d, causal, variant, rows_per_trip, w)
         try:
-            run = warp_stream(kernel, tiling, d, causal, variant, rows_per_trip, w)
-            full = stream_for(kernel, tiling, d, causal, variant, found[0] or None) if found else None
+            ran = warp_stream(kernel, tiling, d, causal, variant, rows_per_trip, w)
+            body = stream_for(kernel, tiling, d, causal, variant, found[0] or None) if found else None
         except LookupError:
-            return {}
-        if full is None or run is None:
-            return {}
-        for ops, sign in ((full, 1.0), (run, -1.0)):
-            for o in ops:
-                if sign < 0 and o.role is not None and o.role != w % 2:
-                    continue                # another role's: this warp skips it
-                n = sign * (edge_share if o.edge and sign < 0 else 1.0)   # on edge trips only
-                n *= head_share if o.head and sign < 0 else 1.0          # on a head's first
-                out[o.pipe] += n
-                out["total"] += n
-                if o.pipe in ("ldl", "stl"):
-                    out[f"{o.pipe}_bytes"] += n * access_bytes(o.key)
-    return {k: v / warps for k, v in out.items() if v}
+            return None
+        if body is None or ran is None:
+            return None
+        if (id(body), None) not in tallies:
+            tallies[(id(body), None)] = (body, _tally(body, None, False))
+        if (id(ran), w % 2) not in tallies:
+            tallies[(id(ran), w % 2)] = (ran, _tally(ran, w % 2, True))
+        full.update(tallies[(id(body), None)][1])
+        run.update(tallies[(id(ran), w % 2)][1])
+    return warps, full, run
+
+
+def _tally(ops, role: int | None, flagged: bool) -> Counter:
+    """Instructions of ``ops`` by pipe, ``total`` and local bytes (``ldl_bytes``, ``stl_bytes``),
+    leaving out another role's (``role``: the warp's, None: none left out); ``flagged``: keyed
+    (name, edge, head) by the op's flags. A stream repeats its nested loops' ``Op`` objects
+    (``issue.decode_loop``): each distinct one is weighed by its count."""
+    times = Counter(map(id, ops))
+    out: Counter = Counter()
+    for o in dict(zip(map(id, ops), ops)).values():
+        if role is not None and o.role is not None and o.role != role:
+            continue                # another role's: this warp skips it
+        n = times[id(o)]
+        flags = (bool(o.edge), bool(o.head)) if flagged else ()
+        counted = [(o.pipe, n), ("total", n)]
+        if o.pipe in ("ldl", "stl"):
+            counted.append((f"{o.pipe}_bytes", n * access_bytes(o.key)))
+        for name, value in counted:
+            out[(name, *flags) if flagged else name] += value
+    return out
 
 
 def _peels(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str, loops: int) -> list[int]:

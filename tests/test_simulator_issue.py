@@ -259,6 +259,42 @@ def test_a_load_behind_reductions_waits_for_the_drain(rates, k, sectors):
     assert 2 * drain < two < 2 * drain + l2
 
 
+def test_a_block_list_read_hits_l1_and_skips_the_drain(rates):
+    """A block-sparse kernel's list read (``Op.l1_hit``) behind k reductions: at L1's latency
+    and not behind the drain (the reductions drain in the background), where a load that
+    leaves the SM waits for the drain and then L2's latency; dependent list reads wait L1's
+    latency each."""
+    k, sectors = 64, 8
+    drain = k * sectors * SCHEDULERS / rates.red_sectors_per_cycle
+    listed = [op("REDG", [], ["R2", "R3", "R0"])] * k + [
+        dataclasses.replace(op("LDG.64", ["R0", "R1"], ["R0", "R2"]), l1_hit=True)]
+    plain = listed[:-1] + [dataclasses.replace(listed[-1], l1_hit=False)]
+    assert loop_cycles(plain, 1, rates, red_sectors=sectors) == pytest.approx(
+        drain + rates.l2_hit_latency_cycles, rel=0.01)
+    alone = loop_cycles(listed, 1, rates, red_sectors=sectors)
+    assert rates.l1_hit_latency_cycles < alone < drain / 4
+    chain = [dataclasses.replace(listed[-1])] * 8        # dependent list reads: L1 latency each
+    assert loop_cycles(chain, 1, rates) == pytest.approx(8 * rates.l1_hit_latency_cycles, rel=0.02)
+
+
+def test_only_the_sparse_kernels_list_reads_hit_l1():
+    """In the recorded main loops the 8-byte global loads (``LIST_LOAD``) are the block-sparse
+    variants' list reads, one or two a trip: ``stream_for`` marks those and nothing else."""
+    from simulator.issue import LIST_LOAD
+
+    for record in kernel_loops()["loops"]:
+        if not (record["Br"] and record["d"]):
+            continue
+        t = Tiling(int(record["Br"]), int(record["Bc"]))
+        ops = stream_for(record["kernel"], t, int(record["d"]), record["causal"] == "True",
+                         record["variant"])
+        hits = [o for o in ops if o.l1_hit]
+        if "sparse" in record["variant"].split("+"):
+            assert len(hits) in (1, 2) and all(o.key == LIST_LOAD for o in hits), record["kernel"]
+        else:
+            assert not hits and not any(o.key == LIST_LOAD for o in ops), record["kernel"]
+
+
 def test_the_drain_gives_back_the_microbenchmark_it_was_measured_by(rates):
     """8 warps an SM (2 a scheduler), k = 8, 32, 64 reductions of 8 sectors before each load:
     the iteration calibrate measured (H200, 2026-12-05: 2038, 8375, 16735 cycles; the chase

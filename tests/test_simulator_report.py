@@ -1,7 +1,9 @@
 """TrafficReport: measured reports, totals, combining, rendering, records."""
 import pytest
 
-from simulator import TensorTraffic, Tiling, TrafficReport, Workload, predict
+import numpy as np
+
+from simulator import ALGORITHMS, TensorTraffic, Tiling, TrafficReport, Workload, hbm_traffic, predict
 
 
 def test_measured_report_from_counts():
@@ -74,6 +76,21 @@ def test_predict_rejects_unknown_algorithm_and_workload():
         predict("flash_forward_v3", Workload(1, 1, 4, 4, 2))
     with pytest.raises(ValueError, match="Workload"):
         predict("flash_forward_v2", (1, 1, 4, 4, 2))
+
+
+def test_hbm_traffic_is_the_predictions_hbm_and_checks_as_predict():
+    """``hbm_traffic``: the report's per-tensor HBM counts without the rest (every algorithm;
+    causal N_q != N_k, a kv split of grouped heads, a block mask), refusing what predict refuses."""
+    plain = Workload(2, 4, 40, 56, 24, causal=True)
+    grouped = Workload(1, 8, 64, 64, 16, kv_heads=2, window=(16, 0))
+    sparse = Workload(1, 2, 64, 64, 16, block_mask=np.eye(4, dtype=bool), block_size=(16, 16))
+    cases = [(a, plain, {}) for a in ALGORITHMS]
+    cases += [("flash_backward_tc", grouped, {"kv_split": 2}), ("flash_forward_half", sparse,
+                                                                {"tiling": Tiling(16, 16)})]
+    for algorithm, w, options in cases:
+        assert hbm_traffic(algorithm, w, **options) == predict(algorithm, w, **options).hbm, algorithm
+    with pytest.raises(ValueError, match="no sliding window"):
+        hbm_traffic("flash_forward_v2", grouped)
 
 
 def test_flops_follow_the_stated_conventions():

@@ -161,6 +161,13 @@ def reports(case: Case, dtype_bytes: int | None = None, gpu: str = MEASURED_GPU,
     batch entry's: ``call_workloads``), as they run on a GPU (``simulator.fp16x3.gpu_launches``:
     also in a process under the CUDA simulator, the CPU mode's)."""
     import simulator
+
+    return _each_call(case, dtype_bytes, gpu, tiling, simulator.predict)
+
+
+def _each_call(case: Case, dtype_bytes: int | None, gpu: str, tiling: str, model) -> list:
+    """``model(algorithm, workload, tiling=, hardware=)`` of each of the case's calls, as
+    ``reports`` predicts them."""
     from simulator.fp16x3 import gpu_launches
 
     def chosen(algorithm):
@@ -169,7 +176,7 @@ def reports(case: Case, dtype_bytes: int | None = None, gpu: str = MEASURED_GPU,
         return kernel_tiling(algorithm, case.d, case.N, case.block_size) if tiling == "kernels" else None
 
     with gpu_launches():
-        return [simulator.predict(a, w, tiling=chosen(a), hardware=hardware(gpu))
+        return [model(a, w, tiling=chosen(a), hardware=hardware(gpu))
                 for w in call_workloads(case, dtype_bytes) for a in case.simulator_algorithms()]
 
 
@@ -262,7 +269,10 @@ def predicted_or_note(case: Case, gpu: str = MEASURED_GPU) -> Predicted | str:
 
 def touched_tensors(case: Case) -> list[list[str]]:
     """For each of the case's calls, the HBM tensors it touches (reads or writes)."""
-    return [sorted(name for name, t in r.hbm.items() if t.reads or t.writes) for r in reports(case)]
+    import simulator
+
+    return [sorted(name for name, t in hbm.items() if t.reads or t.writes)
+            for hbm in _each_call(case, None, MEASURED_GPU, "kernels", simulator.hbm_traffic)]
 
 
 def tensor_bytes(case: Case, name: str, dtype_bytes: int | None = None) -> int:
