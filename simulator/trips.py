@@ -286,7 +286,8 @@ def _skip_tally(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str,
     warps = -(-tiling.threads_for(kernel) // 32)
     full: Counter = Counter()
     run: Counter = Counter()
-    tallies: dict = {}          # the streams warps share (``stream_for`` is cached): once each
+    # each stream the warps share (``stream_for`` is cached) tallied once; kept, so no id recurs
+    tallies: dict = {}
     for w in range(warps):
         found = _nested_counts(kernel, tiling, d, causal, variant, rows_per_trip, w)
         try:
