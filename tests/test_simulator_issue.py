@@ -273,7 +273,7 @@ def test_a_block_list_read_hits_l1_and_skips_the_drain(rates):
         drain + rates.l2_hit_latency_cycles, rel=0.01)
     alone = loop_cycles(listed, 1, rates, red_sectors=sectors)
     assert rates.l1_hit_latency_cycles < alone < drain / 4
-    chain = [dataclasses.replace(listed[-1])] * 8        # dependent list reads: L1 latency each
+    chain = [listed[-1]] * 8                             # dependent list reads: L1 latency each
     assert loop_cycles(chain, 1, rates) == pytest.approx(8 * rates.l1_hit_latency_cycles, rel=0.02)
 
 
