@@ -31,8 +31,8 @@ __all__ = [
     "ModelTiling", "TensorTraffic", "Tiling", "TrafficReport", "Workload",
     "block_sparse_backward_accesses", "block_sparse_forward_accesses", "concurrent_blocks",
     "default_tiling", "flash_backward_accesses", "flash_forward_v1_accesses",
-    "flash_forward_v2_accesses", "hardware", "hbm_traffic", "l2_traffic", "occupancy", "paper_tiling", "predict",
-    "predict_dram", "proposition3_lower_bound", "proposition4_flash_forward",
+    "flash_forward_v2_accesses", "hardware", "hbm_traffic", "l2_traffic", "occupancy",
+    "paper_tiling", "predict", "predict_dram", "proposition3_lower_bound", "proposition4_flash_forward",
     "standard_backward_accesses", "standard_forward_accesses", "theorem2_flash_forward",
     "theorem2_standard_forward", "theorem5_flash_backward",
 ]

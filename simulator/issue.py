@@ -58,8 +58,9 @@ alike (``op``). ``loop_cycles(stream, warps_per_scheduler, rates)`` simulates cy
   a load behind k reductions of each of an SM's warps waits until the SM has drained them
   all; a load that hits L1, ``Op.l1_hit``, does not wait). A cp.async copy (LDGSTS) is a global
   load that writes shared memory instead of a register: it waits behind the drain alike
-  (assumed: its read request takes the same path to L2; calibrate measured LDG's). Stores, spill traffic and an atomic's own result do not wait
-  (not measured). Rates without the drain (None) model none;
+  (assumed: its read request takes the same path to L2; calibrate measured LDG's). Stores,
+  spill traffic and an atomic's own result do not wait (not measured). Rates without the drain
+  (None) model none;
 - cp.async completion, per warp: an LDGSTS's data lands in shared memory ``global_latency``
   after the later of its MIO service start and the drain's end (a global load's latency, the
   shared-memory write inside it: an assumption); ``LDGDEPBAR`` commits the warp's copies

@@ -110,12 +110,8 @@ _QUERY_ROWS = ("Q", "dO", "Q parts", "dO parts")
 
 def row_sectors(n: int, element_bytes: int) -> float:
     """Mean sectors one row of ``n`` elements overlaps, rows laid end to end from an aligned
-    start (exact over the rows' period)."""
-    row = n * element_bytes
-    period = SECTOR_BYTES // gcd(row, SECTOR_BYTES)      # rows until the pattern repeats
-    total = sum(-(-(r + 1) * row // SECTOR_BYTES) - r * row // SECTOR_BYTES
-                for r in range(period))
-    return total / period
+    start (exact over the rows' period): ``grid_row_sectors`` with the row one column group."""
+    return grid_row_sectors(n, element_bytes, n)
 
 
 @lru_cache(maxsize=None)
@@ -123,7 +119,8 @@ def grid_row_sectors(n: int, element_bytes: int, tx: int) -> float:
     """Mean sector touches of one row of ``n`` elements moved through a thread grid of ``tx``
     columns: the sectors each group of columns [tx b, tx b + tx) overlaps, summed over the
     groups (a warp instruction each), rows laid end to end from an aligned start (exact over the
-    rows' period). Equal to ``row_sectors`` where tx elements fill whole, aligned sectors."""
+    rows' period). Equal to ``row_sectors`` (tx = n) where tx elements fill whole, aligned
+    sectors."""
     row = n * element_bytes
     period = SECTOR_BYTES // gcd(row, SECTOR_BYTES)
     total = 0

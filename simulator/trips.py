@@ -297,19 +297,19 @@ def _skip_tally(kernel: str, tiling: Tiling, d: int, causal: bool, variant: str,
             return None
         if body is None or ran is None:
             return None
-        if (id(body), None) not in tallies:
-            tallies[(id(body), None)] = (body, _tally(body, None, False))
-        if (id(ran), w % 2) not in tallies:
-            tallies[(id(ran), w % 2)] = (ran, _tally(ran, w % 2, True))
-        full.update(tallies[(id(body), None)][1])
+        for ops, role in ((body, None), (ran, w % 2)):
+            if (id(ops), role) not in tallies:
+                tallies[(id(ops), role)] = (ops, _tally(ops, role))
+        for (name, _, _), n in tallies[(id(body), None)][1].items():   # all of it, flags aside
+            full[name] += n
         run.update(tallies[(id(ran), w % 2)][1])
     return warps, full, run
 
 
-def _tally(ops, role: int | None, flagged: bool) -> Counter:
-    """Instructions of ``ops`` by pipe, ``total`` and local bytes (``ldl_bytes``, ``stl_bytes``),
-    leaving out another role's (``role``: the warp's, None: none left out); ``flagged``: keyed
-    (name, edge, head) by the op's flags. A stream repeats its nested loops' ``Op`` objects
+def _tally(ops, role: int | None) -> Counter:
+    """Instructions of ``ops`` by (pipe, edge, head) -- the op's pipe or ``total``, and local
+    bytes as ``ldl_bytes``, ``stl_bytes``; its flags -- leaving out another role's (``role``:
+    the warp's, None: none left out). A stream repeats its nested loops' ``Op`` objects
     (``issue.decode_loop``): each distinct one is weighed by its count."""
     times = Counter(map(id, ops))
     out: Counter = Counter()
@@ -317,12 +317,11 @@ def _tally(ops, role: int | None, flagged: bool) -> Counter:
         if role is not None and o.role is not None and o.role != role:
             continue                # another role's: this warp skips it
         n = times[id(o)]
-        flags = (bool(o.edge), bool(o.head)) if flagged else ()
-        counted = [(o.pipe, n), ("total", n)]
+        flags = (bool(o.edge), bool(o.head))
+        out[(o.pipe, *flags)] += n
+        out[("total", *flags)] += n
         if o.pipe in ("ldl", "stl"):
-            counted.append((f"{o.pipe}_bytes", n * access_bytes(o.key)))
-        for name, value in counted:
-            out[(name, *flags) if flagged else name] += value
+            out[(f"{o.pipe}_bytes", *flags)] += n * access_bytes(o.key)
     return out
 
 

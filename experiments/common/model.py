@@ -165,8 +165,8 @@ def reports(case: Case, dtype_bytes: int | None = None, gpu: str = MEASURED_GPU,
     return _each_call(case, dtype_bytes, gpu, tiling, simulator.predict)
 
 
-def _each_call(case: Case, dtype_bytes: int | None, gpu: str, tiling: str, model) -> list:
-    """``model(algorithm, workload, tiling=, hardware=)`` of each of the case's calls, as
+def _each_call(case: Case, dtype_bytes: int | None, gpu: str, tiling: str, predictor) -> list:
+    """``predictor(algorithm, workload, tiling=, hardware=)`` of each of the case's calls, as
     ``reports`` predicts them."""
     from simulator.fp16x3 import gpu_launches
 
@@ -176,7 +176,7 @@ def _each_call(case: Case, dtype_bytes: int | None, gpu: str, tiling: str, model
         return kernel_tiling(algorithm, case.d, case.N, case.block_size) if tiling == "kernels" else None
 
     with gpu_launches():
-        return [model(a, w, tiling=chosen(a), hardware=hardware(gpu))
+        return [predictor(a, w, tiling=chosen(a), hardware=hardware(gpu))
                 for w in call_workloads(case, dtype_bytes) for a in case.simulator_algorithms()]
 
 
